@@ -1,0 +1,219 @@
+/*
+ * diag.c — diagnostics, and the arena every pass allocates from.
+ *
+ * Errors are the compiler's face.  Each is printed in GNU format, followed
+ * by the source line and a caret under the span, the way gcc does it:
+ *
+ *   models/x.net:12:5: error: linear expects a flat input, got [64, 6, 6]
+ *      12 |     linear(64)
+ *         |     ^~~~~~~~~~
+ *   models/x.net:12:5: note: insert 'flatten' before this layer
+ *
+ * Passes report and go on, so one run shows every error it can find; the
+ * driver writes no output when d->errors is not zero.
+ */
+#include "netc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ arena */
+
+struct Block {
+    struct Block *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+};
+
+struct Arena {
+    struct Block *head;
+};
+
+Arena *arena_new(void)
+{
+    Arena *a = calloc(1, sizeof *a);
+    if (!a) {
+        fputs("netc: out of memory\n", stderr);
+        exit(1);
+    }
+    return a;
+}
+
+void *arena_alloc(Arena *a, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    struct Block *b = a->head;
+    if (!b || b->cap - b->used < n) {
+        size_t cap = n > 65536 ? n : 65536;
+        b = malloc(sizeof *b + cap);
+        if (!b) {
+            fputs("netc: out of memory\n", stderr);
+            exit(1);
+        }
+        b->next = a->head;
+        b->used = 0;
+        b->cap = cap;
+        a->head = b;
+    }
+    void *p = b->data + b->used;
+    b->used += n;
+    memset(p, 0, n);
+    return p;
+}
+
+char *arena_strdup(Arena *a, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    return memcpy(arena_alloc(a, n), s, n);
+}
+
+char *arena_printf(Arena *a, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = arena_alloc(a, (size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+void arena_free(Arena *a)
+{
+    if (!a)
+        return;
+    for (struct Block *b = a->head, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    free(a);
+}
+
+/* ------------------------------------------------------------ diagnostics */
+
+/* The text of line `line` (1-based) and its length, without the newline. */
+static const char *line_text(const Diag *d, int line, int *len)
+{
+    const char *p = d->src, *end = d->src + d->len;
+    for (int l = 1; l < line && p < end; p++)
+        if (*p == '\n')
+            l++;
+    const char *q = p;
+    while (q < end && *q != '\n' && *q != '\r')
+        q++;
+    *len = (int)(q - p);
+    return p;
+}
+
+static void show_line(Diag *d, Loc loc)
+{
+    if (!d->src || loc.first_line < 1)
+        return;
+    int len;
+    const char *text = line_text(d, loc.first_line, &len);
+    fprintf(d->out, "%5d | %.*s\n", loc.first_line, len, text);
+    fprintf(d->out, "      | ");
+    int col = loc.first_column < 1 ? 1 : loc.first_column;
+    for (int i = 1; i < col && i <= len; i++)
+        fputc(text[i - 1] == '\t' ? '\t' : ' ', d->out);
+    int last = loc.last_line == loc.first_line ? loc.last_column : len + 1;
+    if (last > len + 1)
+        last = len + 1;
+    fputc('^', d->out);
+    for (int i = col + 1; i < last; i++)
+        fputc('~', d->out);
+    fputc('\n', d->out);
+}
+
+static void report(Diag *d, Loc loc, const char *kind, const char *fmt,
+                   va_list ap)
+{
+    fprintf(d->out, "%s:%d:%d: %s: ", d->file, loc.first_line,
+            loc.first_column, kind);
+    vfprintf(d->out, fmt, ap);
+    fputc('\n', d->out);
+}
+
+void diag_error(Diag *d, Loc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    report(d, loc, "error", fmt, ap);
+    va_end(ap);
+    show_line(d, loc);
+    d->errors++;
+}
+
+void diag_note(Diag *d, Loc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    report(d, loc, "note", fmt, ap);
+    va_end(ap);
+}
+
+void diag_file_error(Diag *d, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(d->out, "%s: error: ", d->file);
+    vfprintf(d->out, fmt, ap);
+    fputc('\n', d->out);
+    va_end(ap);
+    d->errors++;
+}
+
+/* Length of the UTF-8 sequence at s (at most n bytes), or 0 if invalid:
+ * overlong forms, surrogates and code points above U+10FFFF are refused. */
+static int utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    int len;
+    unsigned min;
+    if (c < 0x80)
+        return c == 0 ? 0 : 1;
+    else if ((c & 0xe0) == 0xc0)
+        len = 2, min = 0x80, c &= 0x1f;
+    else if ((c & 0xf0) == 0xe0)
+        len = 3, min = 0x800, c &= 0x0f;
+    else if ((c & 0xf8) == 0xf0)
+        len = 4, min = 0x10000, c &= 0x07;
+    else
+        return 0;
+    if ((size_t)len > n)
+        return 0;
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        c = (c << 6) | (s[i] & 0x3f);
+    }
+    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+        return 0;
+    return len;
+}
+
+bool diag_check_utf8(Diag *d)
+{
+    const unsigned char *s = (const unsigned char *)d->src;
+    int line = 1, col = 1;
+    for (size_t i = 0; i < d->len;) {
+        int n = utf8_len(s + i, d->len - i);
+        if (n == 0) {
+            Loc loc = {line, col, line, col + 1};
+            if (s[i] == 0)
+                diag_error(d, loc, "NUL byte in the model file");
+            else
+                diag_error(d, loc, "invalid UTF-8 byte 0x%02x", s[i]);
+            diag_note(d, loc, "model files are UTF-8 text; is this the right file?");
+            return false;
+        }
+        if (s[i] == '\n')
+            line++, col = 1;
+        else
+            col += n;
+        i += (size_t)n;
+    }
+    return true;
+}

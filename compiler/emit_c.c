@@ -1,0 +1,250 @@
+/*
+ * emit_c.c — the C emitter: the graph IR as C a person can read.
+ *
+ * Each layer becomes two functions, NAME_INDEX_fwd and NAME_INDEX_bwd
+ * (conv2d_0_fwd, linear_fc1_bwd), with a comment quoting the model line and
+ * the shapes; their bodies come from the op table (ops.c) with every shape
+ * written in as a constant, so only the batch size is left to run time.
+ * Then forward() and backward() call them in order, with the buffers of the
+ * memory plan, and driver.c adds the model descriptor and main().
+ *
+ * Output depends on nothing but the model: no dates, no absolute paths, so
+ * the same input gives byte-identical output.
+ */
+#include "netc.h"
+
+#include <string.h>
+
+void emitf(Emit *e, const char *fmt, ...)
+{
+    va_list ap;
+    for (int i = 0; i < e->indent; i++)
+            fputs("    ", e->out);
+    va_start(ap, fmt);
+    vfprintf(e->out, fmt, ap);
+    va_end(ap);
+    fputc('\n', e->out);
+}
+
+void emit_blank(Emit *e)
+{
+    fputc('\n', e->out);
+}
+
+const char *c_float(Arena *a, double v)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.9g", (double)(float)v);
+    if (!strpbrk(buf, ".en"))
+        strcat(buf, ".0");
+    return arena_printf(a, "%sf", buf);
+}
+
+const char *value_expr(Emit *e, int v)
+{
+    int r = ir_root(e->p, v);
+    if (r == 0)
+        return "b->x";
+    return arena_printf(e->arena, "a%d", r);
+}
+
+const char *grad_expr(Emit *e, int v)
+{
+    if (ir_root(e->p, v) == 0)
+        return "net->dinput";
+    return arena_printf(e->arena, "net->gbuf[%d]", e->p->values[v].grad_buf);
+}
+
+static const char *fn_name(Emit *e, const Node *n, const char *pass)
+{
+    return arena_printf(e->arena, "%s_%s_%s", n->op->sig.name, n->name, pass);
+}
+
+/* The model line a node comes from, without leading blanks or comment. */
+static const char *source_line(Emit *e, const Stmt *s)
+{
+    const Diag *d = e->p->diag;
+    const char *p = d->src, *end = d->src + d->len;
+    for (int l = 1; l < s->loc.first_line && p < end; p++)
+        if (*p == '\n')
+            l++;
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    const char *q = p;
+    while (q < end && *q != '\n' && *q != '\r' && *q != '#')
+        q++;
+    while (q > p && (q[-1] == ' ' || q[-1] == '\t'))
+        q--;
+    char *text = arena_alloc(e->arena, (size_t)(q - p) + 1);
+    memcpy(text, p, (size_t)(q - p));
+    /* keep the comment closed whatever the line holds */
+    for (char *c = text; *c; c++)
+        if (c[0] == '*' && c[1] == '/')
+            c[1] = '|';
+    return text;
+}
+
+static void header_comment(Emit *e, const Node *n)
+{
+    const Program *p = e->p;
+    emitf(e, "/*");
+    emitf(e, " * layer %d: %s    (line %d)", n->index, source_line(e, n->stmt),
+          n->stmt->loc.first_line);
+    const Shape *out = &p->values[n->out].shape;
+    if (n->fused) {
+        emitf(e, " * fused with layer %d: %s    (line %d)", n->fused->index,
+              source_line(e, n->fused->stmt), n->fused->stmt->loc.first_line);
+        out = &p->values[n->fused->out].shape;
+    }
+    emitf(e, " * %s -> %s", shape_str(e->arena, &p->values[n->in].shape),
+          shape_str(e->arena, out));
+    for (int k = 0; k < n->nparams; k++) {
+        const Param *prm = &p->params[n->param0 + k];
+        char dims[64] = "";
+        size_t len = 0;
+        for (int i = 0; i < prm->rank; i++)
+            len += (size_t)snprintf(dims + len, sizeof dims - len, "%s%lld", i ? ", " : "",
+                                    (long long)prm->dim[i]);
+        emitf(e, " * %s [%s] at param[%zu]", prm->name, dims, prm->offset);
+    }
+    emitf(e, " */");
+}
+
+/* Declarations every pass function of n starts with. */
+static void pass_locals(Emit *e, const Node *n, bool bwd)
+{
+    const Program *p = e->p;
+    for (int k = 0; k < n->nparams; k++) {
+        const Param *prm = &p->params[n->param0 + k];
+        const char *w = prm->is_bias ? "b" : "W";
+        emitf(e, "const float *%s = net->param + %zu;", w, prm->offset);
+        if (bwd)
+            emitf(e, "float *d%s = net->grad + %zu;", w, prm->offset);
+    }
+    if (n->aux_size)
+        emitf(e, "float *mask = net->act + (size_t)net->cap * %lld;", (long long)n->aux_offset);
+    if (n->iaux_size)
+        emitf(e, "int32_t *arg = net->iact + (size_t)net->cap * %lld;", (long long)n->iaux_offset);
+    if (n->scratch) {
+        emitf(e, "float *col = net->scratch;");
+        if (bwd)
+            emitf(e, "float *dcol = net->scratch + %lld;", (long long)(n->scratch / 2));
+    }
+}
+
+static void emit_node(Emit *e, const Node *n)
+{
+    header_comment(e, n);
+    emitf(e, "static void %s(nrt_net *net, int n, const float *x, float *y)", fn_name(e, n, "fwd"));
+    emitf(e, "{");
+    e->indent++;
+    bool uses_net = n->nparams || n->aux_size || n->iaux_size || n->scratch;
+    if (!uses_net)
+        emitf(e, "(void)net;");
+    pass_locals(e, n, false);
+    n->op->emit_fwd(e, n);
+    e->indent--;
+    emitf(e, "}");
+    emit_blank(e);
+    emitf(e, "static void %s(nrt_net *net, int n, const float *x, const float *y, float *dy, float *dx)",
+          fn_name(e, n, "bwd"));
+    emitf(e, "{");
+    e->indent++;
+    if (!uses_net)
+        emitf(e, "(void)net;");
+    if (!n->op->takes_epilogue)
+        emitf(e, "(void)x;");
+    if (!n->op->act_fwd && !n->fused)
+        emitf(e, "(void)y;");
+    pass_locals(e, n, true);
+    n->op->emit_bwd(e, n);
+    e->indent--;
+    emitf(e, "}");
+    emit_blank(e);
+}
+
+/* The node whose output a (possibly fused) node writes. */
+static const Node *last_visible(const Program *p, const Node *n)
+{
+    (void)p;
+    return n->fused ? n->fused : n;
+}
+
+static void emit_forward(Emit *e)
+{
+    const Program *p = e->p;
+    emitf(e, "/* The forward pass over a batch; returns the mean loss. */");
+    emitf(e, "static float forward(nrt_net *net, const nrt_batch *b, const float **out)");
+    emitf(e, "{");
+    e->indent++;
+    emitf(e, "int n = b->n;");
+    for (int v = 1; v < p->nvalues; v++)
+        if (p->values[v].alias < 0)
+            emitf(e, "float *a%d = net->act + (size_t)net->cap * %lld; /* %s */", v,
+                  (long long)p->values[v].offset, shape_str(e->arena, &p->values[v].shape));
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        if (n->absorbed || n->op->is_view)
+            continue;
+        emitf(e, "%s(net, n, %s, %s);", fn_name(e, n, "fwd"), value_expr(e, n->in),
+              value_expr(e, last_visible(p, n)->out));
+    }
+    int last = p->nvalues - 1;
+    emitf(e, "*out = %s;", value_expr(e, last));
+    emitf(e, "float *dlast = net->training ? %s : NULL;", grad_expr(e, last));
+    if (p->target_kind == NRT_TARGET_CLASS)
+        emitf(e, "return nrt_xent(%s, b->label, n, %d, dlast); /* fused log-softmax */",
+              value_expr(e, last), p->n_out);
+    else
+        emitf(e, "return nrt_mse(%s, b->y, n, %d, dlast);", value_expr(e, last), p->n_out);
+    e->indent--;
+    emitf(e, "}");
+    emit_blank(e);
+}
+
+static void emit_backward(Emit *e)
+{
+    const Program *p = e->p;
+    emitf(e, "/* The backward pass, after forward() on the same batch in training mode:");
+    emitf(e, " * d loss / d output is already in %s. */", grad_expr(e, p->nvalues - 1));
+    emitf(e, "static void backward(nrt_net *net, const nrt_batch *b)");
+    emitf(e, "{");
+    e->indent++;
+    emitf(e, "int n = b->n;");
+    for (int v = 1; v < p->nvalues; v++)
+        if (p->values[v].alias < 0)
+            emitf(e, "float *a%d = net->act + (size_t)net->cap * %lld;", v,
+                  (long long)p->values[v].offset);
+    for (int k = 0; k < p->nbwd; k++) {
+        const Node *n = &p->nodes[p->bwd[k]];
+        if (n->absorbed || n->op->is_view)
+            continue;
+        int out = last_visible(p, n)->out;
+        emitf(e, "%s(net, n, %s, %s, %s, %s);", fn_name(e, n, "bwd"), value_expr(e, n->in),
+              value_expr(e, out), grad_expr(e, out), grad_expr(e, n->in));
+    }
+    e->indent--;
+    emitf(e, "}");
+    emit_blank(e);
+}
+
+void emit_c(FILE *out, const Program *p, const char *source, Arena *a)
+{
+    Emit e = {out, p, a, 0};
+    emitf(&e, "/* Generated by netc %s from %s. Do not edit. */", NETC_VERSION, source);
+    emitf(&e, "#include <math.h>");
+    emitf(&e, "#include <string.h>");
+    emit_blank(&e);
+    emitf(&e, "#include <netrt.h>");
+    emit_blank(&e);
+    emitf(&e, "#if NETRT_ABI != %d", NETRT_ABI);
+    emitf(&e, "#error \"generated for netrt ABI %d: this runtime differs; regenerate with its netc\"", NETRT_ABI);
+    emitf(&e, "#endif");
+    emit_blank(&e);
+    for (int i = 0; i < p->nnodes; i++)
+        if (!p->nodes[i].absorbed && !p->nodes[i].op->is_view)
+            emit_node(&e, &p->nodes[i]);
+    emit_forward(&e);
+    emit_backward(&e);
+    emit_driver(&e, source);
+}

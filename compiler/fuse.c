@@ -1,0 +1,76 @@
+/*
+ * fuse.c — fusion and the memory plan.
+ *
+ * Fusion: an activation right after a linear or conv2d layer is folded into
+ * that layer's epilogue (y = act(x W^T + b) in one sweep over y), and its
+ * backward into the layer's backward prologue (dy *= act'(y)).  This is
+ * possible because every activation's derivative is a function of its
+ * output alone.  The activation node stays in the graph, marked absorbed,
+ * so names and indices still match PyTorch's nn.Sequential.
+ *
+ * Memory plan: every value a backward pass needs stays alive from forward
+ * to backward, so each non-aliased value gets its own slice of the
+ * activation buffer (per-sample offsets; the runtime multiplies by the
+ * batch capacity).  Views (flatten) and absorbed activations alias the
+ * value they come from.  Gradients need only two buffers: each backward
+ * pass reads d y from one and writes d x to the other, except elementwise
+ * ops and views, which work in place.
+ */
+#include "netc.h"
+
+static void fuse(Program *p)
+{
+    for (int i = 0; i + 1 < p->nnodes; i++) {
+        Node *n = &p->nodes[i], *next = &p->nodes[i + 1];
+        if (n->op->takes_epilogue && next->op->act_fwd) {
+            n->fused = next;
+            next->absorbed = true;
+            p->values[next->out].alias = n->out;
+            i++;
+        }
+    }
+    for (int i = 0; i < p->nnodes; i++)
+        if (p->nodes[i].op->is_view)
+            p->values[p->nodes[i].out].alias = p->nodes[i].in;
+}
+
+static bool in_place(const Node *n)
+{
+    return n->op->is_view || n->op->act_fwd || n->aux_size > 0;
+}
+
+void fuse_and_plan(Program *p)
+{
+    fuse(p);
+
+    int64_t off = 0, ioff = 0;
+    for (int v = 1; v < p->nvalues; v++) {
+        IrValue *val = &p->values[v];
+        val->offset = -1;
+        if (val->alias < 0) {
+            val->offset = off;
+            off += val->size;
+        }
+    }
+    for (int i = 0; i < p->nnodes; i++) {
+        Node *n = &p->nodes[i];
+        n->aux_offset = off;
+        off += n->aux_size;
+        n->iaux_offset = ioff;
+        ioff += n->iaux_size;
+        if (n->scratch > p->scratch_size)
+            p->scratch_size = n->scratch;
+    }
+    p->act_size = off;
+    p->iact_size = ioff;
+
+    /* gradients, walking backward from the loss */
+    p->values[p->nvalues - 1].grad_buf = 0;
+    for (int k = 0; k < p->nbwd; k++) {
+        const Node *n = &p->nodes[p->bwd[k]];
+        int b = p->values[n->out].grad_buf;
+        p->values[n->in].grad_buf = n->absorbed || in_place(n) ? b : 1 - b;
+        if (p->values[n->out].size > p->grad_size)
+            p->grad_size = p->values[n->out].size;
+    }
+}

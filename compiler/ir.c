@@ -1,0 +1,62 @@
+/*
+ * ir.c — the graph IR: values, nodes and the flat parameter table.
+ *
+ * The IR of a model is a list of nodes in execution order, each reading one
+ * value and writing the next (values[0] is the input, node i writes
+ * values[i + 1]).  Parameters of all nodes live in one flat buffer, in the
+ * order of the layers, weight before bias — the order of PyTorch's
+ * state_dict — so the optimizer is one loop over one buffer and a future
+ * data-parallel backend reduces one buffer.  Shapes here are per sample;
+ * the batch dimension is implicit everywhere.
+ */
+#include "netc.h"
+
+#include <string.h>
+
+int64_t shape_size(const Shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        n *= s->d[i];
+    return n;
+}
+
+const char *shape_str(Arena *a, const Shape *s)
+{
+    char buf[96];
+    size_t len = (size_t)snprintf(buf, sizeof buf, "[");
+    for (int i = 0; i < s->rank; i++)
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%lld",
+                                i ? ", " : "", (long long)s->d[i]);
+    snprintf(buf + len, sizeof buf - len, "]");
+    return arena_strdup(a, buf);
+}
+
+int ir_add_param(Program *p, Node *n, const char *suffix, int rank,
+                 const int64_t *dim, int fan_in, int fan_out, bool is_bias)
+{
+    Param *prm = &p->params[p->nparams];
+    prm->name = arena_printf(p->arena, "%s.%s", n->name, suffix);
+    prm->rank = rank;
+    prm->size = 1;
+    for (int i = 0; i < rank; i++) {
+        prm->dim[i] = dim[i];
+        prm->size *= (size_t)dim[i];
+    }
+    prm->offset = p->param_count;
+    prm->fan_in = fan_in;
+    prm->fan_out = fan_out;
+    prm->is_bias = is_bias;
+    p->param_count += prm->size;
+    if (n->nparams == 0)
+        n->param0 = p->nparams;
+    n->nparams++;
+    return p->nparams++;
+}
+
+int ir_root(const Program *p, int v)
+{
+    while (p->values[v].alias >= 0)
+        v = p->values[v].alias;
+    return v;
+}

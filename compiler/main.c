@@ -1,0 +1,280 @@
+/*
+ * main.c — the netc command: reads the flags, runs the passes in order and
+ * writes what was asked for (a summary, the C source, or a program).
+ *
+ * Output files are written whole or not at all: to a temporary file first,
+ * renamed into place once complete.  Any error in the model means exit
+ * status 1 and no output file.
+ */
+#include "config.h"
+#include "netc.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_MODEL_BYTES (16 << 20)
+
+static void usage(FILE *out)
+{
+    fputs("usage: netc [options] MODEL.net\n"
+          "\n"
+          "Compiles a model file into a standalone training program.\n"
+          "\n"
+          "  -o FILE         write the program (or, with --emit, the source) to FILE;\n"
+          "                  default: the model's file name without .net\n"
+          "  --emit=c        write the generated C instead of a program (to stdout\n"
+          "                  without -o)\n"
+          "  --check         check the model and print its summary: each layer, its\n"
+          "                  output shape and parameter count, and the totals\n"
+          "  -v, --verbose   show the C compiler's command line\n"
+          "  --version       print netc's version\n"
+          "  --help          print this help\n"
+          "\n"
+          "Environment: NETC_CC (C compiler), NETC_CFLAGS (default -O2),\n"
+          "NETC_INCLUDE_DIR and NETC_LIB_DIR (where netrt.h and libnetrt.a are).\n"
+          "The language and the generated program's flags are described in README.md.\n",
+          out);
+}
+
+/* Reads the whole file; NULL (with a message) on failure. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "netc: error: cannot open '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "netc: error: '%s' is a directory\n", path);
+        fclose(f);
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n > MAX_MODEL_BYTES) {
+            fprintf(stderr, "netc: error: '%s' is larger than %d MiB; is it a model file?\n",
+                    path, MAX_MODEL_BYTES >> 20);
+            free(buf);
+            fclose(f);
+            return NULL;
+        }
+        if (n < cap) {
+            if (ferror(f)) {
+                fprintf(stderr, "netc: error: cannot read '%s': %s\n", path, strerror(errno));
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            break;
+        }
+        cap *= 2;
+        char *grown = realloc(buf, cap + 1);
+        if (!grown)
+            free(buf);
+        buf = grown;
+    }
+    fclose(f);
+    if (!buf) {
+        fprintf(stderr, "netc: error: out of memory reading '%s'\n", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* "models/digits.net" -> "digits" */
+static char *default_output(Arena *a, const char *model)
+{
+    const char *base = strrchr(model, '/');
+    base = base ? base + 1 : model;
+    size_t n = strlen(base);
+    if (n > 4 && !strcmp(base + n - 4, ".net"))
+        n -= 4;
+    else
+        return "a.out";
+    char *s = arena_alloc(a, n + 1);
+    memcpy(s, base, n);
+    return s;
+}
+
+/* The name the generated code gives its source: as written, but never an
+ * absolute path, so output does not depend on where the tree lives. */
+static const char *source_name(const char *path)
+{
+    if (path[0] != '/')
+        return path;
+    const char *base = strrchr(path, '/');
+    return base + 1;
+}
+
+/* Writes the C program to path atomically, or to stdout if path is NULL. */
+static int write_c(const Program *p, const char *source, const char *path, Arena *a)
+{
+    if (!path) {
+        emit_c(stdout, p, source, a);
+        return fflush(stdout) == 0 ? 0 : -1;
+    }
+    char *tmp = arena_printf(a, "%s.netc-XXXXXX", path);
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        return -1;
+    }
+    emit_c(f, p, source, a);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad || chmod(tmp, 0644) != 0 || rename(tmp, path) != 0) {
+        fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* Where the runtime is: the environment, else the build tree when netc
+ * runs from it, else the installed tree. */
+static void find_runtime(BuildOptions *o)
+{
+    o->incdir = getenv("NETC_INCLUDE_DIR");
+    o->libdir = getenv("NETC_LIB_DIR");
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    bool in_build_tree = false;
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            *slash = '\0';
+            in_build_tree = !strcmp(self, NETC_BUILDDIR);
+        }
+    }
+    if (!o->incdir)
+        o->incdir = in_build_tree ? NETC_SRCDIR "/runtime" : NETC_INCLUDEDIR;
+    if (!o->libdir)
+        o->libdir = in_build_tree ? NETC_BUILDDIR "/runtime" : NETC_LIBDIR;
+    o->cc = getenv("NETC_CC");
+    if (!o->cc || !*o->cc)
+        o->cc = NETC_CC;
+}
+
+int main(int argc, char **argv)
+{
+    const char *model_path = NULL, *out = NULL;
+    bool check = false, emit = false, verbose = false;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--version")) {
+            printf("netc %s\n", NETC_VERSION);
+            return 0;
+        } else if (!strcmp(a, "--check")) {
+            check = true;
+        } else if (!strcmp(a, "--emit=c")) {
+            emit = true;
+        } else if (!strncmp(a, "--emit=", 7)) {
+            fprintf(stderr, "netc: error: unknown output kind '%s' (this version emits: c)\n", a + 7);
+            return 2;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            verbose = true;
+        } else if (!strcmp(a, "-o")) {
+            if (++i == argc) {
+                fprintf(stderr, "netc: error: -o needs a file name\n");
+                return 2;
+            }
+            out = argv[i];
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "netc: error: unknown option '%s'\n", a);
+            fprintf(stderr, "netc: note: 'netc --help' lists the options\n");
+            return 2;
+        } else if (model_path) {
+            fprintf(stderr, "netc: error: more than one model file ('%s' and '%s')\n", model_path, a);
+            return 2;
+        } else {
+            model_path = a;
+        }
+    }
+    if (!model_path) {
+        fprintf(stderr, "netc: error: no model file\n");
+        usage(stderr);
+        return 2;
+    }
+
+    size_t len;
+    char *src = read_file(model_path, &len);
+    if (!src)
+        return 1;
+    Arena *arena = arena_new();
+    Diag d = {model_path, src, len, 0, stderr};
+    int status = 1;
+    Model *m = NULL;
+    Program *p = NULL;
+    if (diag_check_utf8(&d))
+        m = parse_model(&d, arena);
+    if (m && d.errors == 0)
+        p = sema_check(&d, arena, m);
+    if (!p || d.errors) {
+        if (d.errors > 1)
+            fprintf(stderr, "%d errors\n", d.errors);
+        goto done;
+    }
+    if (check) {
+        print_summary(stdout, p);
+        status = 0;
+        goto done;
+    }
+    autodiff(p);
+    fuse_and_plan(p);
+
+    const char *source = source_name(model_path);
+    if (emit) {
+        status = write_c(p, source, out, arena) == 0 ? 0 : 1;
+        goto done;
+    }
+
+    if (!out)
+        out = default_output(arena, model_path);
+    BuildOptions bo = {0};
+    find_runtime(&bo);
+    bo.verbose = verbose;
+    const char *tmpdir = getenv("TMPDIR");
+    char *csrc = arena_printf(arena, "%s/netc-XXXXXX.c", tmpdir && *tmpdir ? tmpdir : "/tmp");
+    int fd = mkstemps(csrc, 2);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        fprintf(stderr, "netc: error: cannot create a temporary file: %s\n", strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(csrc);
+        }
+        goto done;
+    }
+    emit_c(f, p, source, arena);
+    if (ferror(f) | (fclose(f) != 0)) {
+        fprintf(stderr, "netc: error: cannot write '%s': %s\n", csrc, strerror(errno));
+        unlink(csrc);
+        goto done;
+    }
+    status = build_program(&bo, csrc, out) == 0 ? 0 : 1;
+    unlink(csrc);
+
+done:
+    arena_free(arena);
+    free(src);
+    return status;
+}

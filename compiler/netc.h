@@ -1,0 +1,358 @@
+/*
+ * netc.h — the compiler's one internal header.
+ *
+ * netc reads a model file and writes a training program.  The passes, each
+ * in a file of its own, run in this order:
+ *
+ *   lexer.l     bytes → tokens with locations
+ *   parser.y    tokens → AST (Model, Stmt, Value), recovering from errors
+ *   sema.c      AST → checked Program: arguments bound to the op tables,
+ *               shapes inferred, parameters laid out in one flat buffer
+ *   ir.c        Program → graph IR: nodes over values, in execution order
+ *   autodiff.c  forward graph → backward graph, built at compile time
+ *   fuse.c      fusion (activation into its producer's epilogue) and the
+ *               memory plan (where each value and gradient lives)
+ *   emit_c.c    graph → C functions, one per layer pass
+ *   driver.c    the model descriptor and main() of the program
+ *   build.c     the C compiler run on the result, without a shell
+ *
+ * ops.c holds the table of every op: its arguments and defaults, shape rule
+ * and the C it emits forward and backward.  Adding a layer touches that
+ * table and nothing else.  diag.c prints errors in GNU format with the line
+ * and a caret.  Memory comes from one arena per compilation (arena_*) and
+ * is released at once at the end, so passes never free.
+ *
+ * This header is split in sections, one per file.
+ */
+#ifndef NETC_H
+#define NETC_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "netrt.h"
+
+#define NETC_VERSION NETRT_VERSION
+
+/* A span of the model file: 1-based line, 1-based byte column. */
+typedef struct Loc {
+    int first_line, first_column;
+    int last_line, last_column;
+} Loc;
+
+/* ------------------------------------------------------------- arena (diag.c) */
+
+typedef struct Arena Arena;
+Arena *arena_new(void);
+void *arena_alloc(Arena *a, size_t n); /* zeroed; exits on out of memory */
+char *arena_strdup(Arena *a, const char *s);
+char *arena_printf(Arena *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void arena_free(Arena *a);
+
+/* ------------------------------------------------------------------ diag.c */
+
+typedef struct Diag {
+    const char *file;   /* as given on the command line */
+    const char *src;    /* the whole file */
+    size_t len;
+    int errors;
+    FILE *out;          /* stderr */
+} Diag;
+
+void diag_error(Diag *d, Loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void diag_note(Diag *d, Loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* An error about the file as a whole (no line). */
+void diag_file_error(Diag *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Checks that src is UTF-8 without NUL bytes; reports the first bad byte. */
+bool diag_check_utf8(Diag *d);
+
+/* -------------------------------------------------------------- AST (parser.y) */
+
+typedef enum ValueKind { V_NUM, V_STR, V_IDENT, V_TUPLE, V_CALL } ValueKind;
+
+typedef struct Value Value;
+
+/* An argument of a call: positional (key == NULL) or keyword. */
+typedef struct Arg {
+    const char *key;
+    Loc key_loc;
+    Value *val;
+} Arg;
+
+/* A value in the model file: 3, 1e-3, "path", relu, (0.9, 0.999), or a
+ * call such as normal(0, 0.01).  A bare identifier where a call is expected
+ * (flatten, relu, mse) is a call without arguments. */
+struct Value {
+    ValueKind kind;
+    Loc loc;
+    double num;        /* V_NUM */
+    const char *text;  /* V_NUM: as written; V_STR: contents; V_IDENT, V_CALL: name */
+    Arg *args;         /* V_CALL: arguments; V_TUPLE: elements (no keys) */
+    int nargs;
+};
+
+typedef enum StmtKind {
+    S_INPUT,     /* input NAME[d, ...] */
+    S_TARGET,    /* target class(N) | value(N) */
+    S_LAYER,     /* [NAME =] op(args) */
+    S_LOSS,      /* loss op */
+    S_OPTIMIZER, /* optimizer op(args) */
+    S_DEVICE,    /* device cpu | cuda | cuda:N | auto */
+    S_TRAIN,     /* train source(args) [batch N] [epochs N] [seed N] */
+    S_TEST,      /* test source(args) | test holdout(f) */
+    S_INIT       /* init [KIND] weight=INIT bias=INIT */
+} StmtKind;
+
+typedef struct Stmt {
+    StmtKind kind;
+    Loc loc;            /* the whole statement */
+    const char *name;   /* S_INPUT, named S_LAYER, S_DEVICE, S_INIT kind */
+    Loc name_loc;
+    Value *call;        /* the op or source as a V_CALL */
+    Value **dims;       /* S_INPUT */
+    int ndims;
+    Arg *opts;          /* S_TRAIN: batch/epochs/seed; S_INIT: weight/bias */
+    int nopts;
+    int device_index;   /* S_DEVICE: N of cuda:N, else -1 */
+    struct Stmt *next;
+} Stmt;
+
+typedef struct Model {
+    const char *name;
+    Loc loc;
+    Stmt *stmts;
+} Model;
+
+/* Parses the file held by d; returns NULL when nothing usable was parsed.
+ * Errors are reported through d (d->errors counts them). */
+Model *parse_model(Diag *d, Arena *a);
+
+/* ------------------------------------------------------------------- ops.c */
+
+typedef struct Node Node;
+typedef struct Emit Emit;
+typedef struct Program Program;
+
+typedef enum ArgType {
+    A_INT,    /* a whole number */
+    A_NUM,    /* any number */
+    A_BOOL,   /* true | false */
+    A_PAIR,   /* N or (N, M): kernel, stride, padding */
+    A_NUMS2,  /* (x, y): betas */
+    A_STR,    /* "text" */
+    A_INIT,   /* an initializer: xavier_normal, normal(0, 0.01), … */
+    A_WORD    /* one of a set of identifiers (ArgSpec.words) */
+} ArgType;
+
+typedef struct ArgSpec {
+    const char *name;
+    ArgType type;
+    const char *def;    /* default as written in the model language; NULL:
+                           required */
+    double min, max;    /* allowed range of numbers (inclusive) */
+    const char *alias;  /* another accepted name (PyTorch's), or NULL */
+    const char *words;  /* A_WORD: "|"-separated choices */
+} ArgSpec;
+
+#define MAX_ARGS 8
+
+/* An argument after binding: numbers in v[], initializers in init. */
+typedef struct ArgVal {
+    bool given;
+    double v[2];
+    const char *s;
+    nrt_init init;
+    Loc loc;
+} ArgVal;
+
+/* What a call accepts: its name and arguments. */
+typedef struct Sig {
+    const char *name;
+    const char *summary;         /* one line, for the language reference */
+    ArgSpec args[MAX_ARGS];
+} Sig;
+
+/* A per-sample shape: rank 1..3 (the batch dimension is implicit). */
+typedef struct Shape {
+    int rank;
+    int64_t d[3];
+} Shape;
+
+/* A layer op: everything netc knows about it, in one place. */
+typedef struct OpDef {
+    Sig sig;
+    /* Shape rule: checks n->in, sets n->out and declares parameters with
+     * ir_add_param.  Reports errors through the program's Diag and returns
+     * false on error. */
+    bool (*shape)(Program *p, Node *n);
+    /* Emits the C statements of the forward and backward passes. */
+    void (*emit_fwd)(Emit *e, const Node *n);
+    void (*emit_bwd)(Emit *e, const Node *n);
+    /* Activations (elementwise y = f(x)) give C expressions instead: f of
+     * the expression x, and dy * f'(x) written with dy and y only, so that
+     * they can be fused into the epilogue of the layer before them. */
+    const char *(*act_fwd)(Arena *a, const Node *n, const char *x);
+    const char *(*act_bwd)(Arena *a, const Node *n, const char *dy,
+                           const char *y);
+    bool takes_epilogue; /* linear, conv2d: can absorb a following activation */
+    bool is_view;        /* flatten: the output shares the input's memory */
+} OpDef;
+
+const OpDef *op_find(const char *name);
+/* The closest of names[0..n) to s when it looks like a typo of it, or NULL. */
+const char *suggest(const char *s, const char *const *names, int n);
+const OpDef *op_table(int *n);
+const Sig *sig_find(const Sig *table, const char *name);
+extern const Sig loss_sigs[], optim_sigs[], source_sigs[], init_sigs[],
+    target_sigs[];
+
+/* Binds the arguments of call to sig; reports unknown, missing, duplicate
+ * and ill-typed arguments.  Returns false on error. */
+bool bind_args(Program *p, const Sig *sig, const Value *call, ArgVal *out);
+/* Turns a V_IDENT or V_CALL naming an initializer into an nrt_init. */
+bool bind_init(Program *p, const Value *v, nrt_init *out);
+
+/* -------------------------------------------------------------------- ir.c */
+
+typedef struct Param {
+    const char *name;   /* "0.weight" */
+    Shape shape;        /* full shape (rank up to 4 in dim) */
+    int rank;
+    int64_t dim[4];
+    size_t offset, size;
+    int fan_in, fan_out;
+    bool is_bias;
+    nrt_init init;
+} Param;
+
+/* A value flowing between nodes: the input, each layer's output. */
+typedef struct IrValue {
+    Shape shape;
+    int64_t size;       /* floats per sample */
+    int alias;          /* the value whose memory this one shares, or -1 */
+    int64_t offset;     /* per-sample offset into the activation buffer;
+                           -1 for the input (the batch itself) */
+    int grad_buf;       /* which gradient buffer holds d loss / d value */
+} IrValue;
+
+struct Node {
+    const OpDef *op;
+    const Stmt *stmt;   /* where it came from */
+    const char *name;   /* state_dict prefix: "0", "3", "fc1" */
+    int index;          /* position in nn.Sequential */
+    ArgVal args[MAX_ARGS];
+    int in, out;        /* value ids */
+    int param0, nparams;/* its parameters in the program's table */
+    const Node *fused;  /* activation fused into this node's epilogue */
+    bool absorbed;      /* this activation lives in its producer's epilogue */
+    int64_t aux_size;   /* floats per sample kept for backward (dropout mask) */
+    int64_t iaux_size;  /* int32s per sample kept for backward (maxpool argmax) */
+    int64_t scratch;    /* floats of scratch needed (batch-independent) */
+    int64_t aux_offset, iaux_offset; /* placed by the memory plan */
+};
+
+struct Program {
+    Diag *diag;
+    Arena *arena;
+    const Model *model;
+    const char *name;
+    Shape input;
+    const char *input_name;
+    int target_kind;    /* NRT_TARGET_CLASS / NRT_TARGET_VALUE */
+    int n_out;
+    Node *nodes;        /* layers in order */
+    int nnodes;
+    IrValue *values;    /* values[0] is the input; node i writes values[i+1] */
+    int nvalues;
+    Param *params;
+    int nparams;
+    size_t param_count;
+    const Sig *loss;
+    const Stmt *loss_stmt;
+    nrt_optim optim;
+    const char *device;
+    nrt_source train, test;
+    double holdout;
+    int batch, epochs;
+    uint64_t seed;
+    /* memory plan (fuse.c) */
+    int64_t act_size, iact_size, grad_size, scratch_size;
+    /* backward order (autodiff.c): node indices, last layer first */
+    int *bwd;
+    int nbwd;
+};
+
+/* Declares a parameter of node n; returns its index in p->params. */
+int ir_add_param(Program *p, Node *n, const char *suffix, int rank,
+                 const int64_t *dim, int fan_in, int fan_out, bool is_bias);
+/* The value whose memory v lives in (following views and fusions). */
+int ir_root(const Program *p, int v);
+/* "[3, 32, 32]" */
+const char *shape_str(Arena *a, const Shape *s);
+int64_t shape_size(const Shape *s);
+
+/* ------------------------------------------------------------------ sema.c */
+
+/* Checks the model and infers shapes; fills a Program (graph IR included).
+ * Returns NULL if any error was reported. */
+Program *sema_check(Diag *d, Arena *a, const Model *m);
+/* The --check summary: each layer, its output shape and parameter count. */
+void print_summary(FILE *out, const Program *p);
+
+/* -------------------------------------------------------------- autodiff.c */
+
+/* Builds the backward graph: the order of backward passes and which
+ * gradients each produces. */
+void autodiff(Program *p);
+
+/* ------------------------------------------------------------------ fuse.c */
+
+/* Fuses activations into the epilogue of the linear or conv2d before them,
+ * then plans memory: activation offsets, gradient buffers, scratch. */
+void fuse_and_plan(Program *p);
+
+/* ---------------------------------------------------------------- emit_c.c */
+
+struct Emit {
+    FILE *out;
+    const Program *p;
+    Arena *arena;
+    int indent;
+};
+
+/* Prints one line of C at the current indentation. */
+void emitf(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void emit_blank(Emit *e);
+/* Writes the whole C program: layer passes (emit_c.c), then the model
+ * descriptor and main (driver.c). */
+void emit_c(FILE *out, const Program *p, const char *source, Arena *a);
+/* A C float literal for v: "0.01f", "1.0f". */
+const char *c_float(Arena *a, double v);
+/* The C expression of value v's memory, or of its gradient's. */
+const char *value_expr(Emit *e, int v);
+const char *grad_expr(Emit *e, int v);
+
+/* ---------------------------------------------------------------- driver.c */
+
+void emit_driver(Emit *e, const char *source);
+
+/* ---------------------------------------------------------------- build.c */
+
+typedef struct BuildOptions {
+    const char *cc;        /* NETC_CC or the configured compiler */
+    const char *incdir;    /* where netrt.h is */
+    const char *libdir;    /* where libnetrt.a is */
+    bool verbose;
+} BuildOptions;
+
+/* Compiles the C file csrc into the executable out, atomically. */
+int build_program(const BuildOptions *o, const char *csrc, const char *out);
+
+#endif /* NETC_H */

@@ -1,0 +1,895 @@
+/*
+ * ops.c — every op of the language, each defined in one place.
+ *
+ * A layer op is one OpDef: its signature (arguments, PyTorch's names and
+ * defaults), its shape rule, and the C it emits for the forward and the
+ * backward pass.  Losses, optimizers, data sources, targets and
+ * initializers have signatures only; what they do lives in the runtime.
+ * Adding a layer means adding an entry to `ops` below and, where it needs
+ * one, a kernel to the runtime.
+ *
+ * Emitted code conventions.  A forward pass function sees
+ *     int n;            the batch size (the only thing known at run time)
+ *     const float *x;   the input  [n, in shape]
+ *     float *y;         the output [n, out shape]
+ *     const float *W, *b;   the weight and bias, if the op has them
+ * and a backward pass function sees x, y, W, b and
+ *     float *dy;        d loss / d y; the pass may overwrite it
+ *     float *dx;        d loss / d x to be written, or NULL when not needed
+ *     float *dW, *db;   d loss / d W and d b, to be overwritten
+ * plus `mask` (float, aux_size per sample), `arg` (int32, iaux_size per
+ * sample) and `col`, `dcol` (scratch) where the op asked for them.
+ */
+#include "netc.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INT_MAX_ARG 16777216.0 /* 2^24: the largest size a model may name */
+
+/* ---------------------------------------------------- binding arguments */
+
+static const char *type_name(ArgType t)
+{
+    switch (t) {
+    case A_INT: return "a whole number";
+    case A_NUM: return "a number";
+    case A_BOOL: return "true or false";
+    case A_PAIR: return "a whole number or a pair (h, w)";
+    case A_NUMS2: return "a pair of numbers (a, b)";
+    case A_STR: return "a string in double quotes";
+    case A_INIT: return "an initializer";
+    case A_WORD: return "one of";
+    }
+    return "?";
+}
+
+/* "linear(out_features, bias=true, weight_init, bias_init)" */
+static const char *usage(Arena *a, const Sig *s)
+{
+    char buf[512];
+    size_t len = (size_t)snprintf(buf, sizeof buf, "%s(", s->name);
+    for (int i = 0; i < MAX_ARGS && s->args[i].name && len < sizeof buf; i++) {
+        const ArgSpec *as = &s->args[i];
+        if (as->def && as->def[0])
+            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s=%s",
+                                    i ? ", " : "", as->name, as->def);
+        else
+            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s",
+                                    i ? ", " : "", as->name);
+    }
+    if (len < sizeof buf)
+        snprintf(buf + len, sizeof buf - len, ")");
+    return arena_strdup(a, buf);
+}
+
+/* Levenshtein distance, for "did you mean" notes. */
+static int distance(const char *a, const char *b)
+{
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 32 || lb > 32)
+        return 99;
+    int d[33][33];
+    for (int i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (int j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            d[i][j] = c < del ? (c < ins ? c : ins) : (del < ins ? del : ins);
+        }
+    return d[la][lb];
+}
+
+/* The closest of names[0..n) to s, if close enough to be a likely typo. */
+const char *suggest(const char *s, const char *const *names, int n)
+{
+    const char *best = NULL;
+    int bestd = 3;
+    for (int i = 0; i < n; i++) {
+        int dd = distance(s, names[i]);
+        if (dd < bestd || (dd == bestd && best == NULL)) {
+            if (dd <= (int)strlen(s) / 2 + 1 && dd < 3)
+                best = names[i], bestd = dd;
+        }
+    }
+    return best;
+}
+
+static bool parse_default(const ArgSpec *as, ArgVal *v)
+{
+    const char *d = as->def;
+    switch (as->type) {
+    case A_BOOL:
+        v->v[0] = strcmp(d, "true") == 0;
+        return true;
+    case A_PAIR:
+        v->v[0] = v->v[1] = strtod(d, NULL);
+        return true;
+    case A_NUMS2:
+        return sscanf(d, "(%lf, %lf)", &v->v[0], &v->v[1]) == 2;
+    case A_STR:
+    case A_WORD:
+        v->s = d;
+        return true;
+    case A_INIT:
+        return false; /* initializers have no written default */
+    default:
+        v->v[0] = strtod(d, NULL);
+        return true;
+    }
+}
+
+static bool check_number(Program *p, const Sig *s, const ArgSpec *as,
+                         const Value *v, bool whole)
+{
+    if (v->kind != V_NUM) {
+        diag_error(p->diag, v->loc, "argument '%s' of %s must be %s",
+                   as->name, s->name, type_name(as->type));
+        return false;
+    }
+    if (whole && v->num != floor(v->num)) {
+        diag_error(p->diag, v->loc,
+                   "argument '%s' of %s must be a whole number, got %s",
+                   as->name, s->name, v->text);
+        return false;
+    }
+    if (v->num < as->min) {
+        diag_error(p->diag, v->loc, "argument '%s' of %s must be at least %g, got %s",
+                   as->name, s->name, as->min, v->text);
+        return false;
+    }
+    if (v->num > as->max) {
+        diag_error(p->diag, v->loc, "argument '%s' of %s must be at most %g, got %s",
+                   as->name, s->name, as->max, v->text);
+        return false;
+    }
+    return true;
+}
+
+static bool bind_one(Program *p, const Sig *s, const ArgSpec *as,
+                     const Value *v, ArgVal *out)
+{
+    out->given = true;
+    out->loc = v->loc;
+    switch (as->type) {
+    case A_INT:
+    case A_NUM:
+        if (!check_number(p, s, as, v, as->type == A_INT))
+            return false;
+        out->v[0] = v->num;
+        return true;
+    case A_BOOL:
+        if (v->kind == V_IDENT && (!strcmp(v->text, "true") || !strcmp(v->text, "True")))
+            out->v[0] = 1;
+        else if (v->kind == V_IDENT && (!strcmp(v->text, "false") || !strcmp(v->text, "False")))
+            out->v[0] = 0;
+        else {
+            diag_error(p->diag, v->loc, "argument '%s' of %s must be true or false",
+                       as->name, s->name);
+            return false;
+        }
+        return true;
+    case A_PAIR:
+        if (v->kind == V_TUPLE) {
+            if (v->nargs != 2) {
+                diag_error(p->diag, v->loc,
+                           "argument '%s' of %s must be a whole number or a pair (h, w), got %d values",
+                           as->name, s->name, v->nargs);
+                return false;
+            }
+            for (int i = 0; i < 2; i++) {
+                if (!check_number(p, s, as, v->args[i].val, true))
+                    return false;
+                out->v[i] = v->args[i].val->num;
+            }
+            return true;
+        }
+        if (!check_number(p, s, as, v, true))
+            return false;
+        out->v[0] = out->v[1] = v->num;
+        return true;
+    case A_NUMS2:
+        if (v->kind != V_TUPLE || v->nargs != 2) {
+            diag_error(p->diag, v->loc, "argument '%s' of %s must be a pair of numbers (a, b)",
+                       as->name, s->name);
+            return false;
+        }
+        for (int i = 0; i < 2; i++) {
+            if (!check_number(p, s, as, v->args[i].val, false))
+                return false;
+            out->v[i] = v->args[i].val->num;
+        }
+        return true;
+    case A_STR:
+        if (v->kind != V_STR) {
+            diag_error(p->diag, v->loc, "argument '%s' of %s must be a string in double quotes",
+                       as->name, s->name);
+            return false;
+        }
+        out->s = v->text;
+        return true;
+    case A_INIT:
+        return bind_init(p, v, &out->init);
+    case A_WORD: {
+        if (v->kind == V_IDENT) {
+            size_t len = strlen(v->text);
+            for (const char *w = as->words; *w;) {
+                const char *bar = strchr(w, '|');
+                size_t wl = bar ? (size_t)(bar - w) : strlen(w);
+                if (wl == len && !strncmp(w, v->text, len)) {
+                    out->s = v->text;
+                    return true;
+                }
+                w += wl + (bar != NULL);
+            }
+        }
+        diag_error(p->diag, v->loc, "argument '%s' of %s must be one of: %s",
+                   as->name, s->name, as->words);
+        return false;
+    }
+    }
+    return false;
+}
+
+bool bind_args(Program *p, const Sig *s, const Value *call, ArgVal *out)
+{
+    bool ok = true, seen_key = false;
+    int npos = 0, nspec = 0;
+    while (nspec < MAX_ARGS && s->args[nspec].name)
+        nspec++;
+    memset(out, 0, sizeof *out * MAX_ARGS);
+
+    for (int i = 0; i < call->nargs; i++) {
+        const Arg *a = &call->args[i];
+        int k = -1;
+        if (a->key) {
+            seen_key = true;
+            for (int j = 0; j < nspec; j++)
+                if (!strcmp(a->key, s->args[j].name) ||
+                    (s->args[j].alias && !strcmp(a->key, s->args[j].alias)))
+                    k = j;
+            if (k < 0) {
+                const char *names[MAX_ARGS];
+                for (int j = 0; j < nspec; j++)
+                    names[j] = s->args[j].name;
+                diag_error(p->diag, a->key_loc, "%s has no argument '%s'", s->name, a->key);
+                const char *near = suggest(a->key, names, nspec);
+                if (near)
+                    diag_note(p->diag, a->key_loc, "did you mean '%s'?", near);
+                else if (nspec)
+                    diag_note(p->diag, call->loc, "usage: %s", usage(p->arena, s));
+                else
+                    diag_note(p->diag, call->loc, "%s takes no arguments", s->name);
+                ok = false;
+                continue;
+            }
+        } else {
+            if (seen_key) {
+                diag_error(p->diag, a->key_loc, "positional argument after a keyword argument");
+                ok = false;
+                continue;
+            }
+            k = npos++;
+            if (k >= nspec) {
+                if (nspec == 0)
+                    diag_error(p->diag, a->val->loc, "%s takes no arguments", s->name);
+                else
+                    diag_error(p->diag, a->val->loc, "too many arguments to %s", s->name);
+                diag_note(p->diag, call->loc, "usage: %s", usage(p->arena, s));
+                ok = false;
+                continue;
+            }
+        }
+        if (out[k].given) {
+            diag_error(p->diag, a->key ? a->key_loc : a->val->loc,
+                       "argument '%s' of %s is given twice", s->args[k].name, s->name);
+            ok = false;
+            continue;
+        }
+        if (!bind_one(p, s, &s->args[k], a->val, &out[k]))
+            ok = false;
+    }
+    for (int j = 0; j < nspec; j++) {
+        const ArgSpec *as = &s->args[j];
+        if (out[j].given)
+            continue;
+        if (!as->def) {
+            diag_error(p->diag, call->loc, "%s needs the argument '%s'", s->name, as->name);
+            diag_note(p->diag, call->loc, "usage: %s", usage(p->arena, s));
+            ok = false;
+        } else if (as->def[0]) {
+            parse_default(as, &out[j]);
+        }
+    }
+    return ok;
+}
+
+/* ------------------------------------------------------- the signatures */
+
+#define BIG 1e30
+#define SIZE(nm) {nm, A_INT, NULL, 1, INT_MAX_ARG, NULL, NULL}
+#define INITS {"weight_init", A_INIT, "", 0, 0, NULL, NULL}, \
+              {"bias_init", A_INIT, "", 0, 0, NULL, NULL}
+
+const Sig init_sigs[] = {
+    {"zeros", "all zeros", {{0}}},
+    {"ones", "all ones", {{0}}},
+    {"constant", "every value val", {{"val", A_NUM, NULL, -BIG, BIG, NULL, NULL}}},
+    {"normal", "N(mean, std^2)",
+     {{"mean", A_NUM, "0", -BIG, BIG, NULL, NULL}, {"std", A_NUM, "1", 0, BIG, NULL, NULL}}},
+    {"uniform", "U(a, b)",
+     {{"a", A_NUM, "0", -BIG, BIG, NULL, NULL}, {"b", A_NUM, "1", -BIG, BIG, NULL, NULL}}},
+    {"xavier_normal", "N(0, gain^2 * 2 / (fan_in + fan_out))",
+     {{"gain", A_NUM, "1", 0, BIG, NULL, NULL}}},
+    {"xavier_uniform", "U(±gain * sqrt(6 / (fan_in + fan_out)))",
+     {{"gain", A_NUM, "1", 0, BIG, NULL, NULL}}},
+    {"kaiming_normal", "N(0, 2 / ((1 + a^2) fan_in))",
+     {{"a", A_NUM, "0", 0, BIG, NULL, NULL}}},
+    {"kaiming_uniform", "U(±sqrt(6 / ((1 + a^2) fan_in)))",
+     {{"a", A_NUM, "0", 0, BIG, NULL, NULL}}},
+    {NULL, NULL, {{0}}}};
+
+static const int init_kinds[] = {
+    NRT_INIT_ZEROS, NRT_INIT_ONES, NRT_INIT_CONSTANT, NRT_INIT_NORMAL,
+    NRT_INIT_UNIFORM, NRT_INIT_XAVIER_NORMAL, NRT_INIT_XAVIER_UNIFORM,
+    NRT_INIT_KAIMING_NORMAL, NRT_INIT_KAIMING_UNIFORM};
+
+const Sig loss_sigs[] = {
+    {"cross_entropy", "softmax cross-entropy over class logits, mean over the batch", {{0}}},
+    {"mse", "mean squared error over all outputs", {{0}}},
+    {NULL, NULL, {{0}}}};
+
+const Sig optim_sigs[] = {
+    {"sgd", "torch.optim.SGD",
+     {{"lr", A_NUM, "0.001", 0, BIG, NULL, NULL},
+      {"momentum", A_NUM, "0", 0, BIG, NULL, NULL},
+      {"dampening", A_NUM, "0", -BIG, BIG, NULL, NULL},
+      {"weight_decay", A_NUM, "0", 0, BIG, NULL, NULL},
+      {"nesterov", A_BOOL, "false", 0, 1, NULL, NULL}}},
+    {"adam", "torch.optim.Adam",
+     {{"lr", A_NUM, "0.001", 0, BIG, NULL, NULL},
+      {"betas", A_NUMS2, "(0.9, 0.999)", 0, 0.999999999, NULL, NULL},
+      {"eps", A_NUM, "1e-08", 0, BIG, NULL, NULL},
+      {"weight_decay", A_NUM, "0", 0, BIG, NULL, NULL}}},
+    {NULL, NULL, {{0}}}};
+
+#define TEXT_SOURCE_ARGS                                                  \
+    {{"path", A_STR, NULL, 0, 0, NULL, NULL},                             \
+     {"label", A_INT, "-1", -INT_MAX_ARG, INT_MAX_ARG, NULL, NULL},       \
+     {"header", A_INT, "0", 0, INT_MAX_ARG, NULL, NULL},                  \
+     {"scale", A_NUM, "1", -BIG, BIG, NULL, NULL},                        \
+     {"standardize", A_BOOL, "false", 0, 1, NULL, NULL}}
+
+const Sig source_sigs[] = {
+    {"csv", "comma-separated numbers, one sample a line", TEXT_SOURCE_ARGS},
+    {"table", "whitespace-separated numbers, one sample a line", TEXT_SOURCE_ARGS},
+    {"cifar10", "CIFAR-10 binary batches: a file, or a directory of data_batch_*.bin",
+     {{"path", A_STR, NULL, 0, 0, NULL, NULL},
+      {"scale", A_NUM, "1", -BIG, BIG, NULL, NULL}}},
+    {"holdout", "(test only) this fraction of the training data, held out",
+     {{"fraction", A_NUM, NULL, 0, 1, NULL, NULL}}},
+    {NULL, NULL, {{0}}}};
+
+const Sig target_sigs[] = {
+    {"class", "one integer label in [0, classes) per sample", {SIZE("classes")}},
+    {"value", "size real numbers per sample", {{"size", A_INT, "1", 1, INT_MAX_ARG, NULL, NULL}}},
+    {NULL, NULL, {{0}}}};
+
+const Sig *sig_find(const Sig *table, const char *name)
+{
+    for (; table->name; table++)
+        if (!strcmp(table->name, name))
+            return table;
+    return NULL;
+}
+
+bool bind_init(Program *p, const Value *v, nrt_init *out)
+{
+    if (v->kind != V_IDENT && v->kind != V_CALL) {
+        diag_error(p->diag, v->loc, "expected an initializer such as xavier_normal or normal(0, 0.01)");
+        return false;
+    }
+    const Sig *s = sig_find(init_sigs, v->text);
+    if (!s) {
+        const char *names[16];
+        int n = 0;
+        for (const Sig *t = init_sigs; t->name; t++)
+            names[n++] = t->name;
+        diag_error(p->diag, v->loc, "unknown initializer '%s'", v->text);
+        const char *near = suggest(v->text, names, n);
+        if (near)
+            diag_note(p->diag, v->loc, "did you mean '%s'?", near);
+        else
+            diag_note(p->diag, v->loc, "initializers: zeros, ones, constant, normal, uniform, "
+                      "xavier_normal, xavier_uniform, kaiming_normal, kaiming_uniform");
+        return false;
+    }
+    ArgVal a[MAX_ARGS];
+    Value call = *v;
+    if (call.kind == V_IDENT)
+        call.nargs = 0;
+    if (!bind_args(p, s, &call, a))
+        return false;
+    out->kind = init_kinds[s - init_sigs];
+    out->a = (float)a[0].v[0];
+    out->b = (float)a[1].v[0];
+    if (out->kind == NRT_INIT_UNIFORM && out->b < out->a) {
+        diag_error(p->diag, v->loc, "uniform(a, b) needs a <= b");
+        return false;
+    }
+    return true;
+}
+
+/* ----------------------------------------------------- shape helpers */
+
+static const Shape *in_shape(Program *p, const Node *n)
+{
+    return &p->values[n->in].shape;
+}
+
+static Shape *out_shape(Program *p, Node *n)
+{
+    return &p->values[n->out].shape;
+}
+
+static double arg(const Node *n, int i)
+{
+    return n->args[i].v[0];
+}
+
+static bool need_image(Program *p, Node *n)
+{
+    const Shape *s = in_shape(p, n);
+    if (s->rank == 3)
+        return true;
+    diag_error(p->diag, n->stmt->call->loc,
+               "%s expects an image input [channels, height, width], got %s",
+               n->op->sig.name, shape_str(p->arena, s));
+    if (s->rank == 1)
+        diag_note(p->diag, n->stmt->call->loc,
+                  "declare the input as an image, e.g. 'input image[1, 8, 8]'");
+    return false;
+}
+
+/* PyTorch's output size: floor((in + 2 pad - kernel) / stride) + 1. */
+static bool window(Program *p, Node *n, int64_t in, int k, int s, int pad,
+                   const char *what, int64_t *out)
+{
+    int64_t span = in + 2 * (int64_t)pad;
+    if (span < k) {
+        diag_error(p->diag, n->stmt->call->loc,
+                   "%s kernel %d is larger than the padded input %s %lld",
+                   n->op->sig.name, k, what, (long long)span);
+        diag_note(p->diag, n->stmt->call->loc, "the input here is %s",
+                  shape_str(p->arena, in_shape(p, n)));
+        return false;
+    }
+    *out = (span - k) / s + 1;
+    return true;
+}
+
+/* ------------------------------------------------ emission helpers */
+
+/* y[i, c, k] = act(y[i, c, k] + b[c]) over [n, C, P]: the bias and the
+ * fused activation as one epilogue. */
+static void emit_epilogue(Emit *e, const Node *n, int64_t C, int64_t P,
+                          bool bias)
+{
+    const char *v = bias ? "r[k] + b[c]" : "r[k]";
+    const char *expr = n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v";
+    if (!bias && !n->fused)
+        return;
+    emitf(e, "/* epilogue: %s%s%s */", bias ? "bias" : "",
+          bias && n->fused ? " + " : "", n->fused ? n->fused->op->sig.name : "");
+    emitf(e, "for (int i = 0; i < n; i++)");
+    emitf(e, "    for (int c = 0; c < %lld; c++) {", (long long)C);
+    emitf(e, "        float *r = y + ((size_t)i * %lld + c) * %lld;", (long long)C, (long long)P);
+    emitf(e, "        for (int k = 0; k < %lld; k++) {", (long long)P);
+    emitf(e, "            float v = %s;", v);
+    emitf(e, "            r[k] = %s;", expr);
+    emitf(e, "        }");
+    emitf(e, "    }");
+}
+
+/* dy = dy * act'(y), for a fused activation, before the layer's own
+ * backward. */
+static void emit_act_grad(Emit *e, const Node *n, int64_t size)
+{
+    if (!n->fused)
+        return;
+    emitf(e, "/* through the fused %s */", n->fused->op->sig.name);
+    emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++)", (long long)size);
+    emitf(e, "    dy[i] = %s;",
+          n->fused->op->act_bwd(e->arena, n->fused, "dy[i]", "y[i]"));
+}
+
+/* db[c] = sum over i, k of dy[i, c, k]. */
+static void emit_bias_grad(Emit *e, int64_t C, int64_t P)
+{
+    emitf(e, "for (int c = 0; c < %lld; c++) {", (long long)C);
+    emitf(e, "    float s = 0.0f;");
+    emitf(e, "    for (int i = 0; i < n; i++)");
+    emitf(e, "        for (int k = 0; k < %lld; k++)", (long long)P);
+    emitf(e, "            s += dy[((size_t)i * %lld + c) * %lld + k];", (long long)C, (long long)P);
+    emitf(e, "    db[c] = s;");
+    emitf(e, "}");
+}
+
+/* --------------------------------------------------------------- linear */
+
+enum { LIN_OUT, LIN_BIAS };
+
+static bool linear_shape(Program *p, Node *n)
+{
+    const Shape *s = in_shape(p, n);
+    if (s->rank != 1) {
+        diag_error(p->diag, n->stmt->call->loc, "linear expects a flat input, got %s",
+                   shape_str(p->arena, s));
+        diag_note(p->diag, n->stmt->call->loc, "insert 'flatten' before this layer");
+        return false;
+    }
+    int64_t in = s->d[0], out = (int64_t)arg(n, LIN_OUT);
+    *out_shape(p, n) = (Shape){1, {out}};
+    ir_add_param(p, n, "weight", 2, (int64_t[]){out, in}, (int)in, (int)out, false);
+    if (arg(n, LIN_BIAS))
+        ir_add_param(p, n, "bias", 1, (int64_t[]){out}, (int)in, (int)out, true);
+    return true;
+}
+
+static void linear_fwd(Emit *e, const Node *n)
+{
+    const Program *p = e->p;
+    long long K = p->values[n->in].shape.d[0], M = p->values[n->out].shape.d[0];
+    emitf(e, "/* y[n, %lld] = x[n, %lld] W^T */", M, K);
+    emitf(e, "nrt_sgemm(0, 1, n, %lld, %lld, 1.0f, x, %lld, W, %lld, 0.0f, y, %lld);",
+          M, K, K, K, M);
+    emit_epilogue(e, n, M, 1, n->nparams > 1);
+}
+
+static void linear_bwd(Emit *e, const Node *n)
+{
+    const Program *p = e->p;
+    long long K = p->values[n->in].shape.d[0], M = p->values[n->out].shape.d[0];
+    emit_act_grad(e, n, M);
+    emitf(e, "/* dW[%lld, %lld] = dy^T x */", M, K);
+    emitf(e, "nrt_sgemm(1, 0, %lld, %lld, n, 1.0f, dy, %lld, x, %lld, 0.0f, dW, %lld);",
+          M, K, M, K, K);
+    if (n->nparams > 1)
+        emit_bias_grad(e, M, 1);
+    emitf(e, "/* dx[n, %lld] = dy W */", K);
+    emitf(e, "if (dx)");
+    emitf(e, "    nrt_sgemm(0, 0, n, %lld, %lld, 1.0f, dy, %lld, W, %lld, 0.0f, dx, %lld);",
+          K, M, M, K, K);
+}
+
+/* --------------------------------------------------------------- conv2d */
+
+enum { CV_OUT, CV_KERNEL, CV_STRIDE, CV_PAD, CV_BIAS };
+
+struct conv {
+    long long C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, CKK, P;
+    bool direct; /* 1x1, stride 1, no padding: the input is its own im2col */
+};
+
+static struct conv conv_of(const Program *p, const Node *n)
+{
+    const Shape *i = &p->values[n->in].shape, *o = &p->values[n->out].shape;
+    struct conv c = {i->d[0], i->d[1], i->d[2], o->d[0], o->d[1], o->d[2],
+                     (long long)n->args[CV_KERNEL].v[0], (long long)n->args[CV_KERNEL].v[1],
+                     (long long)n->args[CV_STRIDE].v[0], (long long)n->args[CV_STRIDE].v[1],
+                     (long long)n->args[CV_PAD].v[0], (long long)n->args[CV_PAD].v[1], 0, 0, false};
+    c.CKK = c.C * c.KH * c.KW;
+    c.P = c.OH * c.OW;
+    c.direct = c.KH == 1 && c.KW == 1 && c.SH == 1 && c.SW == 1 && c.PH == 0 && c.PW == 0;
+    return c;
+}
+
+static bool conv2d_shape(Program *p, Node *n)
+{
+    if (!need_image(p, n))
+        return false;
+    const Shape *s = in_shape(p, n);
+    int64_t oh, ow, O = (int64_t)arg(n, CV_OUT);
+    int kh = (int)n->args[CV_KERNEL].v[0], kw = (int)n->args[CV_KERNEL].v[1];
+    if (!window(p, n, s->d[1], kh, (int)n->args[CV_STRIDE].v[0], (int)n->args[CV_PAD].v[0], "height", &oh) ||
+        !window(p, n, s->d[2], kw, (int)n->args[CV_STRIDE].v[1], (int)n->args[CV_PAD].v[1], "width", &ow))
+        return false;
+    *out_shape(p, n) = (Shape){3, {O, oh, ow}};
+    int64_t C = s->d[0];
+    int fan_in = (int)(C * kh * kw), fan_out = (int)(O * kh * kw);
+    ir_add_param(p, n, "weight", 4, (int64_t[]){O, C, kh, kw}, fan_in, fan_out, false);
+    if (arg(n, CV_BIAS))
+        ir_add_param(p, n, "bias", 1, (int64_t[]){O}, fan_in, fan_out, true);
+    struct conv c = conv_of(p, n);
+    n->scratch = c.direct ? 0 : 2 * c.CKK * c.P;
+    return true;
+}
+
+static void conv2d_fwd(Emit *e, const Node *n)
+{
+    struct conv c = conv_of(e->p, n);
+    emitf(e, "for (int i = 0; i < n; i++) {");
+    emitf(e, "    const float *xi = x + (size_t)i * %lld;", c.C * c.H * c.W);
+    emitf(e, "    float *yi = y + (size_t)i * %lld;", c.O * c.P);
+    if (c.direct) {
+        emitf(e, "    /* 1x1 convolution: yi[%lld, %lld] = W[%lld, %lld] xi */", c.O, c.P, c.O, c.C);
+        emitf(e, "    nrt_sgemm(0, 0, %lld, %lld, %lld, 1.0f, W, %lld, xi, %lld, 0.0f, yi, %lld);",
+              c.O, c.P, c.C, c.C, c.P, c.P);
+    } else {
+        emitf(e, "    nrt_im2col(xi, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, col);",
+              c.C, c.H, c.W, c.KH, c.KW, c.SH, c.SW, c.PH, c.PW, c.OH, c.OW);
+        emitf(e, "    /* yi[%lld, %lld] = W[%lld, %lld] col[%lld, %lld] */", c.O, c.P, c.O, c.CKK, c.CKK, c.P);
+        emitf(e, "    nrt_sgemm(0, 0, %lld, %lld, %lld, 1.0f, W, %lld, col, %lld, 0.0f, yi, %lld);",
+              c.O, c.P, c.CKK, c.CKK, c.P, c.P);
+    }
+    emitf(e, "}");
+    emit_epilogue(e, n, c.O, c.P, n->nparams > 1);
+}
+
+static void conv2d_bwd(Emit *e, const Node *n)
+{
+    struct conv c = conv_of(e->p, n);
+    emit_act_grad(e, n, c.O * c.P);
+    if (n->nparams > 1)
+        emit_bias_grad(e, c.O, c.P);
+    emitf(e, "for (int i = 0; i < n; i++) {");
+    emitf(e, "    const float *xi = x + (size_t)i * %lld;", c.C * c.H * c.W);
+    emitf(e, "    const float *dyi = dy + (size_t)i * %lld;", c.O * c.P);
+    const char *cols = c.direct ? "xi" : "col";
+    if (!c.direct)
+        emitf(e, "    nrt_im2col(xi, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, col);",
+              c.C, c.H, c.W, c.KH, c.KW, c.SH, c.SW, c.PH, c.PW, c.OH, c.OW);
+    emitf(e, "    /* dW[%lld, %lld] (+)= dyi[%lld, %lld] %s^T */", c.O, c.CKK, c.O, c.P, cols);
+    emitf(e, "    nrt_sgemm(0, 1, %lld, %lld, %lld, 1.0f, dyi, %lld, %s, %lld, i ? 1.0f : 0.0f, dW, %lld);",
+          c.O, c.CKK, c.P, c.P, cols, c.P, c.CKK);
+    emitf(e, "    if (!dx)");
+    emitf(e, "        continue;");
+    emitf(e, "    float *dxi = dx + (size_t)i * %lld;", c.C * c.H * c.W);
+    if (c.direct) {
+        emitf(e, "    nrt_sgemm(1, 0, %lld, %lld, %lld, 1.0f, W, %lld, dyi, %lld, 0.0f, dxi, %lld);",
+              c.C, c.P, c.O, c.C, c.P, c.P);
+    } else {
+        emitf(e, "    /* dcol[%lld, %lld] = W^T dyi, folded back into dxi */", c.CKK, c.P);
+        emitf(e, "    nrt_sgemm(1, 0, %lld, %lld, %lld, 1.0f, W, %lld, dyi, %lld, 0.0f, dcol, %lld);",
+              c.CKK, c.P, c.O, c.CKK, c.P, c.P);
+        emitf(e, "    memset(dxi, 0, sizeof(float) * %lld);", c.C * c.H * c.W);
+        emitf(e, "    nrt_col2im(dcol, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, dxi);",
+              c.C, c.H, c.W, c.KH, c.KW, c.SH, c.SW, c.PH, c.PW, c.OH, c.OW);
+    }
+    emitf(e, "}");
+}
+
+/* -------------------------------------------------------------- pooling */
+
+enum { PL_KERNEL, PL_STRIDE, PL_PAD };
+
+static bool pool_shape(Program *p, Node *n)
+{
+    if (!need_image(p, n))
+        return false;
+    const Shape *s = in_shape(p, n);
+    int k = (int)arg(n, PL_KERNEL);
+    if (!n->args[PL_STRIDE].given)
+        n->args[PL_STRIDE].v[0] = k;
+    int st = (int)arg(n, PL_STRIDE), pad = (int)arg(n, PL_PAD);
+    if (2 * pad > k) {
+        diag_error(p->diag, n->args[PL_PAD].loc,
+                   "%s padding %d is more than half the kernel size %d",
+                   n->op->sig.name, pad, k);
+        return false;
+    }
+    int64_t oh, ow;
+    if (!window(p, n, s->d[1], k, st, pad, "height", &oh) ||
+        !window(p, n, s->d[2], k, st, pad, "width", &ow))
+        return false;
+    *out_shape(p, n) = (Shape){3, {s->d[0], oh, ow}};
+    if (!strcmp(n->op->sig.name, "maxpool2d"))
+        n->iaux_size = s->d[0] * oh * ow;
+    return true;
+}
+
+#define POOL_ARGS "n, %lld, %lld, %lld, %d, %d, %d, %lld, %lld"
+
+static void pool_fwd(Emit *e, const Node *n)
+{
+    const Shape *i = &e->p->values[n->in].shape, *o = &e->p->values[n->out].shape;
+    bool max = n->iaux_size > 0;
+    emitf(e, "nrt_%s_fwd(x, " POOL_ARGS ", y%s);", n->op->sig.name,
+          (long long)i->d[0], (long long)i->d[1], (long long)i->d[2], (int)arg(n, PL_KERNEL),
+          (int)arg(n, PL_STRIDE), (int)arg(n, PL_PAD), (long long)o->d[1], (long long)o->d[2],
+          max ? ", arg" : "");
+}
+
+static void pool_bwd(Emit *e, const Node *n)
+{
+    const Shape *i = &e->p->values[n->in].shape, *o = &e->p->values[n->out].shape;
+    emitf(e, "if (!dx)");
+    emitf(e, "    return;");
+    if (n->iaux_size > 0)
+        emitf(e, "nrt_maxpool2d_bwd(dy, arg, n, %lld, %lld, %lld, %lld, %lld, dx);",
+              (long long)i->d[0], (long long)i->d[1], (long long)i->d[2],
+              (long long)o->d[1], (long long)o->d[2]);
+    else
+        emitf(e, "nrt_avgpool2d_bwd(dy, " POOL_ARGS ", dx);",
+              (long long)i->d[0], (long long)i->d[1], (long long)i->d[2], (int)arg(n, PL_KERNEL),
+              (int)arg(n, PL_STRIDE), (int)arg(n, PL_PAD), (long long)o->d[1], (long long)o->d[2]);
+}
+
+/* ---------------------------------------------------------- activations */
+
+static bool same_shape(Program *p, Node *n)
+{
+    *out_shape(p, n) = *in_shape(p, n);
+    return true;
+}
+
+static const char *relu_f(Arena *a, const Node *n, const char *x)
+{
+    (void)n;
+    return arena_printf(a, "%s > 0.0f ? %s : 0.0f", x, x);
+}
+
+static const char *relu_b(Arena *a, const Node *n, const char *dy, const char *y)
+{
+    (void)n;
+    return arena_printf(a, "%s > 0.0f ? %s : 0.0f", y, dy);
+}
+
+static const char *leaky_f(Arena *a, const Node *n, const char *x)
+{
+    return arena_printf(a, "%s > 0.0f ? %s : %s * %s", x, x, c_float(a, arg(n, 0)), x);
+}
+
+static const char *leaky_b(Arena *a, const Node *n, const char *dy, const char *y)
+{
+    return arena_printf(a, "%s > 0.0f ? %s : %s * %s", y, dy, c_float(a, arg(n, 0)), dy);
+}
+
+static const char *tanh_f(Arena *a, const Node *n, const char *x)
+{
+    (void)n;
+    return arena_printf(a, "tanhf(%s)", x);
+}
+
+static const char *tanh_b(Arena *a, const Node *n, const char *dy, const char *y)
+{
+    (void)n;
+    return arena_printf(a, "%s * (1.0f - %s * %s)", dy, y, y);
+}
+
+static const char *sigmoid_f(Arena *a, const Node *n, const char *x)
+{
+    (void)n;
+    return arena_printf(a, "1.0f / (1.0f + expf(-%s))", x);
+}
+
+static const char *sigmoid_b(Arena *a, const Node *n, const char *dy, const char *y)
+{
+    (void)n;
+    return arena_printf(a, "%s * %s * (1.0f - %s)", dy, y, y);
+}
+
+static int64_t value_size(const Emit *e, const Node *n)
+{
+    return shape_size(&e->p->values[n->out].shape);
+}
+
+static void act_fwd(Emit *e, const Node *n)
+{
+    emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++)", (long long)value_size(e, n));
+    emitf(e, "    y[i] = %s;", n->op->act_fwd(e->arena, n, "x[i]"));
+}
+
+static void act_bwd(Emit *e, const Node *n)
+{
+    emitf(e, "if (!dx)");
+    emitf(e, "    return;");
+    emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++)", (long long)value_size(e, n));
+    emitf(e, "    dx[i] = %s;", n->op->act_bwd(e->arena, n, "dy[i]", "y[i]"));
+}
+
+/* -------------------------------------------------------------- flatten */
+
+static bool flatten_shape(Program *p, Node *n)
+{
+    *out_shape(p, n) = (Shape){1, {shape_size(in_shape(p, n))}};
+    return true;
+}
+
+static void nothing(Emit *e, const Node *n)
+{
+    (void)e, (void)n;
+}
+
+/* -------------------------------------------------------------- dropout */
+
+static bool dropout_shape(Program *p, Node *n)
+{
+    same_shape(p, n);
+    n->aux_size = shape_size(in_shape(p, n));
+    return true;
+}
+
+/* In training, each value is kept with probability 1 - p and scaled by
+ * 1 / (1 - p) (PyTorch's inverted dropout); in evaluation y = x. */
+static void dropout_fwd(Emit *e, const Node *n)
+{
+    double p = arg(n, 0);
+    long long size = (long long)value_size(e, n);
+    emitf(e, "if (!net->training) {");
+    emitf(e, "    memcpy(y, x, sizeof(float) * (size_t)n * %lld);", size);
+    emitf(e, "    return;");
+    emitf(e, "}");
+    emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++) {", size);
+    if (p >= 1)
+        emitf(e, "    mask[i] = 0.0f;");
+    else
+        emitf(e, "    mask[i] = nrt_rng_uniform(&net->rng) < %.17g ? 0.0f : %s;", p,
+              c_float(e->arena, 1.0 / (1.0 - p)));
+    emitf(e, "    y[i] = x[i] * mask[i];");
+    emitf(e, "}");
+}
+
+static void dropout_bwd(Emit *e, const Node *n)
+{
+    emitf(e, "if (!dx)");
+    emitf(e, "    return;");
+    emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++)", (long long)value_size(e, n));
+    emitf(e, "    dx[i] = dy[i] * mask[i];");
+}
+
+/* ------------------------------------------------------------ the table */
+
+#define NOARGS {{0}}
+
+static const OpDef ops[] = {
+    {{"linear", "y = x W^T + b (nn.Linear; in_features from the input)",
+      {SIZE("out_features"), {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
+     linear_shape, linear_fwd, linear_bwd, NULL, NULL, true, false},
+    {{"conv2d", "2-D convolution (nn.Conv2d; in_channels from the input)",
+      {SIZE("out_channels"),
+       {"kernel", A_PAIR, NULL, 1, 4096, "kernel_size", NULL},
+       {"stride", A_PAIR, "1", 1, 4096, NULL, NULL},
+       {"padding", A_PAIR, "0", 0, 4096, NULL, NULL},
+       {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
+     conv2d_shape, conv2d_fwd, conv2d_bwd, NULL, NULL, true, false},
+    {{"maxpool2d", "max pooling (nn.MaxPool2d; stride defaults to kernel)",
+      {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
+       {"stride", A_INT, "", 1, 4096, NULL, NULL},
+       {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
+     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false},
+    {{"avgpool2d", "average pooling (nn.AvgPool2d, count_include_pad=True)",
+      {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
+       {"stride", A_INT, "", 1, 4096, NULL, NULL},
+       {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
+     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false},
+    {{"relu", "max(x, 0)", NOARGS}, same_shape, act_fwd, act_bwd, relu_f, relu_b, false, false},
+    {{"leaky_relu", "x if x > 0 else negative_slope * x",
+      {{"negative_slope", A_NUM, "0.01", 0, BIG, NULL, NULL}}},
+     same_shape, act_fwd, act_bwd, leaky_f, leaky_b, false, false},
+    {{"tanh", "tanh(x)", NOARGS}, same_shape, act_fwd, act_bwd, tanh_f, tanh_b, false, false},
+    {{"sigmoid", "1 / (1 + exp(-x))", NOARGS}, same_shape, act_fwd, act_bwd, sigmoid_f, sigmoid_b, false, false},
+    {{"flatten", "[C, H, W] -> [C*H*W] (nn.Flatten)", NOARGS},
+     flatten_shape, nothing, nothing, NULL, NULL, false, true},
+    {{"dropout", "zeroes each value with probability p in training (nn.Dropout)",
+      {{"p", A_NUM, "0.5", 0, 1, NULL, NULL}}},
+     dropout_shape, dropout_fwd, dropout_bwd, NULL, NULL, false, false},
+};
+
+const OpDef *op_table(int *n)
+{
+    *n = (int)(sizeof ops / sizeof ops[0]);
+    return ops;
+}
+
+const OpDef *op_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (!strcmp(ops[i].sig.name, name))
+            return &ops[i];
+    return NULL;
+}

@@ -1,0 +1,313 @@
+/*
+ * parser.y — the model language's grammar; builds the AST of netc.h.
+ *
+ * A pure bison parser with locations.  A model file holds one block:
+ *
+ *   model NAME {
+ *       input  image[1, 8, 8]          # one statement a line
+ *       conv2d(16, kernel=3)           # a layer: [name =] op(args)
+ *       ...
+ *   }
+ *
+ * The grammar knows only the shapes of statements; which ops exist and what
+ * arguments they take is the business of ops.c and sema.c.  On a syntax
+ * error the parser skips to the end of the line and goes on, so one run
+ * reports every broken line.  Values are allocated in the compilation's
+ * arena and never freed one by one.
+ */
+%define api.pure full
+%locations
+%define api.location.type {Loc}
+%define parse.error custom
+%define api.token.prefix {TOK_}
+%expect 0
+%param {void *scanner}
+%parse-param {struct ParseState *ps}
+
+%code requires {
+#include "netc.h"
+
+/* The lexer's state, its flex "extra". */
+struct LexState {
+    Diag *diag;
+    Arena *arena;
+    int line, col;
+};
+
+/* A growable list of arguments, while a call is being parsed. */
+typedef struct ArgList {
+    Arg *v;
+    int n, cap;
+} ArgList;
+
+struct ParseState {
+    Diag *diag;
+    Arena *arena;
+    Model *model;
+    Stmt *first, *last;
+    Loc brace;        /* the model block's '{' */
+    bool in_block;
+};
+}
+
+%code {
+#include <string.h>
+
+/* From the flex scanner (lexer.l, prefix netc_yy). */
+struct yy_buffer_state;
+int netc_yylex(YYSTYPE *lval, YYLTYPE *lloc, void *scanner);
+int netc_yylex_init_extra(struct LexState *extra, void **scanner);
+struct yy_buffer_state *netc_yy_scan_bytes(const char *bytes, int len,
+                                           void *scanner);
+void netc_yy_delete_buffer(struct yy_buffer_state *b, void *scanner);
+int netc_yylex_destroy(void *scanner);
+#define yylex netc_yylex
+
+static void yyerror(YYLTYPE *loc, void *scanner, struct ParseState *ps,
+                    const char *msg)
+{
+    (void)scanner;
+    diag_error(ps->diag, *loc, "%s", msg);
+}
+
+static Loc span(Loc a, Loc b)
+{
+    Loc l = {a.first_line, a.first_column, b.last_line, b.last_column};
+    return l;
+}
+
+static void push(struct ParseState *ps, ArgList *l, Arg a)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 4;
+        Arg *v = arena_alloc(ps->arena, sizeof *v * (size_t)cap);
+        if (l->n)
+            memcpy(v, l->v, sizeof *v * (size_t)l->n);
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = a;
+}
+
+static Value *value(struct ParseState *ps, ValueKind k, Loc loc)
+{
+    Value *v = arena_alloc(ps->arena, sizeof *v);
+    v->kind = k;
+    v->loc = loc;
+    return v;
+}
+
+static Value *call(struct ParseState *ps, const char *name, Loc loc,
+                   ArgList args)
+{
+    Value *v = value(ps, V_CALL, loc);
+    v->text = name;
+    v->args = args.v;
+    v->nargs = args.n;
+    return v;
+}
+
+static Stmt *stmt(struct ParseState *ps, StmtKind k, Loc loc)
+{
+    Stmt *s = arena_alloc(ps->arena, sizeof *s);
+    s->kind = k;
+    s->loc = loc;
+    s->device_index = -1;
+    return s;
+}
+
+static void add(struct ParseState *ps, Stmt *s)
+{
+    if (!s)
+        return;
+    if (ps->last)
+        ps->last->next = s;
+    else
+        ps->first = s;
+    ps->last = s;
+}
+
+static Arg arg(const char *key, Loc key_loc, Value *v)
+{
+    Arg a = {key, key_loc, v};
+    return a;
+}
+}
+
+%union {
+    struct { double v; const char *text; } num;
+    const char *str;
+    Value *val;
+    Stmt *stmt;
+    ArgList args;
+}
+
+%token NL "newline"
+%token <num> NUMBER "number"
+%token <str> IDENT "identifier"
+%token <str> STRING "string"
+%token MODEL "'model'" INPUT "'input'" TARGET "'target'" LOSS "'loss'"
+%token OPTIMIZER "'optimizer'" DEVICE "'device'" TRAIN "'train'"
+%token TEST "'test'" INIT "'init'"
+
+%type <val> value call
+%type <stmt> stmt layer
+%type <args> args arglist tuple dims kvs train_opts
+
+%%
+
+file
+    : nls model nls
+    | nls   { diag_error(ps->diag, @$, "the model file is empty");
+              diag_note(ps->diag, @$, "a model file holds one block: model NAME { ... }"); }
+    ;
+
+nls
+    : %empty
+    | nls NL
+    ;
+
+model
+    : MODEL IDENT nls open stmts '}'        { ps->model->name = $2; ps->model->loc = @2; ps->in_block = false; }
+    | MODEL IDENT nls open stmts stmt '}'   { ps->model->name = $2; ps->model->loc = @2; add(ps, $6); ps->in_block = false; }
+    ;
+
+open
+    : '{'   { ps->brace = @1; ps->in_block = true; }
+    ;
+
+stmts
+    : %empty
+    | stmts NL
+    | stmts stmt NL     { add(ps, $2); }
+    | stmts error NL    { yyerrok; }
+    ;
+
+stmt
+    : layer
+    | INPUT IDENT '[' dims ']'          { $$ = stmt(ps, S_INPUT, @$); $$->name = $2; $$->name_loc = @2;
+                                          $$->dims = arena_alloc(ps->arena, sizeof *$$->dims * (size_t)($4.n + 1));
+                                          for (int i = 0; i < $4.n; i++) $$->dims[i] = $4.v[i].val;
+                                          $$->ndims = $4.n; }
+    | INPUT IDENT                       { $$ = stmt(ps, S_INPUT, @$); $$->name = $2; $$->name_loc = @2; }
+    | TARGET call                       { $$ = stmt(ps, S_TARGET, @$); $$->call = $2; }
+    | LOSS call                         { $$ = stmt(ps, S_LOSS, @$); $$->call = $2; }
+    | OPTIMIZER call                    { $$ = stmt(ps, S_OPTIMIZER, @$); $$->call = $2; }
+    | DEVICE IDENT                      { $$ = stmt(ps, S_DEVICE, @$); $$->name = $2; $$->name_loc = @2; }
+    | DEVICE IDENT ':' NUMBER           { $$ = stmt(ps, S_DEVICE, @$); $$->name = $2; $$->name_loc = span(@2, @4);
+                                          $$->device_index = $4.v >= 0 && $4.v < 1e6 && $4.v == (int)$4.v ? (int)$4.v : -2; }
+    | TRAIN call train_opts             { $$ = stmt(ps, S_TRAIN, @$); $$->call = $2; $$->opts = $3.v; $$->nopts = $3.n; }
+    | TEST call                         { $$ = stmt(ps, S_TEST, @$); $$->call = $2; }
+    | INIT kvs                          { $$ = stmt(ps, S_INIT, @$); $$->opts = $2.v; $$->nopts = $2.n; }
+    | INIT IDENT kvs                    { $$ = stmt(ps, S_INIT, @$); $$->name = $2; $$->name_loc = @2;
+                                          $$->opts = $3.v; $$->nopts = $3.n; }
+    ;
+
+layer
+    : call              { $$ = stmt(ps, S_LAYER, @$); $$->call = $1; }
+    | IDENT '=' call    { $$ = stmt(ps, S_LAYER, @$); $$->call = $3; $$->name = $1; $$->name_loc = @1; }
+    ;
+
+call
+    : IDENT                 { ArgList none = {0}; $$ = call(ps, $1, @1, none); }
+    | IDENT '(' args ')'    { $$ = call(ps, $1, @$, $3); }
+    ;
+
+args
+    : %empty            { $$ = (ArgList){0}; }
+    | arglist
+    | arglist ','
+    ;
+
+arglist
+    : value                     { $$ = (ArgList){0}; push(ps, &$$, arg(NULL, @1, $1)); }
+    | IDENT '=' value           { $$ = (ArgList){0}; push(ps, &$$, arg($1, @1, $3)); }
+    | arglist ',' value         { $$ = $1; push(ps, &$$, arg(NULL, @3, $3)); }
+    | arglist ',' IDENT '=' value { $$ = $1; push(ps, &$$, arg($3, @3, $5)); }
+    ;
+
+value
+    : NUMBER            { $$ = value(ps, V_NUM, @1); $$->num = $1.v; $$->text = $1.text; }
+    | '-' NUMBER        { $$ = value(ps, V_NUM, @$); $$->num = -$2.v;
+                          $$->text = arena_printf(ps->arena, "-%s", $2.text); }
+    | STRING            { $$ = value(ps, V_STR, @1); $$->text = $1; }
+    | IDENT             { $$ = value(ps, V_IDENT, @1); $$->text = $1; }
+    | IDENT '(' args ')' { $$ = call(ps, $1, @$, $3); }
+    | '(' tuple ')'     { $$ = value(ps, V_TUPLE, @$); $$->args = $2.v; $$->nargs = $2.n; }
+    ;
+
+tuple
+    : value             { $$ = (ArgList){0}; push(ps, &$$, arg(NULL, @1, $1)); }
+    | tuple ',' value   { $$ = $1; push(ps, &$$, arg(NULL, @3, $3)); }
+    ;
+
+dims
+    : value             { $$ = (ArgList){0}; push(ps, &$$, arg(NULL, @1, $1)); }
+    | dims ',' value    { $$ = $1; push(ps, &$$, arg(NULL, @3, $3)); }
+    ;
+
+kvs
+    : IDENT '=' value           { $$ = (ArgList){0}; push(ps, &$$, arg($1, @1, $3)); }
+    | kvs IDENT '=' value       { $$ = $1; push(ps, &$$, arg($2, @2, $4)); }
+    | kvs ',' IDENT '=' value   { $$ = $1; push(ps, &$$, arg($3, @3, $5)); }
+    ;
+
+train_opts
+    : %empty                    { $$ = (ArgList){0}; }
+    | train_opts IDENT value    { $$ = $1; push(ps, &$$, arg($2, @2, $3)); }
+    ;
+
+%%
+
+/* Syntax errors read like gcc's: "expected ')' before newline". */
+static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner,
+                                 struct ParseState *ps)
+{
+    (void)scanner;
+    enum { MAX = 6 };
+    yysymbol_kind_t expected[MAX];
+    int n = yypcontext_expected_tokens(ctx, expected, MAX);
+    yysymbol_kind_t got = yypcontext_token(ctx);
+    const Loc *loc = yypcontext_location(ctx);
+    char buf[256] = "";
+    size_t len = 0;
+    if (n > 0 && n <= 4) {
+        len += (size_t)snprintf(buf, sizeof buf, "expected ");
+        for (int i = 0; i < n && len < sizeof buf; i++)
+            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s",
+                                    i == 0 ? "" : i == n - 1 ? " or " : ", ",
+                                    yysymbol_name(expected[i]));
+        snprintf(buf + len, sizeof buf - len, " before %s", yysymbol_name(got));
+    } else {
+        snprintf(buf, sizeof buf, "unexpected %s", yysymbol_name(got));
+    }
+    diag_error(ps->diag, *loc, "%s", buf);
+    if (got == YYSYMBOL_YYEOF && ps->in_block)
+        diag_note(ps->diag, ps->brace, "to match this '{'");
+    return 0;
+}
+
+Model *parse_model(Diag *d, Arena *a)
+{
+    struct LexState ls = {d, a, 1, 1};
+    struct ParseState ps = {0};
+    ps.diag = d;
+    ps.arena = a;
+    ps.model = arena_alloc(a, sizeof *ps.model);
+
+    void *scanner;
+    if (netc_yylex_init_extra(&ls, &scanner) != 0) {
+        diag_file_error(d, "cannot start the lexer");
+        return NULL;
+    }
+    struct yy_buffer_state *buf = netc_yy_scan_bytes(d->src, (int)d->len, scanner);
+    int rc = yyparse(scanner, &ps);
+    netc_yy_delete_buffer(buf, scanner);
+    netc_yylex_destroy(scanner);
+    if (rc != 0 && d->errors == 0)
+        diag_file_error(d, "the parser ran out of memory");
+    if (!ps.model->name)
+        return NULL;
+    ps.model->stmts = ps.first;
+    return ps.model;
+}

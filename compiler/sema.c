@@ -1,0 +1,530 @@
+/*
+ * sema.c — checks and shape inference: from the AST to a Program.
+ *
+ * One walk over the statements sorts them (input, target, layers, loss,
+ * optimizer, device, train, test, init), reporting duplicates and unknown
+ * names; then the layers are bound to their ops and their shapes inferred
+ * in order, each layer's shape rule seeing the shape before it; then the
+ * loss is checked against the last shape and the target.  Every error is
+ * reported with its place and the walk goes on, so one run shows them all.
+ *
+ * The result is the graph IR (nodes over values, a flat parameter table)
+ * with every default filled in: later passes never look at the AST again,
+ * except to quote a statement's line in the generated code.
+ */
+#include "netc.h"
+
+#include <math.h>
+#include <string.h>
+
+#define MAX_ELEMS 2147483647.0 /* floats a tensor or a buffer may hold */
+
+typedef struct Seen {
+    const Stmt *input, *target, *loss, *optimizer, *device, *train, *test;
+} Seen;
+
+static const char *stmt_word(StmtKind k)
+{
+    static const char *const words[] = {"input", "target", "", "loss", "optimizer",
+                                        "device", "train", "test", "init"};
+    return words[k];
+}
+
+static void once(Program *p, const Stmt **slot, const Stmt *s)
+{
+    if (*slot) {
+        diag_error(p->diag, s->loc, "a second '%s' statement", stmt_word(s->kind));
+        diag_note(p->diag, (*slot)->loc, "the first is here");
+        return;
+    }
+    *slot = s;
+}
+
+static void unknown(Program *p, Loc loc, const char *what, const char *name,
+                    const char *const *names, int n, const char *list)
+{
+    diag_error(p->diag, loc, "unknown %s '%s'", what, name);
+    const char *near = suggest(name, names, n);
+    if (near)
+        diag_note(p->diag, loc, "did you mean '%s'?", near);
+    else
+        diag_note(p->diag, loc, "%ss: %s", what, list);
+}
+
+/* Looks up call->text in a signature table, reporting unknown names. */
+static const Sig *find_sig(Program *p, const Sig *table, const Value *call,
+                           const char *what)
+{
+    const Sig *s = sig_find(table, call->text);
+    if (s)
+        return s;
+    const char *names[16];
+    char list[256] = "";
+    int n = 0;
+    size_t len = 0;
+    for (const Sig *t = table; t->name && n < 16; t++) {
+        names[n++] = t->name;
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", t->name);
+    }
+    unknown(p, call->loc, what, call->text, names, n, list);
+    return NULL;
+}
+
+/* ------------------------------------------------------------- the input */
+
+static void check_input(Program *p, const Stmt *s)
+{
+    p->input_name = s->name;
+    if (s->ndims == 0) {
+        diag_error(p->diag, s->loc, "input '%s' has no shape", s->name);
+        diag_note(p->diag, s->loc, "give its dimensions, e.g. 'input %s[13]' or 'input %s[3, 32, 32]'",
+                  s->name, s->name);
+        return;
+    }
+    if (s->ndims > 3) {
+        diag_error(p->diag, s->dims[3]->loc, "input '%s' has %d dimensions; at most 3 are supported",
+                   s->name, s->ndims);
+        return;
+    }
+    double total = 1;
+    p->input.rank = s->ndims;
+    for (int i = 0; i < s->ndims; i++) {
+        const Value *v = s->dims[i];
+        if (v->kind != V_NUM || v->num != floor(v->num) || v->num < 1) {
+            diag_error(p->diag, v->loc, "dimension %d of input '%s' must be a positive whole number",
+                       i + 1, s->name);
+            p->input.rank = 0;
+            return;
+        }
+        total *= v->num;
+        p->input.d[i] = (int64_t)fmin(v->num, MAX_ELEMS);
+    }
+    if (total > MAX_ELEMS) {
+        diag_error(p->diag, s->loc, "input '%s' is too large: %.0f values a sample",
+                   s->name, total);
+        p->input.rank = 0;
+    }
+}
+
+/* ---------------------------------------------------------------- layers */
+
+/* The init a parameter gets when its layer names none: the model's
+ * `init KIND ...` for its kind, else the model's `init ...`, else
+ * PyTorch's default. */
+typedef struct Inits {
+    const char *kind;     /* NULL: every layer */
+    nrt_init weight, bias;
+    bool has_weight, has_bias;
+} Inits;
+
+static void apply_inits(Program *p, Node *n, const Inits *inits, int ninits)
+{
+    for (int k = 0; k < n->nparams; k++) {
+        Param *prm = &p->params[n->param0 + k];
+        /* per-layer weight_init / bias_init */
+        int slot = -1;
+        for (int i = 0; i < MAX_ARGS && n->op->sig.args[i].name; i++)
+            if (!strcmp(n->op->sig.args[i].name, prm->is_bias ? "bias_init" : "weight_init"))
+                slot = i;
+        if (slot >= 0 && n->args[slot].given) {
+            prm->init = n->args[slot].init;
+            continue;
+        }
+        /* kind-specific first, then model-wide */
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = 0; i < ninits; i++) {
+                const Inits *in = &inits[i];
+                if (pass == 0 ? !in->kind || strcmp(in->kind, n->op->sig.name) : in->kind != NULL)
+                    continue;
+                if (prm->is_bias ? in->has_bias : in->has_weight) {
+                    prm->init = prm->is_bias ? in->bias : in->weight;
+                    goto next;
+                }
+            }
+    next:;
+    }
+}
+
+static bool check_name(Program *p, const Stmt *s, int index)
+{
+    if (!s->name)
+        return true;
+    for (int i = 0; i < index; i++) {
+        const Stmt *t = p->nodes[i].stmt;
+        if (t->name && !strcmp(t->name, s->name)) {
+            diag_error(p->diag, s->name_loc, "a second layer named '%s'", s->name);
+            diag_note(p->diag, t->name_loc, "the first is here");
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool build_layers(Program *p, const Stmt *first, int nlayers,
+                         const Inits *inits, int ninits)
+{
+    p->nodes = arena_alloc(p->arena, sizeof *p->nodes * (size_t)(nlayers + 1));
+    p->values = arena_alloc(p->arena, sizeof *p->values * (size_t)(nlayers + 2));
+    p->params = arena_alloc(p->arena, sizeof *p->params * (size_t)(2 * nlayers + 1));
+    p->values[0].shape = p->input;
+    p->nvalues = 1;
+    int nops;
+    const OpDef *table = op_table(&nops);
+    const char *names[32];
+    char list[512] = "";
+    size_t len = 0;
+    for (int i = 0; i < nops && i < 32; i++) {
+        names[i] = table[i].sig.name;
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", names[i]);
+    }
+
+    bool ok = p->input.rank > 0;
+    int index = 0;
+    for (const Stmt *s = first; s; s = s->next) {
+        if (s->kind != S_LAYER)
+            continue;
+        Node *n = &p->nodes[p->nnodes];
+        n->stmt = s;
+        n->index = index;
+        n->name = s->name ? s->name : arena_printf(p->arena, "%d", index);
+        index++;
+        n->op = op_find(s->call->text);
+        if (!n->op) {
+            if (sig_find(loss_sigs, s->call->text))
+                diag_error(p->diag, s->call->loc, "'%s' is a loss, not a layer", s->call->text),
+                diag_note(p->diag, s->call->loc, "write 'loss %s'", s->call->text);
+            else if (sig_find(optim_sigs, s->call->text))
+                diag_error(p->diag, s->call->loc, "'%s' is an optimizer, not a layer", s->call->text),
+                diag_note(p->diag, s->call->loc, "write 'optimizer %s(...)'", s->call->text);
+            else
+                unknown(p, s->call->loc, "layer", s->call->text, names, nops, list);
+            ok = false;
+            continue;
+        }
+        if (!check_name(p, s, p->nnodes))
+            ok = false;
+        if (!bind_args(p, &n->op->sig, s->call, n->args)) {
+            ok = false;
+            continue;
+        }
+        if (!ok)
+            continue; /* no shapes after an error: they would only cascade */
+        n->in = p->nvalues - 1;
+        n->out = p->nvalues++;
+        p->values[n->out].alias = -1;
+        if (!n->op->shape(p, n)) {
+            ok = false;
+            continue;
+        }
+        Shape *o = &p->values[n->out].shape;
+        double size = 1;
+        for (int i = 0; i < o->rank; i++)
+            size *= (double)o->d[i];
+        if (size > MAX_ELEMS || (double)p->param_count > MAX_ELEMS) {
+            diag_error(p->diag, s->loc, "this layer makes the model too large (%s values a sample, %zu parameters)",
+                       shape_str(p->arena, o), p->param_count);
+            ok = false;
+            continue;
+        }
+        p->values[n->out].size = shape_size(o);
+        apply_inits(p, n, inits, ninits);
+        p->nnodes++;
+    }
+    p->values[0].size = shape_size(&p->input);
+    p->values[0].alias = -1;
+    return ok;
+}
+
+/* ------------------------------------------------------ loss and target */
+
+static void check_loss(Program *p, const Seen *seen)
+{
+    const Shape *out = &p->values[p->nvalues - 1].shape;
+    bool xent = !strcmp(p->loss->name, "cross_entropy");
+    if (out->rank != 1) {
+        diag_error(p->diag, seen->loss->loc, "%s needs a flat model output, got %s",
+                   p->loss->name, shape_str(p->arena, out));
+        diag_note(p->diag, seen->loss->loc, "end the model with 'flatten' and a linear layer");
+        return;
+    }
+    int64_t k = out->d[0];
+    if (!seen->target) {
+        p->target_kind = xent ? NRT_TARGET_CLASS : NRT_TARGET_VALUE;
+        p->n_out = (int)k;
+        return;
+    }
+    const char *tname = p->target_kind == NRT_TARGET_CLASS ? "class" : "value";
+    if (xent && p->target_kind != NRT_TARGET_CLASS) {
+        diag_error(p->diag, seen->loss->loc, "cross_entropy needs class targets, but the target is value(%d)", p->n_out);
+        diag_note(p->diag, seen->target->loc, "declare 'target class(N)' or use 'loss mse'");
+    } else if (!xent && p->target_kind != NRT_TARGET_VALUE) {
+        diag_error(p->diag, seen->loss->loc, "mse needs value targets, but the target is class(%d)", p->n_out);
+        diag_note(p->diag, seen->target->loc, "declare 'target value(N)' or use 'loss cross_entropy'");
+    } else if (k != p->n_out) {
+        diag_error(p->diag, seen->loss->loc, "the model's output %s does not match the target %s(%d)",
+                   shape_str(p->arena, out), tname, p->n_out);
+        diag_note(p->diag, p->nodes[p->nnodes - 1].stmt->loc,
+                  "the last layer should produce %d value%s, e.g. linear(%d)", p->n_out,
+                  p->n_out == 1 ? "" : "s", p->n_out);
+    }
+}
+
+static void check_optimizer(Program *p, const Stmt *s)
+{
+    const Sig *sig = find_sig(p, optim_sigs, s->call, "optimizer");
+    ArgVal a[MAX_ARGS];
+    if (!sig || !bind_args(p, sig, s->call, a))
+        return;
+    nrt_optim *o = &p->optim;
+    o->lr = (float)a[0].v[0];
+    if (!strcmp(sig->name, "sgd")) {
+        o->kind = NRT_SGD;
+        o->momentum = (float)a[1].v[0];
+        o->dampening = (float)a[2].v[0];
+        o->weight_decay = (float)a[3].v[0];
+        o->nesterov = a[4].v[0] != 0;
+        if (o->nesterov && (o->momentum <= 0 || o->dampening != 0)) {
+            diag_error(p->diag, s->call->loc, "nesterov momentum requires a momentum and zero dampening");
+            diag_note(p->diag, s->call->loc, "PyTorch refuses this too: give momentum > 0 and dampening=0");
+        }
+    } else {
+        o->kind = NRT_ADAM;
+        o->beta1 = (float)a[1].v[0];
+        o->beta2 = (float)a[1].v[1];
+        o->eps = (float)a[2].v[0];
+        o->weight_decay = (float)a[3].v[0];
+    }
+}
+
+/* ------------------------------------------------------------ data, device */
+
+static bool check_source(Program *p, const Value *call, nrt_source *src,
+                         bool test)
+{
+    const Sig *sig = find_sig(p, source_sigs, call, "data source");
+    ArgVal a[MAX_ARGS];
+    if (!sig || !bind_args(p, sig, call, a))
+        return false;
+    if (!strcmp(sig->name, "holdout")) {
+        if (!test) {
+            diag_error(p->diag, call->loc, "holdout(...) is a test set; training needs a file");
+            return false;
+        }
+        if (a[0].v[0] <= 0 || a[0].v[0] >= 1) {
+            diag_error(p->diag, a[0].loc, "the held-out fraction must be between 0 and 1 (exclusive)");
+            return false;
+        }
+        p->holdout = a[0].v[0];
+        return true;
+    }
+    src->kind = sig->name;
+    src->path = a[0].s;
+    src->label = -1;
+    src->scale = 1;
+    if (!strcmp(sig->name, "cifar10")) {
+        src->scale = (float)a[1].v[0];
+    } else {
+        src->label = (int)a[1].v[0];
+        src->header = (int)a[2].v[0];
+        src->scale = (float)a[3].v[0];
+        src->standardize = a[4].v[0] != 0;
+    }
+    if (!src->path[0]) {
+        diag_error(p->diag, call->loc, "the data path is empty");
+        return false;
+    }
+    return true;
+}
+
+static const Sig train_sig = {
+    "train", "training options",
+    {{"batch", A_INT, "32", 1, 1048576, NULL, NULL},
+     {"epochs", A_INT, "10", 0, 1e9, NULL, NULL},
+     {"seed", A_INT, "0", 0, 9007199254740991.0, NULL, NULL}}};
+
+static void check_train(Program *p, const Stmt *s)
+{
+    check_source(p, s->call, &p->train, false);
+    Value opts = {V_CALL, s->loc, 0, "train", s->opts, s->nopts};
+    ArgVal a[MAX_ARGS];
+    for (int i = 0; i < s->nopts; i++)
+        if (!s->opts[i].key)
+            return;
+    if (bind_args(p, &train_sig, &opts, a)) {
+        p->batch = (int)a[0].v[0];
+        p->epochs = (int)a[1].v[0];
+        p->seed = (uint64_t)a[2].v[0];
+    }
+}
+
+static void check_device(Program *p, const Stmt *s)
+{
+    if (!strcmp(s->name, "cuda") && s->device_index >= 0) {
+        p->device = arena_printf(p->arena, "cuda:%d", s->device_index);
+        return;
+    }
+    if (s->device_index == -1 &&
+        (!strcmp(s->name, "cpu") || !strcmp(s->name, "cuda") || !strcmp(s->name, "auto"))) {
+        p->device = s->name;
+        return;
+    }
+    diag_error(p->diag, s->name_loc, "unknown device '%s%s'", s->name,
+               s->device_index == -1 ? "" : ":...");
+    diag_note(p->diag, s->name_loc, "devices: cpu, cuda, cuda:N, auto");
+}
+
+static const Sig init_stmt_sig = {
+    "init", "initializers",
+    {{"weight", A_INIT, "", 0, 0, NULL, NULL}, {"bias", A_INIT, "", 0, 0, NULL, NULL}}};
+
+static bool check_init(Program *p, const Stmt *s, Inits *out)
+{
+    out->kind = s->name;
+    if (s->name) {
+        const OpDef *op = op_find(s->name);
+        if (!op || (strcmp(s->name, "linear") && strcmp(s->name, "conv2d"))) {
+            diag_error(p->diag, s->name_loc, "'init %s': only linear and conv2d layers have parameters", s->name);
+            return false;
+        }
+    }
+    Value opts = {V_CALL, s->loc, 0, "init", s->opts, s->nopts};
+    ArgVal a[MAX_ARGS];
+    if (!bind_args(p, &init_stmt_sig, &opts, a))
+        return false;
+    out->has_weight = a[0].given;
+    out->weight = a[0].init;
+    out->has_bias = a[1].given;
+    out->bias = a[1].init;
+    return true;
+}
+
+/* ------------------------------------------------------------------ sema */
+
+Program *sema_check(Diag *d, Arena *a, const Model *m)
+{
+    Program *p = arena_alloc(a, sizeof *p);
+    p->diag = d;
+    p->arena = a;
+    p->model = m;
+    p->name = m->name;
+    p->device = "auto";
+    p->batch = 32;
+    p->epochs = 10;
+    p->seed = 0;
+
+    Seen seen = {0};
+    int nlayers = 0, ninits = 0;
+    for (const Stmt *s = m->stmts; s; s = s->next)
+        nlayers += s->kind == S_LAYER, ninits += s->kind == S_INIT;
+    Inits *inits = arena_alloc(a, sizeof *inits * (size_t)(ninits + 1));
+    ninits = 0;
+
+    for (const Stmt *s = m->stmts; s; s = s->next) {
+        switch (s->kind) {
+        case S_INPUT:
+            once(p, &seen.input, s);
+            if (seen.input == s)
+                check_input(p, s);
+            break;
+        case S_TARGET: {
+            once(p, &seen.target, s);
+            const Sig *sig = find_sig(p, target_sigs, s->call, "target");
+            ArgVal av[MAX_ARGS];
+            if (sig && bind_args(p, sig, s->call, av)) {
+                p->target_kind = !strcmp(sig->name, "class") ? NRT_TARGET_CLASS : NRT_TARGET_VALUE;
+                p->n_out = (int)av[0].v[0];
+                if (p->target_kind == NRT_TARGET_CLASS && p->n_out < 2)
+                    diag_error(p->diag, av[0].loc, "a classification needs at least 2 classes");
+            }
+            break;
+        }
+        case S_LOSS:
+            once(p, &seen.loss, s);
+            if (seen.loss == s) {
+                p->loss = find_sig(p, loss_sigs, s->call, "loss");
+                ArgVal av[MAX_ARGS];
+                if (p->loss && !bind_args(p, p->loss, s->call, av))
+                    p->loss = NULL;
+            }
+            break;
+        case S_OPTIMIZER:
+            once(p, &seen.optimizer, s);
+            if (seen.optimizer == s)
+                check_optimizer(p, s);
+            break;
+        case S_DEVICE:
+            once(p, &seen.device, s);
+            if (seen.device == s)
+                check_device(p, s);
+            break;
+        case S_TRAIN:
+            once(p, &seen.train, s);
+            if (seen.train == s)
+                check_train(p, s);
+            break;
+        case S_TEST:
+            once(p, &seen.test, s);
+            if (seen.test == s)
+                check_source(p, s->call, &p->test, true);
+            break;
+        case S_INIT:
+            if (check_init(p, s, &inits[ninits]))
+                ninits++;
+            break;
+        case S_LAYER:
+            break;
+        }
+    }
+
+    Loc at = m->loc;
+    if (!seen.input) {
+        diag_error(d, at, "model '%s' has no input", m->name);
+        diag_note(d, at, "declare it first, e.g. 'input x[13]' or 'input image[3, 32, 32]'");
+    }
+    if (!seen.loss) {
+        diag_error(d, at, "model '%s' has no loss", m->name);
+        diag_note(d, at, "add 'loss cross_entropy' (classes) or 'loss mse' (values)");
+    }
+    if (!seen.optimizer) {
+        diag_error(d, at, "model '%s' has no optimizer", m->name);
+        diag_note(d, at, "add e.g. 'optimizer sgd(lr=0.01)' or 'optimizer adam(lr=1e-3)'");
+    }
+    if (nlayers == 0) {
+        diag_error(d, at, "model '%s' has no layers", m->name);
+        diag_note(d, at, "add layers between the input and the loss, e.g. 'linear(10)'");
+        return NULL;
+    }
+    if (!seen.input)
+        return NULL;
+    bool layers_ok = build_layers(p, m->stmts, nlayers, inits, ninits);
+    if (layers_ok && p->loss)
+        check_loss(p, &seen);
+    if (d->errors)
+        return NULL;
+    return p;
+}
+
+/* ----------------------------------------------------------------- summary */
+
+void print_summary(FILE *out, const Program *p)
+{
+    fprintf(out, "model %s\n", p->name);
+    fprintf(out, "  %-4s %-28s %-18s %12s\n", "#", "layer", "output", "parameters");
+    fprintf(out, "  %-4s %-28s %-18s %12s\n", "", p->input_name ? p->input_name : "input",
+            shape_str(p->arena, &p->input), "");
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        size_t count = 0;
+        for (int k = 0; k < n->nparams; k++)
+            count += p->params[n->param0 + k].size;
+        const char *label = n->stmt->name ? arena_printf(p->arena, "%s (%s)", n->name, n->op->sig.name)
+                                          : n->op->sig.name;
+        fprintf(out, "  %-4d %-28s %-18s %12zu\n", n->index, label,
+                shape_str(p->arena, &p->values[n->out].shape), count);
+    }
+    fprintf(out, "  loss %s, optimizer %s, target %s(%d)\n", p->loss->name,
+            p->optim.kind == NRT_SGD ? "sgd" : "adam",
+            p->target_kind == NRT_TARGET_CLASS ? "class" : "value", p->n_out);
+    fprintf(out, "  total parameters: %zu (%.1f KiB as float32)\n", p->param_count,
+            (double)p->param_count * 4 / 1024);
+}

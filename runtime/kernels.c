@@ -1,0 +1,878 @@
+/*
+ * kernels.c — the numeric kernels every generated program calls: the matrix
+ * product, the im2col/col2im pair that turns convolutions into matrix
+ * products, pooling, and the losses.
+ *
+ * Almost all of a training run's time is spent in nrt_sgemm, so it is the one
+ * function here written for speed.  With OpenBLAS (NETRT_HAVE_OPENBLAS) it is
+ * cblas_sgemm and nothing more.  Without, it is a small BLIS-style kernel:
+ * the K dimension is cut in blocks of at most KC, M in blocks of at most MC
+ * and N in blocks of at most NC; for each block, op(A) and op(B) are copied
+ * ("packed") into contiguous buffers, in the order the micro-kernel reads
+ * them — which is also where the transposes are absorbed, so the four
+ * combinations share one compute path.  The micro-kernel keeps a 6x16 tile
+ * of C in registers while it walks K: twelve 8-float accumulators, two loads
+ * of B and six broadcasts of A per step.  It exists twice, once compiled for
+ * AVX2+FMA (chosen at run time with __builtin_cpu_supports, so one binary
+ * runs everywhere) and once portable, in GCC vector extensions.  Matrices too
+ * small to repay packing go through a plain loop.
+ *
+ * Threads (OpenMP) share out the tiles of C of each block; K is never split,
+ * and every element of C is computed by the same sequence of operations
+ * whichever thread computes it and wherever its tile lies — edge tiles run
+ * the same micro-kernel on a zero-padded copy — so the result is
+ * bit-identical for any number of threads.  The same holds for the other
+ * kernels: threads only ever split independent images or channels.
+ *
+ * The rest follows PyTorch exactly where PyTorch defines a behaviour: conv
+ * padding is zero padding; max pooling ignores padded cells, gives ties to
+ * the first cell in scan order and lets NaN win; average pooling divides by
+ * k*k (count_include_pad); the losses are means, accumulated in double.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "netrt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if NETRT_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#ifdef _OPENMP
+#include <omp.h>
+#define NRT_OMP(x) _Pragma(#x)
+#else
+#define NRT_OMP(x)
+#endif
+
+/* Below this much work (multiply-adds) a loop is not worth a thread team. */
+#define PAR_MIN_WORK 65536.0
+
+/* ------------------------------------------------------------------ sgemm */
+
+/* C[0..m)[0..n) = beta * C, with beta == 0 storing zeros (NaN-proof). */
+static void scale_c(int m, int n, float beta, float *c, int ldc)
+{
+    if (beta == 1.0f)
+        return;
+    for (int i = 0; i < m; i++) {
+        float *ci = c + (size_t)i * ldc;
+        if (beta == 0.0f)
+            memset(ci, 0, (size_t)n * sizeof *ci);
+        else
+            for (int j = 0; j < n; j++)
+                ci[j] *= beta;
+    }
+}
+
+#if !NETRT_HAVE_OPENBLAS
+
+#define MR 6      /* micro-tile rows */
+#define NR 16     /* micro-tile columns */
+#define KC 256    /* largest K block: a 16-wide panel of B, 16 KiB, in L1 */
+#define MC 144    /* largest M block (multiple of MR): packed A in L2 */
+#define NC 4080   /* largest N block (multiple of NR) */
+
+/* Work (m*n*k) below which packing does not pay. */
+#define SMALL_WORK 4096.0
+/* Work (m*n*k) from which a product is shared out among threads. */
+#define PAR_MIN_GEMM 262144.0
+
+/* The plain loop for small products. */
+static void gemm_small(int transa, int transb, int m, int n, int k,
+                       float alpha, const float *a, int lda, const float *b,
+                       int ldb, float beta, float *c, int ldc)
+{
+    size_t sai = transa ? 1 : (size_t)lda, sap = transa ? (size_t)lda : 1;
+    size_t sbp = transb ? 1 : (size_t)ldb, sbj = transb ? (size_t)ldb : 1;
+    for (int i = 0; i < m; i++) {
+        float *ci = c + (size_t)i * ldc;
+        for (int j = 0; j < n; j++) {
+            const float *ap = a + i * sai, *bp = b + j * sbj;
+            float s = 0.0f;
+            for (int p = 0; p < k; p++)
+                s += ap[p * sap] * bp[p * sbp];
+            ci[j] = beta == 0.0f ? alpha * s : alpha * s + beta * ci[j];
+        }
+    }
+}
+
+/* Packs rows [i0, i0+mr) x columns [p0, p0+kc) of op(A) as kc groups of MR
+ * floats (a column of the tile each); rows past mr are zeros. */
+static void pack_a(int transa, const float *a, int lda, int i0, int mr,
+                   int p0, int kc, float *restrict dst)
+{
+    if (transa) { /* op(A)[i][p] = a[p][i]: each column is contiguous */
+        for (int p = 0; p < kc; p++) {
+            const float *src = a + (size_t)(p0 + p) * lda + i0;
+            float *d = dst + (size_t)p * MR;
+            int i = 0;
+            for (; i < mr; i++)
+                d[i] = src[i];
+            for (; i < MR; i++)
+                d[i] = 0.0f;
+        }
+    } else {
+        int i = 0;
+        for (; i < mr; i++) {
+            const float *src = a + (size_t)(i0 + i) * lda + p0;
+            for (int p = 0; p < kc; p++)
+                dst[(size_t)p * MR + i] = src[p];
+        }
+        for (; i < MR; i++)
+            for (int p = 0; p < kc; p++)
+                dst[(size_t)p * MR + i] = 0.0f;
+    }
+}
+
+/* Packs rows [p0, p0+kc) x columns [j0, j0+nc) of an untransposed B as
+ * panels of NR columns, each kc groups of NR floats (a row of the panel);
+ * columns past nc are zeros.  Row by row, so B is read sequentially. */
+static void pack_b_rows(const float *b, int ldb, int p0, int kc, int j0,
+                        int nc, float *restrict dst)
+{
+    const int full = nc / NR, rest = nc % NR;
+    for (int p = 0; p < kc; p++) {
+        const float *src = b + (size_t)(p0 + p) * ldb + j0;
+        float *d = dst + (size_t)p * NR;
+        for (int jp = 0; jp < full; jp++)
+            memcpy(d + (size_t)jp * NR * kc, src + jp * NR,
+                   NR * sizeof *d);
+        if (rest) {
+            float *e = d + (size_t)full * NR * kc;
+            int j = 0;
+            for (; j < rest; j++)
+                e[j] = src[full * NR + j];
+            for (; j < NR; j++)
+                e[j] = 0.0f;
+        }
+    }
+}
+
+/* Packs rows [p0, p0+kc) x columns [j0, j0+nr) of op(B) = B^T, a panel of
+ * kc groups of NR floats; columns past nr are zeros. */
+static void pack_b_cols(const float *b, int ldb, int p0, int kc, int j0,
+                        int nr, float *restrict dst)
+{
+    int j = 0;
+    for (; j < nr; j++) {
+        const float *src = b + (size_t)(j0 + j) * ldb + p0;
+        for (int p = 0; p < kc; p++)
+            dst[(size_t)p * NR + j] = src[p];
+    }
+    for (; j < NR; j++)
+        for (int p = 0; p < kc; p++)
+            dst[(size_t)p * NR + j] = 0.0f;
+}
+
+/* A micro-kernel: with acc = sum over p < kc of a[p*MR+i] * b[p*NR+j],
+ * stores c[i][j] = alpha * acc + beta * c[i][j] for the whole MR x NR tile,
+ * not reading c at all when beta == 0. */
+typedef void (*ukernel_fn)(int kc, const float *a, const float *b, float *c,
+                           size_t ldc, float alpha, float beta);
+
+#if defined(__GNUC__)
+
+/* The portable kernel: 4-float vectors, the tile in two 6x8 halves so that
+ * its 12 accumulators fit in 16 vector registers (SSE2, NEON). */
+typedef float v4f __attribute__((vector_size(16)));
+
+static inline v4f ld4(const float *p)
+{
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void st4(float *p, v4f v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
+static void ukernel_generic(int kc, const float *a, const float *b, float *c,
+                            size_t ldc, float alpha, float beta)
+{
+    for (int h = 0; h < NR; h += 8) {
+        v4f acc[MR][2];
+        for (int i = 0; i < MR; i++)
+            acc[i][0] = acc[i][1] = (v4f){0, 0, 0, 0};
+        const float *ap = a, *bp = b + h;
+        for (int p = 0; p < kc; p++, ap += MR, bp += NR) {
+            v4f b0 = ld4(bp), b1 = ld4(bp + 4);
+            for (int i = 0; i < MR; i++) {
+                acc[i][0] += ap[i] * b0;
+                acc[i][1] += ap[i] * b1;
+            }
+        }
+        for (int i = 0; i < MR; i++) {
+            float *ci = c + i * ldc + h;
+            for (int u = 0; u < 2; u++) {
+                v4f r = alpha * acc[i][u];
+                if (beta != 0.0f)
+                    r += beta * ld4(ci + 4 * u);
+                st4(ci + 4 * u, r);
+            }
+        }
+    }
+}
+
+#else /* not GNU C: plain scalars */
+
+static void ukernel_generic(int kc, const float *a, const float *b, float *c,
+                            size_t ldc, float alpha, float beta)
+{
+    float acc[MR][NR] = {{0}};
+    for (int p = 0; p < kc; p++)
+        for (int i = 0; i < MR; i++)
+            for (int j = 0; j < NR; j++)
+                acc[i][j] += a[p * MR + i] * b[p * NR + j];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) {
+            float r = alpha * acc[i][j];
+            if (beta != 0.0f)
+                r += beta * c[i * ldc + j];
+            c[i * ldc + j] = r;
+        }
+}
+
+#endif
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define NRT_X86_AVX2 1
+#include <immintrin.h>
+
+typedef float v8f __attribute__((vector_size(32)));
+
+/* The AVX2+FMA kernel: the 6x16 tile in twelve ymm accumulators. */
+__attribute__((target("avx2,fma"))) static void
+ukernel_avx2(int kc, const float *a, const float *b, float *c, size_t ldc,
+             float alpha, float beta)
+{
+    v8f c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
+    v8f c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
+    for (int p = 0; p < kc; p++, a += MR, b += NR) {
+        v8f b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        v8f x;
+        x = _mm256_broadcast_ss(a + 0);
+        c00 = _mm256_fmadd_ps(x, b0, c00);
+        c01 = _mm256_fmadd_ps(x, b1, c01);
+        x = _mm256_broadcast_ss(a + 1);
+        c10 = _mm256_fmadd_ps(x, b0, c10);
+        c11 = _mm256_fmadd_ps(x, b1, c11);
+        x = _mm256_broadcast_ss(a + 2);
+        c20 = _mm256_fmadd_ps(x, b0, c20);
+        c21 = _mm256_fmadd_ps(x, b1, c21);
+        x = _mm256_broadcast_ss(a + 3);
+        c30 = _mm256_fmadd_ps(x, b0, c30);
+        c31 = _mm256_fmadd_ps(x, b1, c31);
+        x = _mm256_broadcast_ss(a + 4);
+        c40 = _mm256_fmadd_ps(x, b0, c40);
+        c41 = _mm256_fmadd_ps(x, b1, c41);
+        x = _mm256_broadcast_ss(a + 5);
+        c50 = _mm256_fmadd_ps(x, b0, c50);
+        c51 = _mm256_fmadd_ps(x, b1, c51);
+    }
+    v8f va = _mm256_set1_ps(alpha);
+    v8f acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+                      {c30, c31}, {c40, c41}, {c50, c51}};
+    if (beta == 0.0f) {
+        for (int i = 0; i < MR; i++) {
+            _mm256_storeu_ps(c + i * ldc, va * acc[i][0]);
+            _mm256_storeu_ps(c + i * ldc + 8, va * acc[i][1]);
+        }
+    } else {
+        v8f vb = _mm256_set1_ps(beta);
+        for (int i = 0; i < MR; i++) {
+            float *ci = c + i * ldc;
+            _mm256_storeu_ps(ci, _mm256_fmadd_ps(va, acc[i][0],
+                                                 vb * _mm256_loadu_ps(ci)));
+            _mm256_storeu_ps(ci + 8,
+                             _mm256_fmadd_ps(va, acc[i][1],
+                                             vb * _mm256_loadu_ps(ci + 8)));
+        }
+    }
+}
+
+/* Transposes the 8x8 block r[0..8) in registers. */
+__attribute__((target("avx2,fma"))) static inline void tr8x8(v8f r[8])
+{
+    v8f t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    v8f t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    v8f t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    v8f t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    v8f s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    v8f s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    v8f s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    v8f s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* Rows past the edge of a matrix read as zeros from here. */
+static const float zeros[KC];
+
+/* pack_a for an untransposed A, eight columns at a time through a register
+ * transpose: the same values as pack_a. */
+__attribute__((target("avx2,fma"))) static void
+pack_a_avx2(const float *a, int lda, int i0, int mr, int p0, int kc,
+            float *restrict dst)
+{
+    const float *row[MR];
+    for (int i = 0; i < MR; i++)
+        row[i] = i < mr ? a + (size_t)(i0 + i) * lda + p0 : zeros;
+    int p = 0;
+    for (; p + 8 <= kc; p += 8) {
+        v8f r[8];
+        for (int i = 0; i < MR; i++)
+            r[i] = _mm256_loadu_ps(row[i] + p);
+        r[6] = r[7] = _mm256_setzero_ps();
+        tr8x8(r);
+        for (int q = 0; q < 8; q++) {
+            float *d = dst + (size_t)(p + q) * MR;
+            _mm_storeu_ps(d, _mm256_castps256_ps128(r[q]));
+            _mm_storel_pi((__m64 *)(d + 4), _mm256_extractf128_ps(r[q], 1));
+        }
+    }
+    for (; p < kc; p++)
+        for (int i = 0; i < MR; i++)
+            dst[(size_t)p * MR + i] = row[i][p];
+}
+
+/* pack_b for a transposed B: eight rows of B (columns of the panel) at a
+ * time, eight columns of B per register transpose.  Eight rows, not all
+ * sixteen, are read together so that rows a page apart do not evict each
+ * other from the 8-way L1 cache. */
+__attribute__((target("avx2,fma"))) static void
+pack_bt_avx2(const float *b, int ldb, int p0, int kc, int j0, int nr,
+             float *restrict dst)
+{
+    for (int h = 0; h < NR; h += 8) {
+        const float *row[8];
+        for (int j = 0; j < 8; j++)
+            row[j] = h + j < nr ? b + (size_t)(j0 + h + j) * ldb + p0 : zeros;
+        int p = 0;
+        for (; p + 8 <= kc; p += 8) {
+            v8f r[8];
+            for (int j = 0; j < 8; j++)
+                r[j] = _mm256_loadu_ps(row[j] + p);
+            tr8x8(r);
+            for (int q = 0; q < 8; q++)
+                _mm256_storeu_ps(dst + (size_t)(p + q) * NR + h, r[q]);
+        }
+        for (; p < kc; p++)
+            for (int j = 0; j < 8; j++)
+                dst[(size_t)p * NR + h + j] = row[j][p];
+    }
+}
+#endif
+
+static int have_avx2(void)
+{
+#ifdef NRT_X86_AVX2
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+static ukernel_fn pick_ukernel(int avx2)
+{
+#ifdef NRT_X86_AVX2
+    if (avx2)
+        return ukernel_avx2;
+#endif
+    (void)avx2;
+    return ukernel_generic;
+}
+
+static size_t round_up(size_t x, size_t to)
+{
+    return (x + to - 1) / to * to;
+}
+
+/* Splits len into the fewest blocks of at most max, of equal size rounded up
+ * to a multiple of unit; returns that size. */
+static int block_size(int len, int max, int unit)
+{
+    int nb = (len + max - 1) / max;
+    return (int)round_up((size_t)((len + nb - 1) / nb), (size_t)unit);
+}
+
+/* One product, with the operands as nrt_sgemm received them. */
+struct gemm {
+    int transa, transb, k;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+    int lda, ldb, ldc;
+    ukernel_fn uk;
+    int avx2; /* the AVX2 packing routines may be used */
+};
+
+static float *alloc_floats(size_t n)
+{
+    /* 64-byte alignment: no packed vector straddles a cache line. */
+    return aligned_alloc(64, round_up(n * sizeof(float), 64));
+}
+
+/* The block C[i0, i0+m) x [j0, j0+n) of g, by one thread; returns -1
+ * (having done nothing) if out of memory. */
+static int gemm_block(const struct gemm *g, int i0, int m, int j0, int n)
+{
+    const int k = g->k;
+    const int kcb = block_size(k, KC, 1); /* from k alone: see below */
+    const int mcb = block_size(m, MC, MR);
+    const int ncb = block_size(n, NC, NR);
+    float *pa = alloc_floats((size_t)mcb * kcb);
+    float *pb = alloc_floats((size_t)ncb * kcb);
+    if (!pa || !pb) {
+        free(pa);
+        free(pb);
+        return -1;
+    }
+    const size_t ldc = (size_t)g->ldc;
+    /* Every element of C gets: acc = the sum over one K block, in order;
+     * c = alpha * acc + beta * c on the first block, alpha * acc + c on
+     * the others.  The K blocks depend on k only, so that sequence is the
+     * same whichever block of C, and whichever thread, the element is in. */
+    for (int jc = 0; jc < n; jc += ncb) {
+        const int nc = n - jc < ncb ? n - jc : ncb;
+        const int npanel = (nc + NR - 1) / NR;
+        for (int pc = 0; pc < k; pc += kcb) {
+            const int kc = k - pc < kcb ? k - pc : kcb;
+            const float beta = pc == 0 ? g->beta : 1.0f;
+            if (!g->transb)
+                pack_b_rows(g->b, g->ldb, pc, kc, j0 + jc, nc, pb);
+            else
+                for (int jp = 0; jp < npanel; jp++) {
+                    int j = jc + jp * NR, nr = n - j < NR ? n - j : NR;
+                    float *d = pb + (size_t)jp * NR * kc;
+#ifdef NRT_X86_AVX2
+                    if (g->avx2) {
+                        pack_bt_avx2(g->b, g->ldb, pc, kc, j0 + j, nr, d);
+                        continue;
+                    }
+#endif
+                    pack_b_cols(g->b, g->ldb, pc, kc, j0 + j, nr, d);
+                }
+            for (int ic = 0; ic < m; ic += mcb) {
+                const int mc = m - ic < mcb ? m - ic : mcb;
+                const int ntile = (mc + MR - 1) / MR;
+                for (int it = 0; it < ntile; it++) {
+                    int i = ic + it * MR, mr = m - i < MR ? m - i : MR;
+                    float *d = pa + (size_t)it * MR * kc;
+#ifdef NRT_X86_AVX2
+                    if (g->avx2 && !g->transa) {
+                        pack_a_avx2(g->a, g->lda, i0 + i, mr, pc, kc, d);
+                        continue;
+                    }
+#endif
+                    pack_a(g->transa, g->a, g->lda, i0 + i, mr, pc, kc, d);
+                }
+                for (int jp = 0; jp < npanel; jp++) {
+                    const int j = jc + jp * NR, nr = n - j < NR ? n - j : NR;
+                    const float *tb = pb + (size_t)jp * NR * kc;
+                    for (int it = 0; it < ntile; it++) {
+                        const int i = ic + it * MR, mr = m - i < MR ? m - i : MR;
+                        const float *ta = pa + (size_t)it * MR * kc;
+                        float *tc = g->c + (size_t)(i0 + i) * ldc + j0 + j;
+                        if (mr == MR && nr == NR) {
+                            g->uk(kc, ta, tb, tc, ldc, g->alpha, beta);
+                            continue;
+                        }
+                        /* Edge tile: the same kernel on a padded copy. */
+                        float tmp[MR * NR] = {0};
+                        if (beta != 0.0f)
+                            for (int r = 0; r < mr; r++)
+                                memcpy(tmp + r * NR, tc + r * ldc,
+                                       (size_t)nr * sizeof *tmp);
+                        g->uk(kc, ta, tb, tmp, NR, g->alpha, beta);
+                        for (int r = 0; r < mr; r++)
+                            memcpy(tc + r * ldc, tmp + r * NR,
+                                   (size_t)nr * sizeof *tmp);
+                    }
+                }
+            }
+        }
+    }
+    free(pa);
+    free(pb);
+    return 0;
+}
+
+/* Thread t of nt's share of C: the tiles of C form a grid of mt x np
+ * (MR x NR each), cut into tm x tn rectangles, one per thread, with
+ * tm * tn = nt chosen to balance multiply-adds plus packing (a thread
+ * packs the rows of op(A) and the columns of op(B) its rectangle needs). */
+static void gemm_share(int m, int n, int k, int t, int nt, int *i0, int *mm,
+                       int *j0, int *nn)
+{
+    const long mt = (m + MR - 1) / MR, np = (n + NR - 1) / NR;
+    long tm = 1;
+    double best = -1.0;
+    for (long d = 1; d <= nt; d++) {
+        if (nt % d)
+            continue;
+        long rows = (mt + d - 1) / d, cols = (np + nt / d - 1) / (nt / d);
+        double cost = (double)rows * cols * MR * NR * k +
+                      8.0 * (double)(rows * MR + cols * NR) * k;
+        if (best < 0.0 || cost < best) {
+            best = cost;
+            tm = d;
+        }
+    }
+    const long tn = nt / tm, ti = t / tn, tj = t % tn;
+    long lo = ti * mt / tm, hi = (ti + 1) * mt / tm;
+    *i0 = (int)(lo * MR);
+    *mm = (int)(hi * MR < m ? hi * MR : m) - *i0;
+    lo = tj * np / tn, hi = (tj + 1) * np / tn;
+    *j0 = (int)(lo * NR);
+    *nn = (int)(hi * NR < n ? hi * NR : n) - *j0;
+}
+
+static void gemm_blocked(int transa, int transb, int m, int n, int k,
+                         float alpha, const float *a, int lda, const float *b,
+                         int ldb, float beta, float *c, int ldc)
+{
+    const int avx2 = have_avx2();
+    const struct gemm g = {transa, transb, k, alpha, beta, a, b, c, lda, ldb,
+                           ldc, pick_ukernel(avx2), avx2};
+    int nt = 1;
+#ifdef _OPENMP
+    if ((double)m * n * k >= PAR_MIN_GEMM && !omp_in_parallel())
+        nt = omp_get_max_threads();
+#endif
+    if (nt <= 1) {
+        if (gemm_block(&g, 0, m, 0, n) != 0)
+            gemm_small(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta,
+                       c, ldc);
+        return;
+    }
+    /* No barrier anywhere: each thread packs what it needs and computes its
+     * rectangle of C alone. */
+    NRT_OMP(omp parallel num_threads(nt))
+    {
+        int t = 0, team = 1;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+        team = omp_get_num_threads();
+#endif
+        int i0, mm, j0, nn;
+        gemm_share(m, n, k, t, team, &i0, &mm, &j0, &nn);
+        if (mm > 0 && nn > 0 && gemm_block(&g, i0, mm, j0, nn) != 0)
+            gemm_small(transa, transb, mm, nn, k, alpha,
+                       a + (transa ? (size_t)i0 : (size_t)i0 * lda), lda,
+                       b + (transb ? (size_t)j0 * ldb : (size_t)j0), ldb,
+                       beta, c + (size_t)i0 * ldc + j0, ldc);
+    }
+}
+
+#endif /* !NETRT_HAVE_OPENBLAS */
+
+void nrt_sgemm(int transa, int transb, int m, int n, int k, float alpha,
+               const float *a, int lda, const float *b, int ldb, float beta,
+               float *c, int ldc)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    if (k <= 0 || alpha == 0.0f) {
+        scale_c(m, n, beta, c, ldc);
+        return;
+    }
+#if NETRT_HAVE_OPENBLAS
+    cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
+                transb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
+                b, ldb, beta, c, ldc);
+#else
+    if ((double)m * n * k < SMALL_WORK)
+        gemm_small(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                   ldc);
+    else
+        gemm_blocked(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                     ldc);
+#endif
+}
+
+/* ---------------------------------------------------------- im2col/col2im */
+
+/* The range [lo, hi) of output positions o < on whose input position
+ * o*s - p + kk lies in [0, len). */
+static void valid_range(int on, int s, int p, int kk, int len, int *lo,
+                        int *hi)
+{
+    int off = kk - p; /* input = o*s + off */
+    int l = off >= 0 ? 0 : (-off + s - 1) / s;
+    int h = len - off <= 0 ? 0 : (len - off + s - 1) / s;
+    if (h > on)
+        h = on;
+    if (l > h)
+        l = h;
+    *lo = l;
+    *hi = h;
+}
+
+void nrt_im2col(const float *x, int c, int h, int w, int kh, int kw, int sh,
+                int sw, int ph, int pw, int oh, int ow, float *col)
+{
+    const size_t plane = (size_t)oh * ow;
+    NRT_OMP(omp parallel for schedule(static)
+                if ((double)c * kh * kw * plane >= PAR_MIN_WORK))
+    for (int ch = 0; ch < c; ch++) {
+        const float *xc = x + (size_t)ch * h * w;
+        for (int ki = 0; ki < kh; ki++) {
+            for (int kj = 0; kj < kw; kj++) {
+                float *row = col + ((size_t)(ch * kh + ki) * kw + kj) * plane;
+                int xlo, xhi;
+                valid_range(ow, sw, pw, kj, w, &xlo, &xhi);
+                for (int oy = 0; oy < oh; oy++) {
+                    float *r = row + (size_t)oy * ow;
+                    int iy = oy * sh - ph + ki;
+                    if (iy < 0 || iy >= h) {
+                        memset(r, 0, (size_t)ow * sizeof *r);
+                        continue;
+                    }
+                    const float *xr = xc + (size_t)iy * w + (kj - pw);
+                    for (int ox = 0; ox < xlo; ox++)
+                        r[ox] = 0.0f;
+                    if (sw == 1) {
+                        if (xhi > xlo)
+                            memcpy(r + xlo, xr + xlo,
+                                   (size_t)(xhi - xlo) * sizeof *r);
+                    } else {
+                        for (int ox = xlo; ox < xhi; ox++)
+                            r[ox] = xr[(size_t)ox * sw];
+                    }
+                    for (int ox = xhi; ox < ow; ox++)
+                        r[ox] = 0.0f;
+                }
+            }
+        }
+    }
+}
+
+void nrt_col2im(const float *col, int c, int h, int w, int kh, int kw,
+                int sh, int sw, int ph, int pw, int oh, int ow, float *dx)
+{
+    const size_t plane = (size_t)oh * ow;
+    NRT_OMP(omp parallel for schedule(static)
+                if ((double)c * kh * kw * plane >= PAR_MIN_WORK))
+    for (int ch = 0; ch < c; ch++) {
+        float *dc = dx + (size_t)ch * h * w;
+        for (int ki = 0; ki < kh; ki++) {
+            for (int kj = 0; kj < kw; kj++) {
+                const float *row =
+                    col + ((size_t)(ch * kh + ki) * kw + kj) * plane;
+                int xlo, xhi;
+                valid_range(ow, sw, pw, kj, w, &xlo, &xhi);
+                for (int oy = 0; oy < oh; oy++) {
+                    int iy = oy * sh - ph + ki;
+                    if (iy < 0 || iy >= h)
+                        continue;
+                    const float *r = row + (size_t)oy * ow;
+                    float *dr = dc + (size_t)iy * w + (kj - pw);
+                    for (int ox = xlo; ox < xhi; ox++)
+                        dr[(size_t)ox * sw] += r[ox];
+                }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- pooling */
+
+void nrt_maxpool2d_fwd(const float *x, int n, int c, int h, int w, int k,
+                       int s, int p, int oh, int ow, float *y, int32_t *arg)
+{
+    const int planes = n * c;
+    NRT_OMP(omp parallel for schedule(static)
+                if ((double)planes * oh * ow * k * k >= PAR_MIN_WORK))
+    for (int q = 0; q < planes; q++) {
+        const float *xp = x + (size_t)q * h * w;
+        float *yp = y + (size_t)q * oh * ow;
+        int32_t *ap = arg + (size_t)q * oh * ow;
+        for (int oy = 0; oy < oh; oy++) {
+            int y0 = oy * s - p, y1 = y0 + k;
+            if (y0 < 0)
+                y0 = 0;
+            if (y1 > h)
+                y1 = h;
+            for (int ox = 0; ox < ow; ox++) {
+                int x0 = ox * s - p, x1 = x0 + k;
+                if (x0 < 0)
+                    x0 = 0;
+                if (x1 > w)
+                    x1 = w;
+                /* As PyTorch: start at -inf on the first real cell; a
+                 * larger value or a NaN takes over. */
+                float best = -INFINITY;
+                int32_t bi = (y0 < y1 && x0 < x1) ? y0 * w + x0 : -1;
+                for (int iy = y0; iy < y1; iy++)
+                    for (int ix = x0; ix < x1; ix++) {
+                        float v = xp[(size_t)iy * w + ix];
+                        if (v > best || isnan(v)) {
+                            best = v;
+                            bi = iy * w + ix;
+                        }
+                    }
+                yp[(size_t)oy * ow + ox] = best;
+                ap[(size_t)oy * ow + ox] = bi;
+            }
+        }
+    }
+}
+
+void nrt_maxpool2d_bwd(const float *dy, const int32_t *arg, int n, int c,
+                       int h, int w, int oh, int ow, float *dx)
+{
+    const int planes = n * c;
+    const size_t in = (size_t)h * w, out = (size_t)oh * ow;
+    NRT_OMP(omp parallel for schedule(static)
+                if ((double)planes * (in + out) >= PAR_MIN_WORK))
+    for (int q = 0; q < planes; q++) {
+        float *dp = dx + (size_t)q * in;
+        const float *gp = dy + (size_t)q * out;
+        const int32_t *ap = arg + (size_t)q * out;
+        memset(dp, 0, in * sizeof *dp);
+        for (size_t o = 0; o < out; o++)
+            if (ap[o] >= 0)
+                dp[ap[o]] += gp[o];
+    }
+}
+
+void nrt_avgpool2d_fwd(const float *x, int n, int c, int h, int w, int k,
+                       int s, int p, int oh, int ow, float *y)
+{
+    const int planes = n * c;
+    const float div = (float)(k * k);
+    NRT_OMP(omp parallel for schedule(static)
+                if ((double)planes * oh * ow * k * k >= PAR_MIN_WORK))
+    for (int q = 0; q < planes; q++) {
+        const float *xp = x + (size_t)q * h * w;
+        float *yp = y + (size_t)q * oh * ow;
+        for (int oy = 0; oy < oh; oy++) {
+            int y0 = oy * s - p, y1 = y0 + k;
+            if (y0 < 0)
+                y0 = 0;
+            if (y1 > h)
+                y1 = h;
+            for (int ox = 0; ox < ow; ox++) {
+                int x0 = ox * s - p, x1 = x0 + k;
+                if (x0 < 0)
+                    x0 = 0;
+                if (x1 > w)
+                    x1 = w;
+                float sum = 0.0f;
+                for (int iy = y0; iy < y1; iy++)
+                    for (int ix = x0; ix < x1; ix++)
+                        sum += xp[(size_t)iy * w + ix];
+                yp[(size_t)oy * ow + ox] = sum / div;
+            }
+        }
+    }
+}
+
+/* dx is overwritten, as by nrt_maxpool2d_bwd. */
+void nrt_avgpool2d_bwd(const float *dy, int n, int c, int h, int w, int k,
+                       int s, int p, int oh, int ow, float *dx)
+{
+    const int planes = n * c;
+    const float div = (float)(k * k);
+    NRT_OMP(omp parallel for schedule(static)
+                if ((double)planes * oh * ow * k * k >= PAR_MIN_WORK))
+    for (int q = 0; q < planes; q++) {
+        float *dp = dx + (size_t)q * h * w;
+        const float *gp = dy + (size_t)q * oh * ow;
+        memset(dp, 0, (size_t)h * w * sizeof *dp);
+        for (int oy = 0; oy < oh; oy++) {
+            int y0 = oy * s - p, y1 = y0 + k;
+            if (y0 < 0)
+                y0 = 0;
+            if (y1 > h)
+                y1 = h;
+            for (int ox = 0; ox < ow; ox++) {
+                int x0 = ox * s - p, x1 = x0 + k;
+                if (x0 < 0)
+                    x0 = 0;
+                if (x1 > w)
+                    x1 = w;
+                float g = gp[(size_t)oy * ow + ox] / div;
+                for (int iy = y0; iy < y1; iy++)
+                    for (int ix = x0; ix < x1; ix++)
+                        dp[(size_t)iy * w + ix] += g;
+            }
+        }
+    }
+}
+
+/* ----------------------------------------------------------------- losses */
+
+float nrt_xent(const float *logits, const int32_t *label, int n, int k,
+               float *dlogits)
+{
+    if (n <= 0 || k <= 0)
+        return 0.0f;
+    double loss = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * k;
+        float mx = x[0];
+        for (int j = 1; j < k; j++)
+            if (x[j] > mx || isnan(x[j]))
+                mx = x[j];
+        double sum = 0.0;
+        for (int j = 0; j < k; j++)
+            sum += exp((double)x[j] - mx);
+        int32_t l = label[i];
+        double lse = log(sum);
+        /* A label out of range is the caller's bug; make it visible. */
+        loss += (l >= 0 && l < k) ? lse - ((double)x[l] - mx) : NAN;
+        if (dlogits) {
+            float *d = dlogits + (size_t)i * k;
+            for (int j = 0; j < k; j++) {
+                double sm = exp((double)x[j] - mx) / sum;
+                d[j] = (float)((sm - (j == l ? 1.0 : 0.0)) / n);
+            }
+        }
+    }
+    return (float)(loss / n);
+}
+
+float nrt_mse(const float *y, const float *t, int n, int d, float *dy)
+{
+    size_t nd = (size_t)(n > 0 ? n : 0) * (size_t)(d > 0 ? d : 0);
+    if (nd == 0)
+        return 0.0f;
+    double sum = 0.0;
+    for (size_t i = 0; i < nd; i++) {
+        double e = (double)y[i] - (double)t[i];
+        sum += e * e;
+        if (dy)
+            dy[i] = (float)(2.0 * e / (double)nd);
+    }
+    return (float)(sum / (double)nd);
+}
+
+int nrt_correct(const float *logits, const int32_t *label, int n, int k)
+{
+    int ok = 0;
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * k;
+        int best = 0;
+        /* argmax as torch.argmax: the first maximum; a NaN is the maximum. */
+        for (int j = 1; j < k && !isnan(x[best]); j++)
+            if (x[j] > x[best] || isnan(x[j]))
+                best = j;
+        ok += best == label[i];
+    }
+    return ok;
+}

@@ -1,0 +1,741 @@
+/*
+ * main.c — the generated program's main: flags, data, the training loop,
+ * evaluation, metrics, weights in and out.
+ *
+ * A generated program calls nrt_main(&model, argc, argv) and nothing else;
+ * the model descriptor tells this file the shapes, the parameters, the
+ * defaults and the forward and backward functions.  The flags are a
+ * contract scripts rely on (README.md lists them); the model's defaults
+ * apply where a flag is not given.
+ *
+ * Random streams: initial weights, shuffling and dropout each draw from a
+ * generator of their own seeded from --seed, so changing one (say,
+ * --no-shuffle) does not change the others, and one seed with one set of
+ * flags gives bit-identical runs.
+ */
+#include "netrt.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef NETRT_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+enum { STREAM_INIT = 1, STREAM_SHUFFLE = 2, STREAM_DROPOUT = 3 };
+
+typedef struct Options {
+    const char *device, *data, *test_data, *save, *load, *metrics;
+    int epochs, batch, threads, log_every, quiet, shuffle;
+    long long max_steps; /* -1: no limit */
+    double lr;           /* < 0: the model's */
+    uint64_t seed;
+    int gradcheck;       /* > 0: check gradients on this many samples */
+} Options;
+
+static void seed_stream(nrt_rng *r, uint64_t seed, uint64_t stream)
+{
+    nrt_rng_seed(r, seed ^ (stream * 0xd1b54a32d192ed03ull));
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void fail(const char *prog, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: error: ", prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* ------------------------------------------------------------------ flags */
+
+static void usage(const nrt_model *m, const char *prog, FILE *out)
+{
+    fprintf(out,
+            "usage: %s [options]\n"
+            "\n"
+            "Trains the model '%s' (compiled by netc %s from %s).\n"
+            "\n"
+            "  --device D         cpu | cuda | cuda:N | auto (default: %s)\n"
+            "  --epochs N         passes over the training data (default: %d)\n"
+            "  --batch N          samples per step (default: %d)\n"
+            "  --lr X             learning rate (default: %g)\n"
+            "  --seed N           seed of every random choice (default: %llu)\n"
+            "  --data PATH        training data (default: %s)\n"
+            "  --test-data PATH   test data, evaluated after each epoch (default: %s)\n"
+            "  --no-shuffle       keep the training data in file order\n"
+            "  --max-steps N      stop after N optimizer steps (0: no training)\n"
+            "  --save FILE        write the weights to FILE (safetensors) at the end\n"
+            "  --load FILE        start from the weights in FILE (safetensors)\n"
+            "  --metrics FILE     write one JSON record per epoch to FILE (JSON Lines)\n"
+            "  --log-every N      also write the loss of every Nth step to the metrics\n"
+            "  --threads N        CPU threads (default: all cores)\n"
+            "  --quiet            print nothing but errors\n"
+            "  --gradcheck N      check the gradients on N training samples against\n"
+            "                     central finite differences, and exit\n"
+            "  --help             print this help\n",
+            prog, m->name, NETRT_VERSION, m->source, m->device, m->epochs, m->batch,
+            (double)m->optim.lr, (unsigned long long)m->seed,
+            m->train.path ? m->train.path : "none",
+            m->test.path ? m->test.path : m->holdout > 0 ? "a held-out part of the training data" : "none");
+}
+
+static int parse_int(const char *prog, const char *flag, const char *s, long long lo,
+                     long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fail(prog, "%s expects a whole number from %lld to %lld, got '%s'", flag, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
+{
+    const char *prog = argv[0];
+    *o = (Options){m->device, m->train.path, m->test.path, NULL, NULL, NULL,
+                   m->epochs, m->batch, 0, 0, 0, 1, -1, -1, m->seed, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        long long v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(m, prog, stdout);
+            exit(0);
+        } else if (!strcmp(a, "--no-shuffle")) {
+            o->shuffle = 0;
+            continue;
+        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+            o->quiet = 1;
+            continue;
+        }
+        static const char *const with_value[] = {
+            "--device", "--epochs", "--batch", "--lr", "--seed", "--data", "--test-data",
+            "--max-steps", "--save", "--load", "--metrics", "--log-every", "--threads",
+            "--gradcheck", NULL};
+        int known = 0;
+        for (int k = 0; with_value[k]; k++)
+            known |= !strcmp(a, with_value[k]);
+        if (!known) {
+            fail(prog, "unknown option '%s'", a);
+            fprintf(stderr, "%s: note: '%s --help' lists the options\n", prog, prog);
+            return -1;
+        }
+        if (i + 1 == argc) {
+            fail(prog, "%s needs a value", a);
+            return -1;
+        }
+        const char *s = argv[++i];
+        if (!strcmp(a, "--device")) {
+            o->device = s;
+        } else if (!strcmp(a, "--data")) {
+            o->data = s;
+        } else if (!strcmp(a, "--test-data")) {
+            o->test_data = s;
+        } else if (!strcmp(a, "--save")) {
+            o->save = s;
+        } else if (!strcmp(a, "--load")) {
+            o->load = s;
+        } else if (!strcmp(a, "--metrics")) {
+            o->metrics = s;
+        } else if (!strcmp(a, "--lr")) {
+            char *end;
+            errno = 0;
+            o->lr = strtod(s, &end);
+            if (errno || end == s || *end || !(o->lr >= 0) || isinf(o->lr)) {
+                fail(prog, "--lr expects a non-negative number, got '%s'", s);
+                return -1;
+            }
+        } else {
+            long long lo = 0, hi = 2147483647;
+            if (!strcmp(a, "--batch") || !strcmp(a, "--log-every") || !strcmp(a, "--threads") ||
+                !strcmp(a, "--gradcheck"))
+                lo = 1;
+            if (!strcmp(a, "--batch"))
+                hi = 1048576;
+            if (!strcmp(a, "--seed") || !strcmp(a, "--max-steps"))
+                hi = 9007199254740991ll;
+            if (parse_int(prog, a, s, lo, hi, &v))
+                return -1;
+            if (!strcmp(a, "--epochs"))
+                o->epochs = (int)v;
+            else if (!strcmp(a, "--batch"))
+                o->batch = (int)v;
+            else if (!strcmp(a, "--seed"))
+                o->seed = (uint64_t)v;
+            else if (!strcmp(a, "--max-steps"))
+                o->max_steps = v;
+            else if (!strcmp(a, "--log-every"))
+                o->log_every = (int)v;
+            else if (!strcmp(a, "--threads"))
+                o->threads = (int)v;
+            else
+                o->gradcheck = (int)v;
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the net */
+
+static void net_free(nrt_net *net)
+{
+    free(net->param);
+    free(net->grad);
+    free(net->act);
+    free(net->iact);
+    free(net->gbuf[0]);
+    free(net->gbuf[1]);
+    free(net->scratch);
+    free(net->dinput);
+    *net = (nrt_net){0};
+}
+
+static void *alloc_floats(size_t n, size_t size, int *ok)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (!p)
+        *ok = 0;
+    return p;
+}
+
+static int net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err)
+{
+    int ok = 1;
+    *net = (nrt_net){0};
+    net->model = m;
+    net->cap = cap;
+    size_t c = (size_t)cap;
+    net->param = alloc_floats(m->param_count, sizeof(float), &ok);
+    net->grad = alloc_floats(m->param_count, sizeof(float), &ok);
+    net->act = alloc_floats(c * m->act_size, sizeof(float), &ok);
+    net->iact = alloc_floats(c * m->iact_size, sizeof(int32_t), &ok);
+    net->gbuf[0] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
+    net->gbuf[1] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
+    net->scratch = alloc_floats(m->scratch_size, sizeof(float), &ok);
+    if (!ok) {
+        net_free(net);
+        return nrt_errorf(err, "out of memory for a batch of %d (%.1f MiB of activations)",
+                          cap, (double)(c * (m->act_size + 2 * m->grad_size)) * 4 / 1048576);
+    }
+    return 0;
+}
+
+/* ----------------------------------------------------- weights in and out */
+
+static const char *dims_str(char *buf, size_t len, int rank, const int64_t *dim)
+{
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < rank && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "", (long long)dim[i]);
+    if (n < len)
+        snprintf(buf + n, len - n, "]");
+    return buf;
+}
+
+static int load_weights(const nrt_model *m, float *param, const char *path, nrt_error *err)
+{
+    nrt_st_file *f;
+    if (nrt_safetensors_open(path, &f, err))
+        return -1;
+    int rc = 0;
+    for (int i = 0; i < m->n_params && rc == 0; i++) {
+        const nrt_param *p = &m->params[i];
+        const char *dtype = NULL;
+        const nrt_tensor *t = nrt_safetensors_find(f, p->name, &dtype);
+        char want[96], got[96];
+        dims_str(want, sizeof want, p->rank, p->dim);
+        if (!t && dtype)
+            rc = nrt_errorf(err, "%s: tensor '%s' has dtype %s; netc needs F32", path, p->name, dtype);
+        else if (!t)
+            rc = nrt_errorf(err, "%s: no tensor '%s' (the model has %s %s)", path, p->name, p->name, want);
+        else if (t->rank != p->rank || memcmp(t->dim, p->dim, sizeof(int64_t) * (size_t)p->rank))
+            rc = nrt_errorf(err, "%s: tensor '%s' has shape %s, the model expects %s", path, p->name,
+                            dims_str(got, sizeof got, t->rank, t->dim), want);
+        else
+            memcpy(param + p->offset, t->data, sizeof(float) * p->size);
+    }
+    for (int i = 0; i < nrt_safetensors_count(f) && rc == 0; i++) {
+        const char *name = nrt_safetensors_name(f, i);
+        int found = 0;
+        for (int k = 0; k < m->n_params; k++)
+            found |= !strcmp(name, m->params[k].name);
+        if (!found)
+            rc = nrt_errorf(err, "%s: tensor '%s' is not a parameter of model '%s'", path, name, m->name);
+    }
+    nrt_safetensors_close(f);
+    return rc;
+}
+
+static int save_weights(const nrt_model *m, const float *param, const char *path, nrt_error *err)
+{
+    nrt_tensor *t = calloc((size_t)m->n_params + 1, sizeof *t);
+    if (!t)
+        return nrt_errorf(err, "out of memory");
+    for (int i = 0; i < m->n_params; i++) {
+        const nrt_param *p = &m->params[i];
+        t[i].name = p->name;
+        t[i].rank = p->rank;
+        memcpy(t[i].dim, p->dim, sizeof t[i].dim);
+        t[i].data = param + p->offset;
+    }
+    const char *meta[] = {"format", "pt", "netc_model", m->name};
+    int rc = nrt_safetensors_save(path, t, m->n_params, meta, 2, err);
+    free(t);
+    return rc;
+}
+
+/* ------------------------------------------------------------------- data */
+
+typedef struct Data {
+    nrt_dataset train, test;
+    int has_train, has_test;
+} Data;
+
+static void data_free(Data *d)
+{
+    if (d->has_train)
+        nrt_dataset_free(&d->train);
+    if (d->has_test)
+        nrt_dataset_free(&d->test);
+}
+
+static int load_data(const nrt_model *m, const Options *o, Data *d, nrt_error *err)
+{
+    *d = (Data){0};
+    nrt_source src = m->train;
+    src.path = o->data;
+    if (!src.kind)
+        src.kind = "csv";
+    if (!src.path)
+        return nrt_errorf(err, "no training data: the model names none; give --data PATH");
+    if (nrt_dataset_load(&src, m->target_kind, m->in_size, m->n_out, 0, &d->train, err))
+        return -1;
+    d->has_train = 1;
+    if (o->test_data) {
+        nrt_source t = m->test.kind ? m->test : m->train;
+        t.path = o->test_data;
+        if (!t.kind)
+            t.kind = src.kind;
+        if (nrt_dataset_load(&t, m->target_kind, m->in_size, m->n_out, 1, &d->test, err))
+            return -1;
+        d->has_test = 1;
+    } else if (m->holdout > 0) {
+        if (nrt_dataset_split(&d->train, m->holdout, o->seed, &d->test, err))
+            return -1;
+        d->has_test = 1;
+    }
+    if (src.standardize) {
+        size_t dim = d->train.dim;
+        float *mean = malloc(sizeof(float) * dim), *std = malloc(sizeof(float) * dim);
+        if (!mean || !std) {
+            free(mean);
+            free(std);
+            return nrt_errorf(err, "out of memory");
+        }
+        nrt_dataset_stats(&d->train, mean, std);
+        nrt_dataset_standardize(&d->train, mean, std);
+        if (d->has_test)
+            nrt_dataset_standardize(&d->test, mean, std);
+        free(mean);
+        free(std);
+    }
+    return 0;
+}
+
+/* A batch gathered from a dataset into buffers of capacity cap. */
+typedef struct Batcher {
+    float *x, *y;
+    int32_t *label;
+} Batcher;
+
+static int batcher_init(Batcher *b, const nrt_model *m, int cap)
+{
+    size_t c = (size_t)cap;
+    b->x = malloc(sizeof(float) * c * m->in_size);
+    b->label = malloc(sizeof(int32_t) * c);
+    b->y = malloc(sizeof(float) * c * (size_t)m->n_out);
+    return b->x && b->label && b->y ? 0 : -1;
+}
+
+static void batcher_free(Batcher *b)
+{
+    free(b->x);
+    free(b->label);
+    free(b->y);
+}
+
+static nrt_batch gather(Batcher *bt, const nrt_dataset *d, const uint32_t *idx, size_t n)
+{
+    nrt_dataset_gather(d, idx, n, bt->x, d->label ? bt->label : NULL, d->y ? bt->y : NULL);
+    nrt_batch b = {(int)n, bt->x, bt->label, bt->y};
+    return b;
+}
+
+/* ------------------------------------------------------------- evaluation */
+
+typedef struct Eval {
+    double loss, accuracy;
+} Eval;
+
+static Eval evaluate(nrt_net *net, Batcher *bt, const nrt_dataset *d, int cap, uint32_t *idx)
+{
+    const nrt_model *m = net->model;
+    double loss = 0;
+    long long correct = 0;
+    net->training = 0;
+    for (size_t i = 0; i < d->n; i++)
+        idx[i] = (uint32_t)i;
+    for (size_t s = 0; s < d->n; s += (size_t)cap) {
+        size_t n = d->n - s < (size_t)cap ? d->n - s : (size_t)cap;
+        nrt_batch b = gather(bt, d, idx + s, n);
+        const float *out;
+        loss += (double)m->forward(net, &b, &out) * (double)n;
+        if (m->target_kind == NRT_TARGET_CLASS)
+            correct += nrt_correct(out, b.label, b.n, m->n_out);
+    }
+    Eval e = {loss / (double)d->n, (double)correct / (double)d->n};
+    return e;
+}
+
+/* ---------------------------------------------------------------- gradcheck */
+
+/* Loss of the batch with the dropout stream reset, so every evaluation of
+ * the loss sees the same masks. */
+static double loss_at(nrt_net *net, const nrt_batch *b, const nrt_rng *dropout)
+{
+    const float *out;
+    net->rng = *dropout;
+    return (double)net->model->forward(net, b, &out);
+}
+
+typedef struct Check {
+    long long checked, kinks, failed;
+    double max_err;
+} Check;
+
+/* Compares the analytic derivative of value *v with central differences. */
+static void check_one(nrt_net *net, const nrt_batch *b, const nrt_rng *dropout, float *v,
+                      double analytic, const char *what, long long index, Check *c, int verbose)
+{
+    const double h = 1e-2, atol = 2e-3, rtol = 2e-2;
+    float saved = *v;
+    *v = saved + (float)h;
+    double up = loss_at(net, b, dropout);
+    *v = saved - (float)h;
+    double down = loss_at(net, b, dropout);
+    *v = saved;
+    double mid = loss_at(net, b, dropout);
+    double central = (up - down) / (2 * h);
+    double right = (up - mid) / h, left = (mid - down) / h;
+    c->checked++;
+    double err = fabs(analytic - central);
+    double tol = atol + rtol * fmax(fabs(analytic), fabs(central));
+    if (err <= tol) {
+        if (err > c->max_err)
+            c->max_err = err;
+        return;
+    }
+    /* a kink (relu at 0, a maxpool tie) inside [-h, h]: the one-sided
+     * derivatives disagree, and the analytic one must be one of them */
+    if (fabs(right - left) > tol) {
+        double el = fabs(analytic - left), er = fabs(analytic - right);
+        if (el <= atol + rtol * fabs(left) || er <= atol + rtol * fabs(right)) {
+            c->kinks++;
+            if (verbose)
+                printf("kink %s[%lld]: analytic %.6g, left %.6g, right %.6g\n", what, index,
+                       analytic, left, right);
+            return;
+        }
+    }
+    c->failed++;
+    printf("MISMATCH %s[%lld]: analytic %.6g, numeric %.6g (left %.6g, right %.6g)\n", what,
+           index, analytic, central, left, right);
+}
+
+static int gradcheck(nrt_net *net, const nrt_dataset *d, int nsamples, uint64_t seed)
+{
+    const nrt_model *m = net->model;
+    size_t n = (size_t)nsamples < d->n ? (size_t)nsamples : d->n;
+    Batcher bt;
+    uint32_t *idx = malloc(sizeof *idx * n);
+    float *analytic = malloc(sizeof(float) * m->param_count + 1);
+    float *dinput = calloc(n * m->in_size, sizeof(float));
+    if (batcher_init(&bt, m, (int)n) || !idx || !analytic || !dinput) {
+        fprintf(stderr, "gradcheck: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++)
+        idx[i] = (uint32_t)i;
+    nrt_batch b = gather(&bt, d, idx, n);
+    nrt_rng dropout;
+    seed_stream(&dropout, seed, STREAM_DROPOUT);
+    net->training = 1;
+    net->dinput = dinput;
+    loss_at(net, &b, &dropout);
+    m->backward(net, &b);
+    memcpy(analytic, net->grad, sizeof(float) * m->param_count);
+    net->dinput = NULL;
+
+    Check c = {0};
+    int verbose = getenv("NETRT_GRADCHECK_VERBOSE") != NULL;
+    for (int i = 0; i < m->n_params; i++) {
+        const nrt_param *p = &m->params[i];
+        size_t stride = p->size > 64 ? p->size / 64 : 1; /* at most ~64 per tensor */
+        for (size_t k = 0; k < p->size; k += stride)
+            check_one(net, &b, &dropout, net->param + p->offset + k, analytic[p->offset + k],
+                      p->name, (long long)k, &c, verbose);
+    }
+    size_t nin = n * m->in_size, stride = nin > 256 ? nin / 256 : 1;
+    for (size_t k = 0; k < nin; k += stride)
+        check_one(net, &b, &dropout, bt.x + k, dinput[k], "input", (long long)k, &c, verbose);
+    printf("gradcheck: %lld values checked on %zu samples, %lld at kinks, max error %.3g: %s\n",
+           c.checked, n, c.kinks, c.max_err, c.failed ? "FAILED" : "ok");
+    batcher_free(&bt);
+    free(idx);
+    free(analytic);
+    net->dinput = NULL;
+    free(dinput);
+    return c.failed ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------ train */
+
+typedef struct Run {
+    const nrt_model *m;
+    const Options *o;
+    const char *prog;
+    nrt_net net;
+    nrt_optim_state opt;
+    Data data;
+    Batcher bt;
+    uint32_t *idx;
+    FILE *metrics;
+    long long steps;
+} Run;
+
+static void progress(const Run *r, int epoch, size_t done, size_t total, double loss)
+{
+    fprintf(stderr, "\r  epoch %d/%d %3d%%  loss %.4f ", epoch, r->o->epochs,
+            (int)(100.0 * (double)done / (double)total), loss);
+    fflush(stderr);
+}
+
+static int train(Run *r)
+{
+    const nrt_model *m = r->m;
+    const Options *o = r->o;
+    nrt_net *net = &r->net;
+    nrt_rng shuffle;
+    seed_stream(&shuffle, o->seed, STREAM_SHUFFLE);
+    seed_stream(&net->rng, o->seed, STREAM_DROPOUT);
+    const nrt_dataset *d = &r->data.train;
+    int live = !o->quiet && isatty(2);
+    double t0 = now(), total_samples = 0;
+    int epochs_done = 0;
+
+    for (int epoch = 1; epoch <= o->epochs; epoch++) {
+        if (o->max_steps >= 0 && r->steps >= o->max_steps)
+            break;
+        for (size_t i = 0; i < d->n; i++)
+            r->idx[i] = (uint32_t)i;
+        if (o->shuffle)
+            nrt_shuffle(&shuffle, r->idx, d->n);
+        double te = now(), loss_sum = 0, last_shown = te;
+        size_t seen = 0;
+        for (size_t s = 0; s < d->n; s += (size_t)o->batch) {
+            if (o->max_steps >= 0 && r->steps >= o->max_steps)
+                break;
+            size_t n = d->n - s < (size_t)o->batch ? d->n - s : (size_t)o->batch;
+            nrt_batch b = gather(&r->bt, d, r->idx + s, n);
+            const float *out;
+            net->training = 1;
+            float loss = m->forward(net, &b, &out);
+            m->backward(net, &b);
+            nrt_optim_step(&r->opt, net->param, net->grad);
+            r->steps++;
+            loss_sum += (double)loss * (double)n;
+            seen += n;
+            if (!isfinite(loss)) {
+                fail(r->prog, "the loss is %s at step %lld (epoch %d); lower the learning rate "
+                     "(now %g)", isnan(loss) ? "NaN" : "infinite", r->steps, epoch, (double)r->opt.h.lr);
+                if (live)
+                    fputc('\n', stderr);
+                return -1;
+            }
+            if (r->metrics && o->log_every && r->steps % o->log_every == 0)
+                fprintf(r->metrics, "{\"step\": %lld, \"loss\": %.9g}\n", r->steps, (double)loss);
+            if (live && now() - last_shown > 0.1) {
+                progress(r, epoch, s + n, d->n, loss_sum / (double)seen);
+                last_shown = now();
+            }
+        }
+        if (seen == 0)
+            break;
+        double secs = now() - te;
+        total_samples += (double)seen;
+        epochs_done++;
+        if (live)
+            fputs("\r\033[K", stderr);
+        Eval ev = {NAN, NAN};
+        if (r->data.has_test)
+            ev = evaluate(net, &r->bt, &r->data.test, o->batch, r->idx);
+        double train_loss = loss_sum / (double)seen;
+        if (!o->quiet) {
+            printf("epoch %3d/%d  train_loss %.6f", epoch, o->epochs, train_loss);
+            if (r->data.has_test) {
+                printf("  test_loss %.6f", ev.loss);
+                if (m->target_kind == NRT_TARGET_CLASS)
+                    printf("  test_accuracy %.2f%%", 100 * ev.accuracy);
+            }
+            printf("  %.2fs  %.0f samples/s\n", secs, (double)seen / secs);
+            fflush(stdout);
+        }
+        if (r->metrics) {
+            fprintf(r->metrics, "{\"epoch\": %d, \"train_loss\": %.9g", epoch, train_loss);
+            if (r->data.has_test) {
+                fprintf(r->metrics, ", \"test_loss\": %.9g", ev.loss);
+                if (m->target_kind == NRT_TARGET_CLASS)
+                    fprintf(r->metrics, ", \"test_accuracy\": %.9g", ev.accuracy);
+            }
+            fprintf(r->metrics, ", \"lr\": %.7g, \"seconds\": %.6f, \"samples_per_sec\": %.3f}\n",
+                    (double)r->opt.h.lr, secs, (double)seen / secs);
+            fflush(r->metrics);
+        }
+    }
+    double secs = now() - t0;
+    if (!o->quiet && epochs_done > 0)
+        printf("trained %d epoch%s (%lld steps) in %.2f s: %.0f samples/s\n", epochs_done,
+               epochs_done == 1 ? "" : "s", r->steps, secs, total_samples / secs);
+    return 0;
+}
+
+static int choose_device(const char *prog, const char *device, int quiet)
+{
+    if (!strcmp(device, "cpu"))
+        return 0;
+    if (!strcmp(device, "auto")) {
+        if (!quiet)
+            printf("device: cpu (auto; this build of netc has no CUDA backend)\n");
+        return 0;
+    }
+    if (!strncmp(device, "cuda", 4) && (device[4] == '\0' || device[4] == ':')) {
+        fail(prog, "--device %s: this build of netc has no CUDA backend; use --device cpu or auto",
+             device);
+        return -1;
+    }
+    fail(prog, "unknown device '%s' (expected cpu, cuda, cuda:N or auto)", device);
+    return -1;
+}
+
+int nrt_main(const nrt_model *m, int argc, char **argv)
+{
+    const char *prog = argc > 0 ? argv[0] : m->name;
+    if (m->abi != NETRT_ABI) {
+        fail(prog, "compiled for netrt ABI %d, linked with ABI %d", m->abi, NETRT_ABI);
+        return 1;
+    }
+    Options o;
+    if (parse_flags(m, argc, argv, &o))
+        return 2;
+    if (choose_device(prog, o.device, o.quiet))
+        return 1;
+#ifdef _OPENMP
+    if (o.threads > 0)
+        omp_set_num_threads(o.threads);
+#endif
+#ifdef NETRT_HAVE_OPENBLAS
+    if (o.threads > 0)
+        openblas_set_num_threads(o.threads);
+#endif
+
+    Run r = {0};
+    r.m = m;
+    r.o = &o;
+    r.prog = prog;
+    nrt_error err = {{0}};
+    int status = 1;
+    int need_data = o.max_steps != 0 || o.gradcheck > 0;
+    int cap = o.gradcheck > 0 ? o.gradcheck : o.batch;
+
+    if (need_data && load_data(m, &o, &r.data, &err))
+        goto fail;
+    if (net_alloc(&r.net, m, cap, &err))
+        goto fail;
+    nrt_rng init;
+    seed_stream(&init, o.seed, STREAM_INIT);
+    nrt_init_params(m->params, m->n_params, r.net.param, &init);
+    if (o.load && load_weights(m, r.net.param, o.load, &err))
+        goto fail;
+    if (o.gradcheck > 0) {
+        status = gradcheck(&r.net, &r.data.train, o.gradcheck, o.seed);
+        goto done;
+    }
+    nrt_optim h = m->optim;
+    if (o.lr >= 0)
+        h.lr = (float)o.lr;
+    if (nrt_optim_init(&r.opt, &h, m->param_count, &err))
+        goto fail;
+    if (o.metrics) {
+        r.metrics = fopen(o.metrics, "w");
+        if (!r.metrics) {
+            nrt_errorf(&err, "%s: cannot write: %s", o.metrics, strerror(errno));
+            goto fail;
+        }
+    }
+    if (need_data) {
+        size_t n = r.data.train.n > r.data.test.n ? r.data.train.n : r.data.test.n;
+        r.idx = malloc(sizeof *r.idx * (n ? n : 1));
+        if (!r.idx || batcher_init(&r.bt, m, o.batch)) {
+            nrt_errorf(&err, "out of memory");
+            goto fail;
+        }
+        if (!o.quiet)
+            printf("model %s: %zu parameters; %zu training samples%s\n", m->name, m->param_count,
+                   r.data.train.n,
+                   r.data.has_test ? "" : " (no test data)");
+        if (train(&r))
+            goto done;
+    }
+    if (o.save && save_weights(m, r.net.param, o.save, &err))
+        goto fail;
+    if (r.metrics && fclose(r.metrics) != 0) {
+        r.metrics = NULL;
+        nrt_errorf(&err, "%s: write error: %s", o.metrics, strerror(errno));
+        goto fail;
+    }
+    r.metrics = NULL;
+    status = 0;
+    goto done;
+fail:
+    fail(prog, "%s", err.msg);
+done:
+    if (r.metrics)
+        fclose(r.metrics);
+    free(r.idx);
+    batcher_free(&r.bt);
+    nrt_optim_free(&r.opt);
+    net_free(&r.net);
+    data_free(&r.data);
+    return status;
+}

@@ -1,0 +1,325 @@
+/*
+ * netrt.h — the netc runtime, the slim C library every generated training
+ * program links.
+ *
+ * A program that netc generates holds only what is specific to its model:
+ * the shapes, the parameter table, one forward and one backward function per
+ * layer.  Everything else — flags, datasets, shuffling, batching, the
+ * training loop, optimizers, metrics, safetensors, the numeric kernels — is
+ * here, written once and tested once.
+ *
+ * Conventions a reader must know:
+ *  - Tensors are float32, row-major, batch first: a batch of images is
+ *    [N, C, H, W] and lies contiguous in memory.
+ *  - Functions that can fail return 0 on success and -1 on failure, with a
+ *    one-line message in an nrt_error the caller owns.  Nothing here prints
+ *    an error by itself and nothing calls exit(), except nrt_main.
+ *  - There is no global mutable state: a run's state is an nrt_net, a
+ *    dataset's an nrt_dataset, and each has its own free function.
+ *
+ * The file is split in sections, one per source file of runtime/.
+ */
+#ifndef NETRT_H
+#define NETRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NETRT_VERSION "0.1.0"
+/* Bumped whenever the interface between generated code and this library
+ * changes; generated code refuses to compile against another one. */
+#define NETRT_ABI 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- error.c */
+
+typedef struct nrt_error {
+    char msg[512];
+} nrt_error;
+
+/* Formats a message into e (if e is not NULL) and returns -1, so that
+ * `return nrt_errorf(err, "...", ...);` reads naturally. */
+int nrt_errorf(nrt_error *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------ rng.c */
+
+/* xoshiro256** seeded through splitmix64: fast, small, and the same stream
+ * on every platform, so one seed gives bit-identical runs. */
+typedef struct nrt_rng {
+    uint64_t s[4];
+} nrt_rng;
+
+void nrt_rng_seed(nrt_rng *r, uint64_t seed);
+uint64_t nrt_rng_next(nrt_rng *r);
+uint32_t nrt_rng_below(nrt_rng *r, uint32_t n); /* uniform in [0, n) */
+double nrt_rng_uniform(nrt_rng *r);             /* uniform in [0, 1) */
+double nrt_rng_normal(nrt_rng *r);              /* standard normal */
+/* Fisher–Yates shuffle of idx[0..n). */
+void nrt_shuffle(nrt_rng *r, uint32_t *idx, size_t n);
+
+/* ----------------------------------------------------------------- data.c */
+
+enum nrt_target_kind {
+    NRT_TARGET_CLASS = 1, /* one integer label in [0, classes) per sample */
+    NRT_TARGET_VALUE = 2  /* ydim real values per sample */
+};
+
+/* Where a dataset comes from, as the model file or the flags say. */
+typedef struct nrt_source {
+    const char *kind;  /* "csv" (comma separated), "table" (whitespace
+                          separated) or "cifar10" (binary batches) */
+    const char *path;  /* file, or for cifar10 a file or a directory */
+    int label;         /* column of the (first) target value; negative
+                          counts from the end: -1 is the last column */
+    int header;        /* lines to skip at the top of a text file */
+    float scale;       /* features are multiplied by this (1 = unchanged) */
+    int standardize;   /* 1: features scaled to zero mean, unit variance
+                          with the training set's statistics */
+} nrt_source;
+
+/* A whole dataset in memory. */
+typedef struct nrt_dataset {
+    size_t n;      /* samples */
+    size_t dim;    /* features per sample (floats) */
+    float *x;      /* n * dim features */
+    int32_t *label; /* n class labels (NRT_TARGET_CLASS), else NULL */
+    float *y;      /* n * ydim values (NRT_TARGET_VALUE), else NULL */
+    size_t ydim;
+} nrt_dataset;
+
+/* Reads a dataset.  dim is the number of features the model expects per
+ * sample; for class targets, ncls is the number of classes (a label outside
+ * [0, ncls) is an error); for value targets ncls is the number of target
+ * values per sample.  test: for a cifar10 directory, read test_batch.bin
+ * instead of data_batch_*.bin.  Errors name the file and the line (text) or
+ * the record (binary): "data/x.csv:17: expected 14 columns, found 13". */
+int nrt_dataset_load(const nrt_source *src, int target_kind, size_t dim,
+                     int ncls, int test, nrt_dataset *out, nrt_error *err);
+void nrt_dataset_free(nrt_dataset *d);
+
+/* Moves a fraction of d's samples, chosen with a generator seeded by seed,
+ * into held_out; d keeps the rest in their original order. */
+int nrt_dataset_split(nrt_dataset *d, double fraction, uint64_t seed,
+                      nrt_dataset *held_out, nrt_error *err);
+
+/* Feature statistics of d (mean and standard deviation of each feature,
+ * over all samples), and their application to a dataset. */
+void nrt_dataset_stats(const nrt_dataset *d, float *mean, float *std);
+void nrt_dataset_standardize(nrt_dataset *d, const float *mean,
+                             const float *std);
+
+/* Copies the samples idx[0..n) of d into x (n * dim floats) and label or y
+ * (whichever d has). */
+void nrt_dataset_gather(const nrt_dataset *d, const uint32_t *idx, size_t n,
+                        float *x, int32_t *label, float *y);
+
+/* ---------------------------------------------------------- safetensors.c */
+
+/* One tensor of a safetensors file: float32 only (what netc writes). */
+typedef struct nrt_tensor {
+    const char *name;
+    int rank;
+    int64_t dim[4];
+    const float *data;
+} nrt_tensor;
+
+/* Writes the tensors to path atomically: to a temporary file in the same
+ * directory, then rename().  A failure leaves no file behind.  The header
+ * lists the tensors in the order given, with "__metadata__" holding the
+ * key/value pairs meta[0..2*nmeta) (may be NULL). */
+int nrt_safetensors_save(const char *path, const nrt_tensor *t, int n,
+                         const char *const *meta, int nmeta, nrt_error *err);
+
+/* An opened safetensors file: the header parsed, the data in memory. */
+typedef struct nrt_st_file nrt_st_file;
+
+int nrt_safetensors_open(const char *path, nrt_st_file **out, nrt_error *err);
+/* Finds a tensor by name; returns NULL if absent.  Only F32 tensors are
+ * returned; *dtype receives the dtype string of whatever was found. */
+const nrt_tensor *nrt_safetensors_find(const nrt_st_file *f, const char *name,
+                                       const char **dtype);
+int nrt_safetensors_count(const nrt_st_file *f);
+const char *nrt_safetensors_name(const nrt_st_file *f, int i);
+void nrt_safetensors_close(nrt_st_file *f);
+
+/* -------------------------------------------------------------- kernels.c */
+
+/* The numeric kernels generated code calls.  All row-major.
+ *
+ * C[m, n] = alpha * op(A)[m, k] op(B)[k, n] + beta * C, op(X) = X or X^T.
+ * lda, ldb, ldc are row strides of A, B, C as stored.  With OpenBLAS this
+ * is cblas_sgemm; otherwise a blocked, vectorised, threaded kernel whose
+ * result does not depend on the number of threads. */
+void nrt_sgemm(int transa, int transb, int m, int n, int k, float alpha,
+               const float *a, int lda, const float *b, int ldb, float beta,
+               float *c, int ldc);
+
+/* One image x [C, H, W] to columns col [C*KH*KW, OH*OW]; zero padding. */
+void nrt_im2col(const float *x, int c, int h, int w, int kh, int kw, int sh,
+                int sw, int ph, int pw, int oh, int ow, float *col);
+/* The adjoint: accumulates col [C*KH*KW, OH*OW] into dx [C, H, W]. */
+void nrt_col2im(const float *col, int c, int h, int w, int kh, int kw,
+                int sh, int sw, int ph, int pw, int oh, int ow, float *dx);
+
+/* Max pooling over [N, C, H, W] with padding p (padded cells never win).
+ * arg receives, per output, the index within its input plane (h*W + w) of
+ * the maximum; ties go to the first in scan order, as in PyTorch. */
+void nrt_maxpool2d_fwd(const float *x, int n, int c, int h, int w, int k,
+                       int s, int p, int oh, int ow, float *y, int32_t *arg);
+/* dx [N, C, H, W] = scatter of dy through arg (dx is overwritten). */
+void nrt_maxpool2d_bwd(const float *dy, const int32_t *arg, int n, int c,
+                       int h, int w, int oh, int ow, float *dx);
+
+/* Average pooling, PyTorch's count_include_pad=True: the divisor is k*k. */
+void nrt_avgpool2d_fwd(const float *x, int n, int c, int h, int w, int k,
+                       int s, int p, int oh, int ow, float *y);
+void nrt_avgpool2d_bwd(const float *dy, int n, int c, int h, int w, int k,
+                       int s, int p, int oh, int ow, float *dx);
+
+/* Cross-entropy of logits [N, K] against labels, mean over N, through a
+ * numerically stable log-softmax.  If dlogits is not NULL it receives the
+ * gradient of the mean loss: (softmax - onehot) / N.  Returns the loss. */
+float nrt_xent(const float *logits, const int32_t *label, int n, int k,
+               float *dlogits);
+/* Mean squared error over all N*D values; dy (if not NULL) = 2 (y - t) / ND. */
+float nrt_mse(const float *y, const float *t, int n, int d, float *dy);
+/* Number of rows of logits [N, K] whose largest entry is at label. */
+int nrt_correct(const float *logits, const int32_t *label, int n, int k);
+
+/* ---------------------------------------------------------------- optim.c */
+
+enum nrt_optim_kind { NRT_SGD = 1, NRT_ADAM = 2 };
+
+/* Hyperparameters, with PyTorch's names and meanings. */
+typedef struct nrt_optim {
+    int kind;
+    float lr;
+    float momentum, dampening, weight_decay; /* sgd (weight_decay: both) */
+    int nesterov;
+    float beta1, beta2, eps;                 /* adam */
+} nrt_optim;
+
+/* An optimizer's state over one flat parameter buffer. */
+typedef struct nrt_optim_state {
+    nrt_optim h;
+    size_t n;
+    float *m; /* sgd: momentum buffer; adam: first moment */
+    float *v; /* adam: second moment */
+    int64_t step;
+} nrt_optim_state;
+
+int nrt_optim_init(nrt_optim_state *s, const nrt_optim *h, size_t n,
+                   nrt_error *err);
+/* One update of param[0..n) with grad[0..n), exactly torch.optim's. */
+void nrt_optim_step(nrt_optim_state *s, float *param, const float *grad);
+void nrt_optim_free(nrt_optim_state *s);
+
+/* ----------------------------------------------------------------- init.c */
+
+enum nrt_init_kind {
+    NRT_INIT_DEFAULT = 0,        /* PyTorch's default for the parameter */
+    NRT_INIT_ZEROS,
+    NRT_INIT_ONES,
+    NRT_INIT_CONSTANT,           /* a */
+    NRT_INIT_NORMAL,             /* mean a, std b */
+    NRT_INIT_UNIFORM,            /* [a, b) */
+    NRT_INIT_XAVIER_NORMAL,      /* gain a */
+    NRT_INIT_XAVIER_UNIFORM,     /* gain a */
+    NRT_INIT_KAIMING_NORMAL,     /* negative slope a, gain sqrt(2/(1+a^2)) */
+    NRT_INIT_KAIMING_UNIFORM     /* negative slope a */
+};
+
+typedef struct nrt_init {
+    int kind;
+    float a, b;
+} nrt_init;
+
+/* ---------------------------------------------------------------- model */
+
+/* One parameter tensor of a model, as generated code describes it. */
+typedef struct nrt_param {
+    const char *name;  /* PyTorch's state_dict name: "0.weight", "fc1.bias" */
+    int rank;
+    int64_t dim[4];
+    size_t offset;     /* in floats, into the flat parameter buffer */
+    size_t size;       /* in floats */
+    int fan_in, fan_out;
+    int is_bias;       /* default init: U(±1/sqrt(fan_in)) instead of
+                          kaiming_uniform(a=sqrt(5)) */
+    nrt_init init;
+} nrt_param;
+
+/* Fills each parameter of the flat buffer by its init, drawing from r in
+ * table order. */
+void nrt_init_params(const nrt_param *p, int n, float *buf, nrt_rng *r);
+
+/* A training run's state, shared by the runtime and the generated code.
+ * Buffers are sized for `cap` samples a batch. */
+typedef struct nrt_net {
+    const struct nrt_model *model;
+    int cap;           /* batch capacity of the buffers below */
+    float *param;      /* flat parameters */
+    float *grad;       /* flat gradients, same layout */
+    float *act;        /* activations: value v of sample i of the batch
+                          lies at act + cap * v_offset + i * v_size */
+    float *gbuf[2];    /* gradient ping-pong buffers, cap * gsize each */
+    float *scratch;    /* per-layer scratch (im2col columns), cap-free */
+    int32_t *iact;     /* integer activations (maxpool argmax) */
+    float *dinput;     /* if not NULL, backward writes d loss / d input */
+    nrt_rng rng;       /* dropout masks */
+    int training;      /* dropout active */
+} nrt_net;
+
+typedef struct nrt_batch {
+    int n;
+    const float *x;
+    const int32_t *label;
+    const float *y;
+} nrt_batch;
+
+/* Everything generated code tells the runtime about a model. */
+typedef struct nrt_model {
+    int abi;                 /* NETRT_ABI of the generated code */
+    const char *name;        /* model name */
+    const char *source;      /* model file, as given to netc */
+    int in_rank;
+    int in_dim[4];
+    size_t in_size;          /* floats per sample */
+    int target_kind;         /* enum nrt_target_kind */
+    int n_out;               /* classes, or target values per sample */
+    const nrt_param *params;
+    int n_params;
+    size_t param_count;      /* floats in the flat buffer */
+    size_t act_size;         /* floats of activations per sample */
+    size_t iact_size;        /* int32 activations per sample */
+    size_t grad_size;        /* floats of one gradient buffer per sample */
+    size_t scratch_size;     /* floats of scratch, independent of batch */
+    nrt_optim optim;
+    const char *device;      /* "cpu", "cuda", "cuda:N", "auto" */
+    nrt_source train;        /* default training data (path may be NULL) */
+    nrt_source test;         /* default test data (path may be NULL) */
+    double holdout;          /* > 0: test set = this fraction of train */
+    int batch, epochs;
+    uint64_t seed;
+    /* Forward pass over a batch: returns the mean loss; the model's output
+     * (logits or predictions, [n, n_out]) is left at *out. */
+    float (*forward)(nrt_net *net, const nrt_batch *b, const float **out);
+    /* Backward pass after forward on the same batch: overwrites net->grad. */
+    void (*backward)(nrt_net *net, const nrt_batch *b);
+} nrt_model;
+
+/* ----------------------------------------------------------------- main.c */
+
+/* The generated program's main: parses the flags, loads the data, builds
+ * the net, trains, evaluates, saves.  Returns the process exit status. */
+int nrt_main(const nrt_model *m, int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NETRT_H */

@@ -1,0 +1,81 @@
+/*
+ * rng.c — the runtime's random numbers: xoshiro256** (Blackman and Vigna),
+ * seeded through splitmix64.  Every random choice of a run (initial weights,
+ * shuffling, dropout masks, held-out splits) comes from a generator seeded by
+ * the run's --seed, so one seed and one set of flags give bit-identical runs.
+ */
+#include "netrt.h"
+
+#include <math.h>
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void nrt_rng_seed(nrt_rng *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&seed);
+}
+
+uint64_t nrt_rng_next(nrt_rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+/* Lemire's multiply-and-reject: unbiased, one multiply in the common case. */
+uint32_t nrt_rng_below(nrt_rng *r, uint32_t n)
+{
+    uint64_t m = (uint64_t)(uint32_t)(nrt_rng_next(r) >> 32) * n;
+    uint32_t low = (uint32_t)m;
+    if (low < n) {
+        uint32_t threshold = (uint32_t)-n % n;
+        while (low < threshold) {
+            m = (uint64_t)(uint32_t)(nrt_rng_next(r) >> 32) * n;
+            low = (uint32_t)m;
+        }
+    }
+    return (uint32_t)(m >> 32);
+}
+
+double nrt_rng_uniform(nrt_rng *r)
+{
+    return (double)(nrt_rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+/* Box–Muller; the second variate is thrown away so the stream of draws does
+ * not depend on how calls to uniform and normal interleave. */
+double nrt_rng_normal(nrt_rng *r)
+{
+    double u1 = 1.0 - nrt_rng_uniform(r); /* (0, 1]: log is finite */
+    double u2 = nrt_rng_uniform(r);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void nrt_shuffle(nrt_rng *r, uint32_t *idx, size_t n)
+{
+    for (size_t i = n; i > 1; i--) {
+        size_t j = nrt_rng_below(r, (uint32_t)i);
+        uint32_t t = idx[i - 1];
+        idx[i - 1] = idx[j];
+        idx[j] = t;
+    }
+}
