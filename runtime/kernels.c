@@ -194,30 +194,47 @@ static inline void st4(float *p, v4f v)
     memcpy(p, &v, sizeof v);
 }
 
+static inline void store_row(float *ci, v4f x0, v4f x1, float alpha,
+                             float beta)
+{
+    x0 = alpha * x0;
+    x1 = alpha * x1;
+    if (beta != 0.0f) {
+        x0 += beta * ld4(ci);
+        x1 += beta * ld4(ci + 4);
+    }
+    st4(ci, x0);
+    st4(ci + 4, x1);
+}
+
 static void ukernel_generic(int kc, const float *a, const float *b, float *c,
                             size_t ldc, float alpha, float beta)
 {
     for (int h = 0; h < NR; h += 8) {
-        v4f acc[MR][2];
-        for (int i = 0; i < MR; i++)
-            acc[i][0] = acc[i][1] = (v4f){0, 0, 0, 0};
+        v4f c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
+        v4f c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
         const float *ap = a, *bp = b + h;
         for (int p = 0; p < kc; p++, ap += MR, bp += NR) {
             v4f b0 = ld4(bp), b1 = ld4(bp + 4);
-            for (int i = 0; i < MR; i++) {
-                acc[i][0] += ap[i] * b0;
-                acc[i][1] += ap[i] * b1;
-            }
+            c00 += ap[0] * b0;
+            c01 += ap[0] * b1;
+            c10 += ap[1] * b0;
+            c11 += ap[1] * b1;
+            c20 += ap[2] * b0;
+            c21 += ap[2] * b1;
+            c30 += ap[3] * b0;
+            c31 += ap[3] * b1;
+            c40 += ap[4] * b0;
+            c41 += ap[4] * b1;
+            c50 += ap[5] * b0;
+            c51 += ap[5] * b1;
         }
-        for (int i = 0; i < MR; i++) {
-            float *ci = c + i * ldc + h;
-            for (int u = 0; u < 2; u++) {
-                v4f r = alpha * acc[i][u];
-                if (beta != 0.0f)
-                    r += beta * ld4(ci + 4 * u);
-                st4(ci + 4 * u, r);
-            }
-        }
+        store_row(c + 0 * ldc + h, c00, c01, alpha, beta);
+        store_row(c + 1 * ldc + h, c10, c11, alpha, beta);
+        store_row(c + 2 * ldc + h, c20, c21, alpha, beta);
+        store_row(c + 3 * ldc + h, c30, c31, alpha, beta);
+        store_row(c + 4 * ldc + h, c40, c41, alpha, beta);
+        store_row(c + 5 * ldc + h, c50, c51, alpha, beta);
     }
 }
 
@@ -242,7 +259,8 @@ static void ukernel_generic(int kc, const float *a, const float *b, float *c,
 
 #endif
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && \
+    !defined(NETRT_NO_AVX2)
 #define NRT_X86_AVX2 1
 #include <immintrin.h>
 
@@ -642,16 +660,17 @@ void nrt_im2col(const float *x, int c, int h, int w, int kh, int kw, int sh,
                         memset(r, 0, (size_t)ow * sizeof *r);
                         continue;
                     }
-                    const float *xr = xc + (size_t)iy * w + (kj - pw);
+                    /* input column of output ox: ox*sw + kj - pw */
+                    const float *xr = xc + (size_t)iy * w;
                     for (int ox = 0; ox < xlo; ox++)
                         r[ox] = 0.0f;
                     if (sw == 1) {
                         if (xhi > xlo)
-                            memcpy(r + xlo, xr + xlo,
+                            memcpy(r + xlo, xr + (xlo + kj - pw),
                                    (size_t)(xhi - xlo) * sizeof *r);
                     } else {
                         for (int ox = xlo; ox < xhi; ox++)
-                            r[ox] = xr[(size_t)ox * sw];
+                            r[ox] = xr[ox * sw + kj - pw];
                     }
                     for (int ox = xhi; ox < ow; ox++)
                         r[ox] = 0.0f;
@@ -680,9 +699,9 @@ void nrt_col2im(const float *col, int c, int h, int w, int kh, int kw,
                     if (iy < 0 || iy >= h)
                         continue;
                     const float *r = row + (size_t)oy * ow;
-                    float *dr = dc + (size_t)iy * w + (kj - pw);
+                    float *dr = dc + (size_t)iy * w;
                     for (int ox = xlo; ox < xhi; ox++)
-                        dr[(size_t)ox * sw] += r[ox];
+                        dr[ox * sw + kj - pw] += r[ox];
                 }
             }
         }

@@ -438,7 +438,8 @@ typedef struct Check {
 static void check_one(nrt_net *net, const nrt_batch *b, const nrt_rng *dropout, float *v,
                       double analytic, const char *what, long long index, Check *c, int verbose)
 {
-    const double h = 1e-2, atol = 2e-3, rtol = 2e-2;
+    const char *step = getenv("NETRT_GRADCHECK_STEP");
+    const double h = step ? atof(step) : 1e-3, atol = 2e-4, rtol = 5e-3;
     float saved = *v;
     *v = saved + (float)h;
     double up = loss_at(net, b, dropout);

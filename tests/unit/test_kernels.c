@@ -13,6 +13,10 @@
  *                         -DNRT_TEST_CBLAS=1 (or -DNETRT_HAVE_OPENBLAS=1)
  *                         and -lopenblas
  */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
 #include "netrt.h"
 
 #include <float.h>
@@ -726,6 +730,15 @@ static void set_threads(int t)
     (void)t;
 }
 
+#ifdef HAVE_CBLAS
+/* Lets the other library's idle threads stop spinning before a timing. */
+static void pause_a_little(void)
+{
+    struct timespec ts = {0, 200000000};
+    nanosleep(&ts, NULL);
+}
+#endif
+
 static int bench(void)
 {
     static const struct {
@@ -746,53 +759,70 @@ static int bench(void)
         {"linear dx = dy*W", 0, 0, 64, 1024, 256, 0.0f},
         {"square NN 512", 0, 0, 512, 512, 512, 0.0f},
     };
+    enum { NS = sizeof sh / sizeof *sh };
+    /* [shape][0: nrt 1 thread, 1: nrt all, 2: blas 1, 3: blas all] */
+    double r[NS][4] = {{0}};
     int maxt = 1;
 #ifdef _OPENMP
     maxt = omp_get_max_threads();
 #endif
+    /* All of one library, then all of the other, so that neither's idle
+     * threads compete with the other's. */
+    for (int lib = 0; lib < 2; lib++) {
+        gemm_fn f = nrt_sgemm;
+        if (lib == 1) {
+#ifdef HAVE_CBLAS
+            f = via_cblas;
+            pause_a_little();
+#else
+            break;
+#endif
+        }
+        for (int s = 0; s < NS; s++) {
+            int m = sh[s].m, n = sh[s].n, k = sh[s].k;
+            float *a = randv((size_t)m * k), *b = randv((size_t)k * n);
+            float *c = randv((size_t)m * n);
+            set_threads(1);
+            r[s][2 * lib] =
+                gflops(f, sh[s].ta, sh[s].tb, m, n, k, sh[s].beta, a, b, c);
+            if (maxt > 1) {
+                set_threads(maxt);
+                r[s][2 * lib + 1] = gflops(f, sh[s].ta, sh[s].tb, m, n, k,
+                                           sh[s].beta, a, b, c);
+            }
+            free(a);
+            free(b);
+            free(c);
+        }
+    }
 #if NETRT_HAVE_OPENBLAS
     printf("(nrt_sgemm is OpenBLAS in this build)\n");
 #endif
-    printf("%-24s %4s %4s %4s %2s | %9s", "GFLOP/s", "m", "n", "k", "op",
+    printf("%-22s %4s %4s %4s %2s | %7s", "GFLOP/s", "m", "n", "k", "op",
            "nrt 1t");
 #ifdef HAVE_CBLAS
-    printf(" %9s %6s", "blas 1t", "ratio");
+    printf(" %7s %6s", "blas 1t", "ratio");
 #endif
     if (maxt > 1) {
-        printf(" %9s", "nrt Nt");
+        printf(" %7s", "nrt Nt");
 #ifdef HAVE_CBLAS
-        printf(" %9s", "blas Nt");
+        printf(" %7s", "blas Nt");
 #endif
     }
     printf("\n");
-    for (size_t s = 0; s < sizeof sh / sizeof *sh; s++) {
-        int m = sh[s].m, n = sh[s].n, k = sh[s].k, ta = sh[s].ta,
-            tb = sh[s].tb;
-        float *a = randv((size_t)m * k), *b = randv((size_t)k * n);
-        float *c = randv((size_t)m * n);
-        printf("%-24s %4d %4d %4d %c%c |", sh[s].what, m, n, k,
-               ta ? 'T' : 'N', tb ? 'T' : 'N');
-        set_threads(1);
-        double mine = gflops(nrt_sgemm, ta, tb, m, n, k, sh[s].beta, a, b, c);
-        printf(" %9.1f", mine);
+    for (int s = 0; s < NS; s++) {
+        printf("%-22s %4d %4d %4d %c%c | %7.1f", sh[s].what, sh[s].m, sh[s].n,
+               sh[s].k, sh[s].ta ? 'T' : 'N', sh[s].tb ? 'T' : 'N', r[s][0]);
 #ifdef HAVE_CBLAS
-        double theirs = gflops(via_cblas, ta, tb, m, n, k, sh[s].beta, a, b, c);
-        printf(" %9.1f %6.2f", theirs, theirs / mine);
+        printf(" %7.1f %6.2f", r[s][2], r[s][2] / r[s][0]);
 #endif
         if (maxt > 1) {
-            set_threads(maxt);
-            printf(" %9.1f",
-                   gflops(nrt_sgemm, ta, tb, m, n, k, sh[s].beta, a, b, c));
+            printf(" %7.1f", r[s][1]);
 #ifdef HAVE_CBLAS
-            printf(" %9.1f",
-                   gflops(via_cblas, ta, tb, m, n, k, sh[s].beta, a, b, c));
+            printf(" %7.1f", r[s][3]);
 #endif
         }
         printf("\n");
-        fflush(stdout);
-        free(a);
-        free(b);
-        free(c);
     }
     printf("(ratio = OpenBLAS / nrt, one thread; Nt = %d threads)\n", maxt);
     return 0;
