@@ -117,7 +117,8 @@ static void pass_locals(Emit *e, const Node *n, bool bwd)
     for (int k = 0; k < n->nparams; k++) {
         const Param *prm = &p->params[n->param0 + k];
         const char *w = prm->is_bias ? "b" : "W";
-        emitf(e, "const float *%s = net->param + %zu;", w, prm->offset);
+        if (!bwd || !prm->is_bias) /* backward needs W for dx, never b */
+            emitf(e, "const float *%s = net->param + %zu;", w, prm->offset);
         if (bwd)
             emitf(e, "float *d%s = net->grad + %zu;", w, prm->offset);
     }

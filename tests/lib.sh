@@ -12,8 +12,8 @@ SRC=${NETC_TOP_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 NETC=${NETC:-$SRC/netc}
 BUILD=${NETC_TOP_BUILDDIR:-$(dirname "$NETC")}
 PYTHON=${PYTHON:-python3}
-name=$(basename "$0" .sh)
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/netc-$name.XXXXXX")
+test_name=$(basename "$0" .sh)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/netc-$test_name.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 failures=0
 checks=0
@@ -35,7 +35,7 @@ check() {
 }
 
 finish() {
-    echo "$name: $checks checks, $failures failed"
+    echo "$test_name: $checks checks, $failures failed"
     [ "$failures" -eq 0 ]
     exit $?
 }

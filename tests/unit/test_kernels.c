@@ -30,7 +30,7 @@
 #include <omp.h>
 #endif
 
-#if defined(NRT_TEST_CBLAS) || NETRT_HAVE_OPENBLAS
+#if defined(NRT_TEST_CBLAS) || defined(NETRT_HAVE_OPENBLAS)
 #define HAVE_CBLAS 1
 #include <cblas.h>
 #endif
@@ -795,7 +795,7 @@ static int bench(void)
             free(c);
         }
     }
-#if NETRT_HAVE_OPENBLAS
+#ifdef NETRT_HAVE_OPENBLAS
     printf("(nrt_sgemm is OpenBLAS in this build)\n");
 #endif
     printf("%-22s %4s %4s %4s %2s | %7s", "GFLOP/s", "m", "n", "k", "op",

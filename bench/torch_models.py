@@ -1,0 +1,206 @@
+#!/usr/bin/python3
+"""The PyTorch side of the netc benchmark (bench/run.sh).
+
+Trains one of the six seed models on the CPU with an ordinary PyTorch loop and
+prints one JSON object with its step times.  The architectures are written out
+by hand below and mirror models/*.net layer for layer (layers, activations,
+initialisation where the model file sets one, loss, optimizer and its
+hyperparameters, batch size); run.sh checks that the parameter count agrees
+with the one the netc-generated program reports.
+
+Timing mirrors what the generated program writes to --metrics: each epoch
+draws a random permutation of the training set (outside the clock), then the
+clock runs over the epoch's steps -- gather the batch by index from tensors
+already in memory, zero_grad, forward, loss, backward, step, loss.item() --
+and stops before anything else.  The reported figure is the median, over the
+epochs after the warm-up epochs, of (epoch seconds / steps in the epoch).
+The median of the individually timed steps is reported as well.
+
+usage: torch_models.py MODEL --threads K --data PATH --n-train N
+                       [--epochs E] [--warmup W] [--seed S]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+
+
+# ---------------------------------------------------------------- models
+
+def boston_linear():
+    # linear(1); loss mse; adam(lr=1e-3); batch 16
+    net = nn.Sequential(nn.Linear(13, 1))
+    return net, nn.MSELoss(), torch.optim.Adam(net.parameters(), lr=1e-3), 16
+
+
+def boston_mlp():
+    # linear(16) relu linear(32) relu linear(1); mse; adam(lr=0.01); batch 32
+    net = nn.Sequential(nn.Linear(13, 16), nn.ReLU(),
+                        nn.Linear(16, 32), nn.ReLU(),
+                        nn.Linear(32, 1))
+    return net, nn.MSELoss(), torch.optim.Adam(net.parameters(), lr=0.01), 32
+
+
+def digits_mlp():
+    # linear(128) relu dropout(0.1) linear(10); cross_entropy;
+    # sgd(lr=0.1, momentum=0.9); batch 32
+    net = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Dropout(0.1),
+                        nn.Linear(128, 10))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    return net, nn.CrossEntropyLoss(), opt, 32
+
+
+def digits_cnn():
+    # input [1, 8, 8]; conv2d(16, k3, p1) relu maxpool2d(2)
+    # conv2d(32, k3, p1) relu maxpool2d(2) flatten linear(64) relu linear(10);
+    # cross_entropy; adam(lr=1e-3); batch 32
+    net = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Flatten(), nn.Linear(32 * 2 * 2, 64), nn.ReLU(),
+                        nn.Linear(64, 10))
+    return net, nn.CrossEntropyLoss(), torch.optim.Adam(net.parameters(), lr=1e-3), 32
+
+
+def cifar10():
+    # input [3, 32, 32]; conv2d(32, k5, p2) maxpool2d(2) conv2d(32, k5, p2)
+    # maxpool2d(2) conv2d(64, k5, p2) maxpool2d(2) flatten linear(64)
+    # linear(10) -- no activations in the model file; cross_entropy;
+    # sgd(lr=0.01); batch 64
+    net = nn.Sequential(nn.Conv2d(3, 32, 5, padding=2), nn.MaxPool2d(2),
+                        nn.Conv2d(32, 32, 5, padding=2), nn.MaxPool2d(2),
+                        nn.Conv2d(32, 64, 5, padding=2), nn.MaxPool2d(2),
+                        nn.Flatten(), nn.Linear(64 * 4 * 4, 64), nn.Linear(64, 10))
+    return net, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=0.01), 64
+
+
+def cnn101():
+    # input [3, 32, 32]; conv2d(32, k3) relu maxpool2d(2) conv2d(64, k3) relu
+    # maxpool2d(2) flatten linear(256) relu linear(128) relu linear(101);
+    # init conv2d weight=xavier_normal, linear weight=normal(0, 0.01),
+    # bias=zeros; cross_entropy; sgd(lr=1e-3, momentum=0.9, dampening=0.1);
+    # batch 32
+    net = nn.Sequential(nn.Conv2d(3, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Flatten(), nn.Linear(64 * 6 * 6, 256), nn.ReLU(),
+                        nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 101))
+    for m in net:
+        if isinstance(m, nn.Conv2d):
+            nn.init.xavier_normal_(m.weight)
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0.0, 0.01)
+            nn.init.zeros_(m.bias)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9, dampening=0.1)
+    return net, nn.CrossEntropyLoss(), opt, 32
+
+
+MODELS = {f.__name__: f for f in
+          (boston_linear, boston_mlp, digits_mlp, digits_cnn, cifar10, cnn101)}
+
+
+# ------------------------------------------------------------------ data
+
+def load_boston(path):
+    rows = [[float(v) for v in line.split()] for line in open(path) if line.strip()]
+    t = torch.tensor(rows, dtype=torch.float32)
+    x, y = t[:, :13], t[:, 13:14]
+    x = (x - x.mean(0)) / x.std(0)            # standardize=true
+    return x, y
+
+
+def load_digits(path, image):
+    rows = [[int(v) for v in line.split(",")] for line in open(path) if line.strip()]
+    t = torch.tensor(rows)
+    x = t[:, :64].float() * 0.0625           # scale=0.0625
+    if image:
+        x = x.reshape(-1, 1, 8, 8)
+    return x, t[:, 64].long()
+
+
+def load_cifar(path):
+    raw = open(path, "rb").read()
+    rec = 1 + 3 * 32 * 32
+    t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).reshape(-1, rec)
+    return (t[:, 1:].float() / 255.0).reshape(-1, 3, 32, 32), t[:, 0].long()
+
+
+def load(model, path):
+    if model.startswith("boston"):
+        return load_boston(path)
+    if model.startswith("digits"):
+        return load_digits(path, model == "digits_cnn")
+    return load_cifar(path)
+
+
+# ----------------------------------------------------------------- train
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", choices=sorted(MODELS))
+    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--n-train", type=int, default=0,
+                    help="train on the first N samples (netc's training-set size)")
+    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=1, help="epochs left out of the median")
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args(argv)
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    net, loss_fn, opt, batch = MODELS[a.model]()
+    x, y = load(a.model, a.data)
+    if a.n_train:
+        if a.n_train > len(x):
+            ap.error(f"--n-train {a.n_train}: {a.data} has only {len(x)} samples")
+        x, y = x[:a.n_train].contiguous(), y[:a.n_train].contiguous()
+    n = len(x)
+    net.train()
+    gen = torch.Generator().manual_seed(a.seed)
+
+    per_epoch, steps_all = [], []
+    for epoch in range(a.epochs):
+        perm = torch.randperm(n, generator=gen)
+        times = []
+        running = 0.0
+        t0 = time.perf_counter()
+        for s in range(0, n, batch):
+            ts = time.perf_counter()
+            idx = perm[s:s + batch]
+            xb, yb = x[idx], y[idx]
+            opt.zero_grad()
+            out = net(xb)
+            loss = loss_fn(out, yb)
+            loss.backward()
+            opt.step()
+            running += loss.item()
+            times.append(time.perf_counter() - ts)
+        secs = time.perf_counter() - t0
+        if epoch >= a.warmup:
+            per_epoch.append(secs / len(times))
+            steps_all.extend(times)
+
+    print(json.dumps({
+        "model": a.model,
+        "framework": "torch",
+        "torch_version": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "batch": batch,
+        "n_train": n,
+        "steps_per_epoch": (n + batch - 1) // batch,
+        "epochs_measured": len(per_epoch),
+        "params": sum(p.numel() for p in net.parameters()),
+        "step_ms": 1e3 * statistics.median(per_epoch),
+        "step_ms_per_step_median": 1e3 * statistics.median(steps_all),
+        "final_loss": running / len(times),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

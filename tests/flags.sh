@@ -1,0 +1,88 @@
+# tests/flags.sh — the generated program's flags and its errors: each bad
+# flag, bad data file and bad weights file gives one clear message naming
+# the thing, exit status non-zero, and no crash.
+. "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
+
+cat > "$WORK/m.net" <<'NET'
+model tiny {
+    input  x[3]
+    target class(2)
+    fc = linear(4)
+    relu
+    linear(2)
+    loss cross_entropy
+    optimizer sgd(lr=0.1)
+    device cpu
+}
+NET
+compile "$WORK/m.net" "$WORK/p"
+p=$WORK/p
+printf '0.1,0.2,0.3,1\n0.5,0.1,0.2,0\n0.3,0.3,0.9,1\n' > "$WORK/ok.csv"
+
+# expect_error STDERR_SUBSTRING ARGS...: the program fails with that message
+expect_error() {
+    want=$1
+    shift
+    "$p" "$@" > "$WORK/out" 2> "$WORK/err"
+    status=$?
+    check "[ $status -ne 0 ] && [ $status -lt 128 ]" "'$*': exit status $status"
+    check "grep -qF -- \"\$want\" '$WORK/err'" "'$*': expected '$want' in: $(cat "$WORK/err")"
+}
+
+expect_error "unknown option '--bogus'" --bogus
+expect_error "--batch expects a whole number from 1 to 1048576, got '0'" --batch 0
+expect_error "--epochs expects a whole number" --epochs many
+expect_error "--lr expects a non-negative number, got '-1'" --lr -1
+expect_error "--data needs a value" --data
+expect_error "no training data: the model names none; give --data PATH"
+expect_error "this build of netc has no CUDA backend" --device cuda --data "$WORK/ok.csv"
+expect_error "unknown device 'tpu'" --device tpu --data "$WORK/ok.csv"
+expect_error "$WORK/none.csv: cannot open" --data "$WORK/none.csv"
+
+printf '0.1,0.2,0.3,1\n0.5,0.1,0\n' > "$WORK/short.csv"
+expect_error "$WORK/short.csv:2: expected 4 columns, found 3" --data "$WORK/short.csv"
+printf '0.1,0.2,0.3,1\n0.5,abc,0.2,0\n' > "$WORK/nan.csv"
+expect_error "$WORK/nan.csv:2:2: not a number: 'abc'" --data "$WORK/nan.csv"
+printf '0.1,0.2,0.3,1\n0.5,0.1,0.2,7\n' > "$WORK/label.csv"
+expect_error "$WORK/label.csv:2: label 7 out of range [0, 2)" --data "$WORK/label.csv"
+
+# --max-steps 0 --save writes the initial weights without any data, with
+# PyTorch's names; a named layer keeps its name
+check "'$p' --max-steps 0 --save '$WORK/init.safetensors'" "--max-steps 0 --save failed"
+check "grep -q 'fc.weight' '$WORK/init.safetensors' && grep -q '2.bias' '$WORK/init.safetensors'" \
+    "the weights file lacks fc.weight or 2.bias"
+
+# weights that do not fit the model are refused, naming the tensor
+cat > "$WORK/other.net" <<'NET'
+model other {
+    input  x[3]
+    target class(2)
+    fc = linear(5)
+    relu
+    linear(2)
+    loss cross_entropy
+    optimizer sgd
+}
+NET
+compile "$WORK/other.net" "$WORK/other"
+"$WORK/other" --max-steps 0 --save "$WORK/other.safetensors"
+expect_error "tensor 'fc.weight' has shape [5, 3], the model expects [4, 3]" \
+    --load "$WORK/other.safetensors" --data "$WORK/ok.csv"
+printf 'not a safetensors file' > "$WORK/junk.safetensors"
+expect_error "junk.safetensors: not a safetensors file" --load "$WORK/junk.safetensors" --max-steps 0
+expect_error "missing.safetensors: No such file or directory" --load "$WORK/missing.safetensors" --max-steps 0
+
+# a failed save leaves no file behind
+expect_error "$WORK/no/such/dir/w.safetensors" --max-steps 0 --save "$WORK/no/such/dir/w.safetensors"
+check "[ ! -e '$WORK/no' ]" "a failed save left something behind"
+
+# flags override the model's defaults
+"$p" --data "$WORK/ok.csv" --epochs 3 --batch 2 --lr 0.5 --metrics "$WORK/m.jsonl" --log-every 1 --quiet
+check "[ \$(grep -c '\"epoch\"' '$WORK/m.jsonl') -eq 3 ]" "--epochs 3 did not give 3 epoch records"
+check "[ \$(grep -c '\"step\"' '$WORK/m.jsonl') -eq 6 ]" "--batch 2 over 3 samples did not give 2 steps an epoch"
+check "grep -q '\"lr\": 0.5' '$WORK/m.jsonl'" "--lr 0.5 is not in the metrics"
+"$p" --data "$WORK/ok.csv" --max-steps 4 --epochs 10 --metrics "$WORK/s.jsonl" --log-every 1 --quiet
+check "[ \$(grep -c '\"step\"' '$WORK/s.jsonl') -eq 4 ]" "--max-steps 4 did not stop after 4 steps"
+"$p" --data "$WORK/ok.csv" --quiet > "$WORK/q.out"
+check "[ ! -s '$WORK/q.out' ]" "--quiet printed: $(cat "$WORK/q.out")"
+finish

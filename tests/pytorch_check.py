@@ -1,0 +1,789 @@
+#!/usr/bin/env python3
+"""netc's CPU training checked against PyTorch (tests/pytorch.sh runs this).
+
+    pytorch_check.py --netc NETC --src SRCDIR --work DIR [--results FILE]
+                     [--only NAME,...]
+
+For every model below -- small models written here next to their PyTorch
+twins, covering every layer, both losses and both optimizers with all their
+options, plus seed models from models/ with their bundled data -- the
+program netc makes from it is checked four ways:
+
+ 1. interop: `PROG --max-steps 0 --save init.safetensors` writes weights
+    that load into the twin nn.Sequential with load_state_dict(strict=True)
+    (names and shapes exactly PyTorch's), within PyTorch's default init
+    bound U(+-1/sqrt(fan_in));
+ 2. training parity: from those weights, `PROG --load init.safetensors
+    --no-shuffle --batch B --epochs E --log-every 1 --threads 1` and the twin
+    trained by torch.optim on the same batches in file order give the same
+    loss at every step, the same epoch means (and test loss and accuracy,
+    where there is test data) and the same final weights;
+ 3. the reverse: weights PyTorch initialises itself, saved here, load into
+    PROG bit for bit (--max-steps 0 --save) and give the same first-step
+    loss and the same weights after that step;
+ 4. safetensors files whose names, shapes or dtypes do not fit the model
+    are refused with a non-zero exit and a message naming the tensor.
+
+Tolerances (float32 both sides, different summation orders):
+    losses  |netc - torch| <= LOSS_RTOL * |torch| + LOSS_ATOL
+    weights |netc - torch| <= W_RTOL * |torch| + W_ATOL, element-wise
+
+Only torch is needed: safetensors files are read and written here with
+struct and json.  One line per check goes to stdout ("PASS: ..." or
+"FAIL: ..." with the values on failure) and, with --results, a
+"PASS<TAB>what" / "FAIL<TAB>what" line to FILE.  Exits 0 if every check
+passed, 1 otherwise.
+"""
+import argparse
+import array
+import json
+import math
+import os
+import re
+import struct
+import subprocess
+import sys
+import traceback
+from collections import OrderedDict
+
+import torch
+from torch import nn
+
+LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-6
+W_RTOL, W_ATOL = 1e-4, 1e-5
+RUN_TIMEOUT = 120  # seconds, one program run
+
+# ------------------------------------------------------------ safetensors
+
+
+def st_read(path):
+    """(OrderedDict name -> float32 tensor in file order, metadata)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 8:
+        raise ValueError(f"{path}: {len(raw)} bytes, too short for a header")
+    (hlen,) = struct.unpack("<Q", raw[:8])
+    if 8 + hlen > len(raw):
+        raise ValueError(f"{path}: header length {hlen} past the end ({len(raw)} bytes)")
+    header = json.loads(raw[8:8 + hlen].decode("utf-8"), object_pairs_hook=OrderedDict)
+    data = raw[8 + hlen:]
+    meta = header.pop("__metadata__", {})
+    out = OrderedDict()
+    spans = []
+    for name, info in header.items():
+        if info.get("dtype") != "F32":
+            raise ValueError(f"{path}: tensor {name!r} has dtype {info.get('dtype')!r}, expected F32")
+        shape = [int(d) for d in info["shape"]]
+        b, e = (int(v) for v in info["data_offsets"])
+        n = math.prod(shape)
+        if e - b != 4 * n or not 0 <= b <= e <= len(data):
+            raise ValueError(f"{path}: tensor {name!r} shape {shape} has data_offsets [{b}, {e}] "
+                             f"(data section {len(data)} bytes)")
+        spans.append((b, e, name))
+        a = array.array("f")
+        a.frombytes(data[b:e])
+        if sys.byteorder == "big":
+            a.byteswap()
+        out[name] = torch.tensor(a.tolist(), dtype=torch.float32).reshape(shape)
+    # the format wants the data section covered exactly, without holes
+    pos = 0
+    for b, e, name in sorted(spans):
+        if b != pos:
+            raise ValueError(f"{path}: data of {name!r} starts at {b}, expected {pos}")
+        pos = e
+    if pos != len(data):
+        raise ValueError(f"{path}: {len(data) - pos} bytes after the last tensor")
+    return out, meta
+
+
+def st_write(path, tensors, meta=None, dtypes=None):
+    """Writes {name: tensor} as the safetensors library does: header keys
+    sorted, data in that order, header padded with blanks to 8 bytes.
+    dtypes may map a name to "F64" (to write a file netc must refuse)."""
+    dtypes = dtypes or {}
+    header = OrderedDict()
+    if meta is not None:
+        header["__metadata__"] = meta
+    blobs = []
+    pos = 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().contiguous()
+        dt = dtypes.get(name, "F32")
+        a = array.array("d" if dt == "F64" else "f", t.flatten().tolist())
+        if sys.byteorder == "big":
+            a.byteswap()
+        blob = a.tobytes()
+        header[name] = {"dtype": dt, "shape": list(t.shape), "data_offsets": [pos, pos + len(blob)]}
+        blobs.append(blob)
+        pos += len(blob)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+# ------------------------------------------------------------------ data
+
+
+def write_csv(path, x, y):
+    """One sample a line: the features, then the target(s).  repr() of a
+    float32 as a double is exact, so netc reads back exactly x and y."""
+    x = x.reshape(len(x), -1)
+    with open(path, "w") as f:
+        for i in range(len(x)):
+            cols = [repr(v) for v in x[i].tolist()]
+            if y.dtype == torch.int64:
+                cols.append(str(int(y[i])))
+            else:
+                cols += [repr(v) for v in y[i].reshape(-1).tolist()]
+            f.write(",".join(cols) + "\n")
+
+
+def synthetic(shape, n, kind, nout, seed):
+    """n samples of the given feature shape with targets from a random
+    teacher, so that training has something to learn."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn((n,) + tuple(shape), generator=g)
+    flat = x.reshape(n, -1)
+    w = torch.randn(flat.shape[1], nout, generator=g) / math.sqrt(flat.shape[1])
+    z = flat @ w
+    if kind == "class":
+        y = z.argmax(dim=1)
+    else:
+        y = torch.tanh(z) + 0.05 * torch.randn(n, nout, generator=g)
+    return x, y
+
+
+def read_text(path, sep, rows, nfeat, kind, scale):
+    """Rows of a text dataset as netc reads them: features float(v * scale)
+    in double then rounded to float32, targets in the last column."""
+    xs, ys = [], []
+    with open(path) as f:
+        lines = [ln for ln in f if ln.strip()]
+    for ln in lines[rows[0]:rows[1]]:
+        vals = [float(v) for v in (ln.split(",") if sep == "," else ln.split())]
+        assert len(vals) == nfeat + 1, f"{path}: {len(vals)} columns"
+        xs.append([v * scale for v in vals[:nfeat]])
+        ys.append(vals[nfeat])
+    x = torch.tensor(xs, dtype=torch.float64).to(torch.float32)
+    if kind == "class":
+        y = torch.tensor(ys, dtype=torch.int64)
+    else:
+        y = torch.tensor(ys, dtype=torch.float64).to(torch.float32).reshape(-1, 1)
+    return x, y, "".join(lines[rows[0]:rows[1]])
+
+
+def standardize(train, others):
+    """runtime/data.c: mean and population std of each feature in double,
+    summed in row order, stored as float32; then (x - mean) / std in float32
+    (std < 1e-12 counts as 1)."""
+    d = train.to(torch.float64)
+    mean = d.cumsum(0)[-1] / len(d)
+    std = ((d - mean) ** 2).cumsum(0)[-1].div(len(d)).sqrt()
+    mean32, std32 = mean.to(torch.float32), std.to(torch.float32)
+    std32 = torch.where(std32 < 1e-12, torch.ones_like(std32), std32)
+    return [(t - mean32) / std32 for t in [train] + others]
+
+
+# ---------------------------------------------------------------- models
+
+
+def seq(*items):
+    """nn.Sequential named as netc names layers: each layer line's index, or
+    its name for `name = op(...)`; items are modules or (name, module)."""
+    od = OrderedDict()
+    for i, it in enumerate(items):
+        name, mod = it if isinstance(it, tuple) else (str(i), it)
+        od[name] = mod
+    return nn.Sequential(od)
+
+
+def sgd(**kw):
+    return lambda params: torch.optim.SGD(params, foreach=False, **kw)
+
+
+def adam(**kw):
+    return lambda params: torch.optim.Adam(params, foreach=False, **kw)
+
+
+class Spec:
+    """One model: its .net text (or a seed model file), its PyTorch twin,
+    optimizer, loss and data."""
+
+    def __init__(self, name, twin, optim, loss, data, net=None, seed_model=None,
+                 layers=None, optimizer=None, batch=16, epochs=2, bad_files=False):
+        self.name, self.twin, self.optim, self.loss, self.data = name, twin, optim, loss, data
+        self.net, self.seed_model = net, seed_model
+        self.layers, self.optimizer = layers, optimizer  # expected lines of a seed model
+        self.batch, self.epochs, self.bad_files = batch, epochs, bad_files
+
+
+def synthetic_data(shape, n, kind, nout, seed, ntest=0):
+    def make(work, src):
+        x, y = synthetic(shape, n + ntest, kind, nout, seed)
+        write_csv(os.path.join(work, "train.csv"), x[:n], y[:n])
+        d = {"train": "train.csv", "x": x[:n], "y": y[:n]}
+        if ntest:
+            write_csv(os.path.join(work, "test.csv"), x[n:], y[n:])
+            d.update(test="test.csv", xt=x[n:], yt=y[n:])
+        return d
+    return make
+
+
+def boston_data(work, src):
+    path = os.path.join(src, "data", "boston_housing.data")
+    x, y, text = read_text(path, None, (0, 152), 13, "value", 1.0)
+    xt, yt, ttext = read_text(path, None, (300, 400), 13, "value", 1.0)
+    with open(os.path.join(work, "train.data"), "w") as f:
+        f.write(text)
+    with open(os.path.join(work, "test.data"), "w") as f:
+        f.write(ttext)
+    # the model says standardize=true: training-set statistics for both
+    x, xt = standardize(x, [xt])
+    return {"train": "train.data", "x": x, "y": y, "test": "test.data", "xt": xt, "yt": yt}
+
+
+def digits_data(work, src):
+    tra = os.path.join(src, "data", "optdigits.tra")
+    tes = os.path.join(src, "data", "optdigits.tes")
+    x, y, text = read_text(tra, ",", (0, 136), 64, "class", 0.0625)
+    xt, yt, ttext = read_text(tes, ",", (0, 100), 64, "class", 0.0625)
+    with open(os.path.join(work, "train.csv"), "w") as f:
+        f.write(text)
+    with open(os.path.join(work, "test.csv"), "w") as f:
+        f.write(ttext)
+    return {"train": "train.csv", "x": x.reshape(-1, 1, 8, 8), "y": y,
+            "test": "test.csv", "xt": xt.reshape(-1, 1, 8, 8), "yt": yt}
+
+
+def cifar_data(work, src):
+    """CIFAR-10 binary records (label byte, 3x32x32 pixel bytes), random."""
+    g = torch.Generator().manual_seed(10)
+    out = {}
+    for part, n in (("train", 40), ("test", 20)):
+        labels = torch.randint(0, 10, (n,), generator=g)
+        pixels = torch.randint(0, 256, (n, 3072), generator=g)
+        recs = torch.cat([labels[:, None], pixels], dim=1).to(torch.uint8)
+        with open(os.path.join(work, part + ".bin"), "wb") as f:
+            f.write(bytes(recs.flatten().tolist()))
+        # torchvision's ToTensor: byte / 255 in float32
+        x = pixels.to(torch.float32).div(255).reshape(n, 3, 32, 32)
+        key = "" if part == "train" else "t"
+        out[part] = part + ".bin"
+        out["x" + key], out["y" + key] = x, labels
+    return out
+
+
+MLP_MOMENTUM = """\
+# every activation, a named layer, a final fused activation, mse on 2 values
+model mlp_momentum {
+    input  x[6]
+    target value(2)
+
+    linear(12)
+    tanh
+    hidden = linear(10)
+    sigmoid
+    linear(2)
+    tanh
+
+    loss      mse
+    optimizer sgd(lr=0.05, momentum=0.9, dampening=0.25, weight_decay=0.001)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
+MLP_NESTEROV = """\
+# leaky_relu, dropout(0), a linear without bias, activation after activation
+model mlp_nesterov {
+    input  x[10]
+    target class(4)
+
+    linear(24)
+    leaky_relu(0.2)
+    dropout(0)
+    linear(16, bias=false)
+    relu
+    leaky_relu
+    linear(4)
+
+    loss      cross_entropy
+    optimizer sgd(lr=0.1, momentum=0.8, nesterov=true, weight_decay=0.01)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
+CNN_ADAM = """\
+# strided, padded, bias-free and rectangular convolutions; overlapping padded
+# max pooling; padded average pooling
+model cnn_adam {
+    input  image[2, 9, 7]
+    target class(3)
+
+    conv2d(4, kernel=3, stride=2, padding=1, bias=false)   # [4, 5, 4]
+    leaky_relu(0.1)
+    maxpool2d(3, stride=2, padding=1)                      # [4, 3, 2]
+    conv2d(6, kernel=(2, 1), padding=(1, 0))               # [6, 4, 2]
+    tanh
+    avgpool2d(2, stride=1, padding=1)                      # [6, 5, 3]
+    flatten                                                # [90]
+    linear(8)
+    sigmoid
+    linear(3)
+
+    loss      cross_entropy
+    optimizer adam(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
+CNN_SGD = """\
+# a rectangular kernel with a rectangular stride, max pooling with gaps
+# (stride > kernel), activations after pooling (not fused), a 1x1 conv
+model cnn_sgd {
+    input  image[3, 10, 10]
+    target value(1)
+
+    conv2d(5, kernel=(3, 2), stride=(1, 2))    # [5, 8, 5]
+    maxpool2d(2, stride=3)                     # [5, 3, 2]
+    relu
+    sigmoid
+    conv2d(4, kernel=1)                        # [4, 3, 2]
+    relu
+    avgpool2d(2)                               # [4, 1, 1]
+    flatten
+    linear(1)
+
+    loss      mse
+    optimizer sgd(lr=0.05)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
+SPECS = [
+    Spec("mlp_momentum", net=MLP_MOMENTUM, loss="mse", bad_files=True,
+         twin=lambda: seq(nn.Linear(6, 12), nn.Tanh(), ("hidden", nn.Linear(12, 10)),
+                          nn.Sigmoid(), nn.Linear(10, 2), nn.Tanh()),
+         optim=sgd(lr=0.05, momentum=0.9, dampening=0.25, weight_decay=0.001),
+         data=synthetic_data((6,), 72, "value", 2, seed=1)),
+    Spec("mlp_nesterov", net=MLP_NESTEROV, loss="cross_entropy",
+         twin=lambda: seq(nn.Linear(10, 24), nn.LeakyReLU(0.2), nn.Dropout(0.0),
+                          nn.Linear(24, 16, bias=False), nn.ReLU(), nn.LeakyReLU(),
+                          nn.Linear(16, 4)),
+         optim=sgd(lr=0.1, momentum=0.8, nesterov=True, weight_decay=0.01),
+         data=synthetic_data((10,), 64, "class", 4, seed=2, ntest=24)),
+    Spec("cnn_adam", net=CNN_ADAM, loss="cross_entropy", bad_files=True,
+         twin=lambda: seq(nn.Conv2d(2, 4, 3, stride=2, padding=1, bias=False),
+                          nn.LeakyReLU(0.1), nn.MaxPool2d(3, stride=2, padding=1),
+                          nn.Conv2d(4, 6, (2, 1), padding=(1, 0)), nn.Tanh(),
+                          nn.AvgPool2d(2, stride=1, padding=1), nn.Flatten(),
+                          nn.Linear(90, 8), nn.Sigmoid(), nn.Linear(8, 3)),
+         optim=adam(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05),
+         data=synthetic_data((2, 9, 7), 72, "class", 3, seed=3)),
+    Spec("cnn_sgd", net=CNN_SGD, loss="mse",
+         twin=lambda: seq(nn.Conv2d(3, 5, (3, 2), stride=(1, 2)), nn.MaxPool2d(2, stride=3),
+                          nn.ReLU(), nn.Sigmoid(), nn.Conv2d(5, 4, 1), nn.ReLU(),
+                          nn.AvgPool2d(2), nn.Flatten(), nn.Linear(4, 1)),
+         optim=sgd(lr=0.05),
+         data=synthetic_data((3, 10, 10), 64, "value", 1, seed=4)),
+    Spec("boston_mlp", seed_model="boston_mlp.net", loss="mse",
+         layers=["linear(16)", "relu", "linear(32)", "relu", "linear(1)"],
+         optimizer="optimizer adam(lr=0.01)",
+         twin=lambda: seq(nn.Linear(13, 16), nn.ReLU(), nn.Linear(16, 32), nn.ReLU(),
+                          nn.Linear(32, 1)),
+         optim=adam(lr=0.01), data=boston_data),
+    Spec("digits_cnn", seed_model="digits_cnn.net", loss="cross_entropy",
+         layers=["conv2d(16, kernel=3, padding=1)", "relu", "maxpool2d(2)",
+                 "conv2d(32, kernel=3, padding=1)", "relu", "maxpool2d(2)", "flatten",
+                 "linear(64)", "relu", "linear(10)"],
+         optimizer="optimizer adam(lr=1e-3)",
+         twin=lambda: seq(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10)),
+         optim=adam(lr=1e-3), data=digits_data),
+    Spec("cifar10", seed_model="cifar10.net", loss="cross_entropy", epochs=1,
+         layers=["conv2d(32, kernel=5, padding=2)", "maxpool2d(2)",
+                 "conv2d(32, kernel=5, padding=2)", "maxpool2d(2)",
+                 "conv2d(64, kernel=5, padding=2)", "maxpool2d(2)", "flatten",
+                 "linear(64)", "linear(10)"],
+         optimizer="optimizer sgd(lr=0.01)",
+         twin=lambda: seq(nn.Conv2d(3, 32, 5, padding=2), nn.MaxPool2d(2),
+                          nn.Conv2d(32, 32, 5, padding=2), nn.MaxPool2d(2),
+                          nn.Conv2d(32, 64, 5, padding=2), nn.MaxPool2d(2), nn.Flatten(),
+                          nn.Linear(1024, 64), nn.Linear(64, 10)),
+         optim=sgd(lr=0.01), data=cifar_data),
+]
+
+STMT_WORDS = ("input", "target", "loss", "optimizer", "device", "train", "test", "init")
+
+
+def model_lines(text):
+    """(layer lines, optimizer line) of a model file, comments and extra
+    blanks removed."""
+    layers, optimizer = [], None
+    for ln in text.splitlines():
+        ln = " ".join(ln.split("#", 1)[0].split())
+        if not ln or ln.startswith("model ") or ln in ("{", "}"):
+            continue
+        word = re.match(r"[A-Za-z_]\w*", ln)
+        word = word.group(0) if word else ""
+        if word == "optimizer":
+            optimizer = ln
+        elif word not in STMT_WORDS:
+            layers.append(ln)
+    return layers, optimizer
+
+
+# ---------------------------------------------------------------- checks
+
+
+class Checks:
+    def __init__(self, results_path):
+        self.failed = 0
+        self.count = 0
+        self.results = open(results_path, "w") if results_path else None
+
+    def __call__(self, ok, what, detail="", note=""):
+        """Counts a check; detail is printed if it failed, note if it
+        passed."""
+        self.count += 1
+        status = "PASS" if ok else "FAIL"
+        if not ok:
+            self.failed += 1
+        print(f"{status}: {what}" + (f" ({note})" if ok and note else ""))
+        if not ok and detail:
+            print("    " + detail.rstrip().replace("\n", "\n    "))
+        sys.stdout.flush()
+        if self.results:
+            self.results.write(f"{status}\t{what}\n")
+            self.results.flush()
+        return ok
+
+
+def run(cmd, cwd):
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+
+
+def describe(p):
+    return (f"$ {' '.join(p.args)}\nexit {p.returncode}\n"
+            f"stderr: {p.stderr.strip()[-1500:]}\nstdout: {p.stdout.strip()[-800:]}")
+
+
+def read_metrics(path):
+    steps, epochs = [], []
+    with open(path) as f:
+        for ln in f:
+            if not ln.strip():
+                continue
+            rec = json.loads(ln)
+            if "step" in rec:
+                steps.append(rec)
+            elif "epoch" in rec:
+                epochs.append(rec)
+    return steps, epochs
+
+
+def close(a, b, rtol, atol):
+    return abs(a - b) <= atol + rtol * abs(b)
+
+
+def compare_losses(got, want):
+    """(ok, detail) for two lists of losses (netc, torch)."""
+    if len(got) != len(want):
+        return False, f"netc logged {len(got)} steps, PyTorch took {len(want)}"
+    bad = [(i + 1, g, w) for i, (g, w) in enumerate(zip(got, want))
+           if not close(g, w, LOSS_RTOL, LOSS_ATOL)]
+    worst = max((abs(g - w) / max(abs(w), 1e-30) for g, w in zip(got, want)), default=0.0)
+    if bad:
+        lines = [f"{len(bad)} of {len(got)} steps differ (worst relative error {worst:.3g}); "
+                 f"first: step {bad[0][0]}"]
+        lines += [f"  step {s:3d}: netc {g:.9g}  torch {w:.9g}  rel {abs(g - w) / max(abs(w), 1e-30):.3g}"
+                  for s, g, w in bad[:8]]
+        lines.append("  (all: " + ", ".join(f"{s}:{g:.6g}/{w:.6g}" for s, (g, w)
+                                             in enumerate(zip(got, want), 1)) + ")")
+        return False, "\n".join(lines)
+    return True, f"{len(got)} steps, max relative error {worst:.2g}"
+
+
+def compare_weights(got, model, rtol=W_RTOL, atol=W_ATOL, exact=False):
+    """(ok, detail): netc's tensors (name -> tensor) against model's
+    state_dict."""
+    want = model.state_dict()
+    problems, worst = [], (0.0, "")
+    if list(sorted(got)) != list(sorted(want)):
+        return False, f"names {sorted(got)}, expected {sorted(want)}"
+    for name, w in want.items():
+        g = got[name]
+        if tuple(g.shape) != tuple(w.shape):
+            problems.append(f"{name}: shape {list(g.shape)}, expected {list(w.shape)}")
+            continue
+        w = w.detach()
+        diff = (g - w).abs()
+        if exact:
+            bad = ~(g == w)
+        else:
+            bad = diff > atol + rtol * w.abs()
+        m = float(diff.max()) if diff.numel() else 0.0
+        if m > worst[0]:
+            worst = (m, name)
+        if bool(bad.any()):
+            i = int(torch.nonzero(bad.flatten())[0])
+            idx, r = [], i
+            for d in reversed(w.shape):
+                idx.insert(0, r % d)
+                r //= d
+            problems.append(f"{name}: {int(bad.sum())} of {w.numel()} values differ, max |diff| "
+                            f"{m:.3g}; first at {idx}: netc {float(g.flatten()[i]):.9g}, "
+                            f"torch {float(w.flatten()[i]):.9g}")
+    if problems:
+        return False, "\n".join(problems)
+    return True, f"max |diff| {worst[0]:.2g} in {worst[1]}" if worst[1] else "identical"
+
+
+def loss_fn(spec):
+    return nn.CrossEntropyLoss() if spec.loss == "cross_entropy" else nn.MSELoss()
+
+
+def evaluate(model, lf, x, y):
+    model.eval()
+    with torch.no_grad():
+        out = model(x)
+        loss = float(lf(out, y))
+        acc = float((out.argmax(dim=1) == y).float().mean()) if y.dtype == torch.int64 else None
+    model.train()
+    return loss, acc
+
+
+def torch_train(model, spec, data, batch, epochs, max_steps=None):
+    """Trains model as netc does with --no-shuffle: batches in file order, a
+    last partial batch included.  Returns (step losses, epoch records)."""
+    lf = loss_fn(spec)
+    opt = spec.optim(model.parameters())
+    x, y = data["x"], data["y"]
+    losses, epochs_out = [], []
+    model.train()
+    for _ in range(epochs):
+        total, seen = 0.0, 0
+        for s in range(0, len(x), batch):
+            if max_steps is not None and len(losses) >= max_steps:
+                break
+            xb, yb = x[s:s + batch], y[s:s + batch]
+            opt.zero_grad()
+            loss = lf(model(xb), yb)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+            total += float(loss) * len(xb)
+            seen += len(xb)
+        rec = {"train_loss": total / seen}
+        if "xt" in data:
+            rec["test_loss"], rec["test_accuracy"] = evaluate(model, lf, data["xt"], data["yt"])
+        epochs_out.append(rec)
+    return losses, epochs_out
+
+
+def default_bound_ok(model, tensors):
+    """Every parameter within PyTorch's default init bound 1/sqrt(fan_in),
+    and spread like U(-b, b) (std b/sqrt(3)) where there are enough values."""
+    problems = []
+    for mname, mod in model.named_modules():
+        if not isinstance(mod, (nn.Linear, nn.Conv2d)):
+            continue
+        fan_in = mod.weight[0].numel()
+        bound = 1 / math.sqrt(fan_in)
+        for pname in ("weight", "bias"):
+            if getattr(mod, pname) is None:
+                continue
+            t = tensors[f"{mname}.{pname}"]
+            mx = float(t.abs().max())
+            if mx > bound * (1 + 1e-6):
+                problems.append(f"{mname}.{pname}: max |w| {mx:.4g} > bound {bound:.4g}")
+            if t.numel() >= 64:
+                ratio = float(t.std()) / (bound / math.sqrt(3))
+                if not 0.75 < ratio < 1.25:
+                    problems.append(f"{mname}.{pname}: std {float(t.std()):.4g}, U(+-{bound:.4g}) "
+                                    f"has {bound / math.sqrt(3):.4g}")
+    return not problems, "\n".join(problems)
+
+
+def bad_files(check, spec, prog, work, init):
+    """Check 4: files that do not fit the model are refused, naming the
+    tensor, and nothing is saved."""
+    names = list(init)
+    w = next(n for n in names if init[n].dim() >= 2 and init[n].shape[0] != init[n].shape[1])
+    b = next(n for n in names if n.endswith(".bias"))
+    cases = []
+    t = OrderedDict(init)
+    t[w + "s"] = t.pop(w)
+    cases.append((f"a tensor renamed ({w} -> {w}s)", t, {}, [w]))
+    t = OrderedDict(init)
+    t[w] = t[w].transpose(0, 1).contiguous()
+    cases.append((f"{w} transposed to {list(t[w].shape)}", t, {}, [w]))
+    t = OrderedDict(init)
+    t[w] = t[w].reshape(-1)
+    cases.append((f"{w} flattened to {list(t[w].shape)}", t, {}, [w]))
+    t = OrderedDict(init)
+    t[b] = torch.cat([t[b], t[b][:1]])
+    cases.append((f"{b} one value longer", t, {}, [b]))
+    t = OrderedDict(init)
+    del t[b]
+    cases.append((f"{b} missing", t, {}, [b]))
+    t = OrderedDict(init)
+    t["99.weight"] = torch.zeros(3, 2)
+    cases.append(("an extra tensor 99.weight", t, {}, ["99.weight"]))
+    cases.append((f"{w} as F64", OrderedDict(init), {w: "F64"}, [w]))
+    for k, (what, tensors, dtypes, must_name) in enumerate(cases):
+        path = os.path.join(work, f"bad{k}.safetensors")
+        out = os.path.join(work, f"bad{k}.out.safetensors")
+        st_write(path, tensors, meta={"format": "pt"}, dtypes=dtypes)
+        p = run([prog, "--load", path, "--max-steps", "0", "--save", out, "--quiet"], work)
+        named = all(re.search(r"\b" + re.escape(n) + r"\b", p.stderr) for n in must_name)
+        ok = p.returncode > 0 and named and not os.path.exists(out)
+        check(ok, f"{spec.name}: --load refuses {what}",
+              "" if ok else describe(p) + ("" if named else f"\n(the message should name {must_name})")
+              + (f"\n{out} was written" if os.path.exists(out) else ""))
+    # a truncated file: refused, no crash
+    path = os.path.join(work, "truncated.safetensors")
+    st_write(path, init, meta={"format": "pt"})
+    with open(path, "rb") as f:
+        raw = f.read()
+    with open(path, "wb") as f:
+        f.write(raw[:-6])
+    p = run([prog, "--load", path, "--max-steps", "0", "--quiet"], work)
+    ok = p.returncode > 0 and "truncated.safetensors" in p.stderr
+    check(ok, f"{spec.name}: --load refuses a truncated file, naming it", "" if ok else describe(p))
+
+
+def check_model(check, spec, netc, src, root):
+    work = os.path.join(root, spec.name)
+    os.makedirs(work, exist_ok=True)
+    name = spec.name
+    if spec.seed_model:
+        model_path = os.path.join(src, "models", spec.seed_model)
+        with open(model_path) as f:
+            layers, optimizer = model_lines(f.read())
+        ok = layers == spec.layers and optimizer == spec.optimizer
+        if not check(ok, f"{name}: {spec.seed_model} is the model its PyTorch twin mirrors",
+                     f"layers {layers}, optimizer {optimizer!r}\nexpected {spec.layers}, "
+                     f"{spec.optimizer!r}: update the twin in tests/pytorch_check.py"):
+            return
+    else:
+        model_path = os.path.join(work, name + ".net")
+        with open(model_path, "w") as f:
+            f.write(spec.net)
+    data = spec.data(work, src)
+    prog = os.path.join(work, name)
+    p = run([netc, model_path, "-o", prog], work)
+    if not check(p.returncode == 0 and os.path.exists(prog), f"{name}: netc compiles it", describe(p)):
+        return
+    data_flags = ["--data", data["train"]] + (["--test-data", data["test"]] if "test" in data else [])
+
+    # 1. interop: netc's initial weights load into the twin, strictly
+    p = run([prog, "--max-steps", "0", "--seed", "7", "--save", "init.safetensors", "--quiet"], work)
+    if not check(p.returncode == 0, f"{name}: --max-steps 0 --save init.safetensors", describe(p)):
+        return
+    try:
+        init, meta = st_read(os.path.join(work, "init.safetensors"))
+        model = spec.twin()
+        model.load_state_dict(init, strict=True)
+        ok, detail = True, f"{len(init)} tensors, metadata {dict(meta)}"
+    except Exception as e:  # noqa: BLE001 -- any failure here is the finding
+        ok, detail = False, f"{type(e).__name__}: {e}"
+    if not check(ok, f"{name}: init.safetensors loads into nn.Sequential (strict)", detail, note=detail):
+        return
+    want_order = list(model.state_dict())
+    check(list(init) == want_order, f"{name}: tensors in state_dict order",
+          f"file {list(init)}\nstate_dict {want_order}")
+    ok, detail = default_bound_ok(model, init)
+    check(ok, f"{name}: initial weights follow PyTorch's default init U(+-1/sqrt(fan_in))", detail)
+
+    # 2. training parity from netc's initial weights
+    cmd = [prog, "--load", "init.safetensors", "--no-shuffle", "--batch", str(spec.batch),
+           "--epochs", str(spec.epochs), "--metrics", "m.jsonl", "--log-every", "1",
+           "--save", "final.safetensors", "--threads", "1", "--quiet"] + data_flags
+    p = run(cmd, work)
+    if check(p.returncode == 0, f"{name}: training run", describe(p)):
+        steps, epochs = read_metrics(os.path.join(work, "m.jsonl"))
+        losses, want_epochs = torch_train(model, spec, data, spec.batch, spec.epochs)
+        nums = [r["step"] for r in steps]
+        check(nums == list(range(1, len(losses) + 1)),
+              f"{name}: metrics log steps 1..{len(losses)}", f"steps {nums}")
+        ok, detail = compare_losses([r["loss"] for r in steps], losses)
+        check(ok, f"{name}: loss at every step matches PyTorch", detail, note=detail)
+        ok, lines = len(epochs) == len(want_epochs), []
+        for i, (g, w) in enumerate(zip(epochs, want_epochs), 1):
+            for key, val in w.items():
+                if val is None:
+                    continue
+                gv = g.get(key)
+                if key == "test_accuracy":
+                    good = gv is not None and abs(gv - val) < 1e-6
+                else:
+                    good = gv is not None and close(gv, val, LOSS_RTOL, LOSS_ATOL)
+                ok &= good
+                lines.append(f"epoch {i} {key}: netc {gv}, torch {val:.9g}" + ("" if good else "  <--"))
+        check(ok, f"{name}: epoch records ({', '.join(want_epochs[0])}) match PyTorch",
+              "\n".join(lines) if not ok else "")
+        try:
+            final, _ = st_read(os.path.join(work, "final.safetensors"))
+            ok, detail = compare_weights(final, model)
+        except Exception as e:  # noqa: BLE001
+            ok, detail = False, f"{type(e).__name__}: {e}"
+        check(ok, f"{name}: final weights match PyTorch's", detail, note=detail)
+
+    # 3. the reverse: PyTorch's own initial weights into netc
+    torch.manual_seed(1234)
+    tmodel = spec.twin()
+    st_write(os.path.join(work, "torch_init.safetensors"), tmodel.state_dict(),
+             meta={"format": "pt"})
+    p = run([prog, "--load", "torch_init.safetensors", "--max-steps", "0",
+             "--save", "roundtrip.safetensors", "--quiet"], work)
+    if check(p.returncode == 0, f"{name}: --load torch_init.safetensors --max-steps 0 --save", describe(p)):
+        rt, _ = st_read(os.path.join(work, "roundtrip.safetensors"))
+        ok, detail = compare_weights(rt, tmodel, exact=True)
+        check(ok, f"{name}: PyTorch's weights go through netc bit for bit", detail, note=detail)
+    p = run([prog, "--load", "torch_init.safetensors", "--no-shuffle", "--batch", str(spec.batch),
+             "--max-steps", "1", "--metrics", "m1.jsonl", "--log-every", "1",
+             "--save", "step1.safetensors", "--threads", "1", "--quiet"] + data_flags, work)
+    if check(p.returncode == 0, f"{name}: one step from PyTorch's weights", describe(p)):
+        steps, _ = read_metrics(os.path.join(work, "m1.jsonl"))
+        losses, _ = torch_train(tmodel, spec, {"x": data["x"], "y": data["y"]}, spec.batch, 1,
+                                max_steps=1)
+        ok, detail = compare_losses([r["loss"] for r in steps], losses)
+        check(ok, f"{name}: first-step loss from PyTorch's weights matches", detail, note=detail)
+        step1, _ = st_read(os.path.join(work, "step1.safetensors"))
+        ok, detail = compare_weights(step1, tmodel)
+        check(ok, f"{name}: weights after that step match PyTorch's", detail, note=detail)
+
+    # 4. files that do not fit
+    if spec.bad_files:
+        bad_files(check, spec, prog, work, init)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--netc", required=True)
+    ap.add_argument("--src", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--results")
+    ap.add_argument("--only", help="comma-separated model names")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    check = Checks(a.results)
+    print(f"torch {torch.__version__}; losses within rtol {LOSS_RTOL:g} + atol {LOSS_ATOL:g}, "
+          f"weights within rtol {W_RTOL:g} + atol {W_ATOL:g}")
+    only = set(a.only.split(",")) if a.only else None
+    for spec in SPECS:
+        if only and spec.name not in only:
+            continue
+        try:
+            check_model(check, spec, os.path.abspath(a.netc), os.path.abspath(a.src),
+                        os.path.abspath(a.work))
+        except Exception:  # noqa: BLE001 -- report and go on with the next model
+            check(False, f"{spec.name}: the check itself failed", traceback.format_exc())
+    print(f"pytorch_check: {check.count} checks, {check.failed} failed")
+    return 1 if check.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
