@@ -51,6 +51,7 @@ from torch import nn
 
 LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-6
 W_RTOL, W_ATOL = 1e-4, 1e-5
+U_RTOL = 1e-3
 RUN_TIMEOUT = 120  # seconds, one program run
 
 # ------------------------------------------------------------ safetensors
@@ -540,6 +541,28 @@ def compare_weights(got, model, rtol=W_RTOL, atol=W_ATOL, exact=False):
     return True, f"max |diff| {worst[0]:.2g} in {worst[1]}" if worst[1] else "identical"
 
 
+def compare_updates(got, init, model):
+    """(ok, detail): the change of each tensor in training, netc's (got -
+    init) against PyTorch's, relative to the largest change in the tensor.
+    Much more sensitive than compare_weights where the updates are small
+    next to the weights (a few steps of SGD)."""
+    problems, notes = [], []
+    for name, w in model.state_dict().items():
+        dn, dt = got[name] - init[name], w.detach() - init[name]
+        scale = float(dt.abs().max())
+        err = float((dn - dt).abs().max())
+        rel = err / scale if scale > 0 else (0.0 if err == 0 else math.inf)
+        notes.append(f"{name} {rel:.2g}")
+        if rel > U_RTOL:
+            i = int((dn - dt).abs().flatten().argmax())
+            problems.append(f"{name}: max |change difference| {err:.3g} is {rel:.3g} of the largest "
+                            f"change {scale:.3g}; at flat index {i}: netc changed it by "
+                            f"{float(dn.flatten()[i]):.9g}, torch by {float(dt.flatten()[i]):.9g}")
+    if problems:
+        return False, "\n".join(problems)
+    return True, "relative to the largest change: " + ", ".join(notes)
+
+
 def loss_fn(spec):
     return nn.CrossEntropyLoss() if spec.loss == "cross_entropy" else nn.MSELoss()
 
@@ -730,6 +753,8 @@ def check_model(check, spec, netc, src, root):
         except Exception as e:  # noqa: BLE001
             ok, detail = False, f"{type(e).__name__}: {e}"
         check(ok, f"{name}: final weights match PyTorch's", detail, note=detail)
+        ok, detail = compare_updates(final, init, model)
+        check(ok, f"{name}: weight updates (final - initial) match PyTorch's", detail, note=detail)
 
     # 3. the reverse: PyTorch's own initial weights into netc
     torch.manual_seed(1234)

@@ -1,0 +1,21 @@
+#!/bin/sh
+# scripts/install-deps.sh — installs what building and testing netc needs on
+# Debian (or Ubuntu): the C toolchain, flex, bison, Autotools, OpenBLAS.
+#   --with-torch   also Debian's python3-torch, for the tests and benchmarks
+#                  that compare with PyTorch (they are skipped without it)
+# Run as root, or with sudo available.
+set -eu
+packages="build-essential flex bison autoconf automake libtool pkg-config libopenblas-dev python3"
+for arg in "$@"; do
+    case $arg in
+    --with-torch) packages="$packages python3-torch" ;;
+    *) echo "usage: $0 [--with-torch]" >&2; exit 2 ;;
+    esac
+done
+SUDO=
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $packages > /dev/null
+echo "installed: $packages"
