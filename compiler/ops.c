@@ -452,6 +452,10 @@ static bool need_image(Program *p, Node *n)
     if (s->rank == 1)
         diag_note(p->diag, n->stmt->call->loc,
                   "declare the input as an image, e.g. 'input image[1, 8, 8]'");
+    else if (s->rank == 2 && n->in == 0)
+        diag_note(p->diag, n->stmt->call->loc,
+                  "give the input a channel dimension: [1, %lld, %lld]",
+                  (long long)s->d[0], (long long)s->d[1]);
     return false;
 }
 

@@ -271,7 +271,9 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner,
     const Loc *loc = yypcontext_location(ctx);
     char buf[256] = "";
     size_t len = 0;
-    if (n > 0 && n <= 4) {
+    if (got == YYSYMBOL_YYEOF && ps->in_block) {
+        snprintf(buf, sizeof buf, "expected '}' before end of file");
+    } else if (n > 0 && n <= 4) {
         len += (size_t)snprintf(buf, sizeof buf, "expected ");
         for (int i = 0; i < n && len < sizeof buf; i++)
             len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s",

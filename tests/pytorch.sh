@@ -1,0 +1,41 @@
+#!/bin/sh
+# tests/pytorch.sh — netc's CPU training against PyTorch.
+#
+# tests/pytorch_check.py does the work: for small models covering every
+# layer, loss and optimizer option, and for the seed models boston_mlp,
+# digits_cnn and cifar10 with their data, it checks that
+#   1. PROG --max-steps 0 --save writes weights that load into the twin
+#      nn.Sequential with load_state_dict(strict=True);
+#   2. training from them (--no-shuffle --log-every 1 --threads 1) gives
+#      PyTorch's loss at every step and PyTorch's final weights;
+#   3. weights PyTorch initialised load into PROG and give the same first
+#      step;
+#   4. safetensors files with wrong names, shapes or dtypes are refused with
+#      a message naming the tensor.
+# Each of its checks is one check here.  Needs only torch (safetensors files
+# are read and written by the script itself): $PYTHON if it has torch, else
+# /usr/bin/python3 if that has, else the test is skipped.
+. "$(dirname "$0")/lib.sh"
+
+py=
+for p in "$PYTHON" /usr/bin/python3; do
+    if [ -n "$p" ] && "$p" -c 'import torch' >/dev/null 2>&1; then
+        py=$p
+        break
+    fi
+done
+[ -n "$py" ] || skip "no Python with torch (tried '$PYTHON' and /usr/bin/python3)"
+
+"$py" "$SRC/tests/pytorch_check.py" --netc "$NETC" --src "$SRC" --work "$WORK" \
+    --results "$WORK/results"
+rc=$?
+# 0: all passed, 1: some failed; anything else (a crash, a signal) or no
+# results at all is a failure of its own
+check '[ "$rc" -le 1 ] && [ -s "$WORK/results" ]' \
+    "pytorch_check.py did not finish (exit $rc)"
+if [ -f "$WORK/results" ]; then
+    while IFS='	' read -r status what; do
+        check '[ "$status" = PASS ]' "$what"
+    done <"$WORK/results"
+fi
+finish
