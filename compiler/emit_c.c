@@ -171,6 +171,17 @@ static const Node *last_visible(const Program *p, const Node *n)
     return n->fused ? n->fused : n;
 }
 
+/* The batch size and one pointer per value of the memory plan. */
+static void emit_batch_locals(Emit *e)
+{
+    const Program *p = e->p;
+    emitf(e, "int n = b->n;");
+    for (int v = 1; v < p->nvalues; v++)
+        if (p->values[v].alias < 0)
+            emitf(e, "float *a%d = net->act + (size_t)net->cap * %lld; /* %s */", v,
+                  (long long)p->values[v].offset, shape_str(e->arena, &p->values[v].shape));
+}
+
 static void emit_forward(Emit *e)
 {
     const Program *p = e->p;
@@ -178,11 +189,7 @@ static void emit_forward(Emit *e)
     emitf(e, "static float forward(nrt_net *net, const nrt_batch *b, const float **out)");
     emitf(e, "{");
     e->indent++;
-    emitf(e, "int n = b->n;");
-    for (int v = 1; v < p->nvalues; v++)
-        if (p->values[v].alias < 0)
-            emitf(e, "float *a%d = net->act + (size_t)net->cap * %lld; /* %s */", v,
-                  (long long)p->values[v].offset, shape_str(e->arena, &p->values[v].shape));
+    emit_batch_locals(e);
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
         if (n->absorbed || n->op->is_view)
@@ -211,11 +218,7 @@ static void emit_backward(Emit *e)
     emitf(e, "static void backward(nrt_net *net, const nrt_batch *b)");
     emitf(e, "{");
     e->indent++;
-    emitf(e, "int n = b->n;");
-    for (int v = 1; v < p->nvalues; v++)
-        if (p->values[v].alias < 0)
-            emitf(e, "float *a%d = net->act + (size_t)net->cap * %lld;", v,
-                  (long long)p->values[v].offset);
+    emit_batch_locals(e);
     for (int k = 0; k < p->nbwd; k++) {
         const Node *n = &p->nodes[p->bwd[k]];
         if (n->absorbed || n->op->is_view)

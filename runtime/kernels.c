@@ -695,6 +695,18 @@ void nrt_col2im(const float *col, int c, int h, int w, int kh, int kw,
 
 /* ---------------------------------------------------------------- pooling */
 
+/* The input rows (or columns) [*lo, *hi) that output o's window covers:
+ * its k cells from o * s - p, clipped to the input's n. */
+static void pool_window(int o, int s, int p, int k, int n, int *lo, int *hi)
+{
+    *lo = o * s - p;
+    *hi = *lo + k;
+    if (*lo < 0)
+        *lo = 0;
+    if (*hi > n)
+        *hi = n;
+}
+
 void nrt_maxpool2d_fwd(const float *x, int n, int c, int h, int w, int k,
                        int s, int p, int oh, int ow, float *y, int32_t *arg)
 {
@@ -706,17 +718,11 @@ void nrt_maxpool2d_fwd(const float *x, int n, int c, int h, int w, int k,
         float *yp = y + (size_t)q * oh * ow;
         int32_t *ap = arg + (size_t)q * oh * ow;
         for (int oy = 0; oy < oh; oy++) {
-            int y0 = oy * s - p, y1 = y0 + k;
-            if (y0 < 0)
-                y0 = 0;
-            if (y1 > h)
-                y1 = h;
+            int y0, y1;
+            pool_window(oy, s, p, k, h, &y0, &y1);
             for (int ox = 0; ox < ow; ox++) {
-                int x0 = ox * s - p, x1 = x0 + k;
-                if (x0 < 0)
-                    x0 = 0;
-                if (x1 > w)
-                    x1 = w;
+                int x0, x1;
+                pool_window(ox, s, p, k, w, &x0, &x1);
                 /* As PyTorch: start at -inf on the first real cell; a
                  * larger value or a NaN takes over. */
                 float best = -INFINITY;
@@ -765,17 +771,11 @@ void nrt_avgpool2d_fwd(const float *x, int n, int c, int h, int w, int k,
         const float *xp = x + (size_t)q * h * w;
         float *yp = y + (size_t)q * oh * ow;
         for (int oy = 0; oy < oh; oy++) {
-            int y0 = oy * s - p, y1 = y0 + k;
-            if (y0 < 0)
-                y0 = 0;
-            if (y1 > h)
-                y1 = h;
+            int y0, y1;
+            pool_window(oy, s, p, k, h, &y0, &y1);
             for (int ox = 0; ox < ow; ox++) {
-                int x0 = ox * s - p, x1 = x0 + k;
-                if (x0 < 0)
-                    x0 = 0;
-                if (x1 > w)
-                    x1 = w;
+                int x0, x1;
+                pool_window(ox, s, p, k, w, &x0, &x1);
                 float sum = 0.0f;
                 for (int iy = y0; iy < y1; iy++)
                     for (int ix = x0; ix < x1; ix++)
@@ -799,17 +799,11 @@ void nrt_avgpool2d_bwd(const float *dy, int n, int c, int h, int w, int k,
         const float *gp = dy + (size_t)q * oh * ow;
         memset(dp, 0, (size_t)h * w * sizeof *dp);
         for (int oy = 0; oy < oh; oy++) {
-            int y0 = oy * s - p, y1 = y0 + k;
-            if (y0 < 0)
-                y0 = 0;
-            if (y1 > h)
-                y1 = h;
+            int y0, y1;
+            pool_window(oy, s, p, k, h, &y0, &y1);
             for (int ox = 0; ox < ow; ox++) {
-                int x0 = ox * s - p, x1 = x0 + k;
-                if (x0 < 0)
-                    x0 = 0;
-                if (x1 > w)
-                    x1 = w;
+                int x0, x1;
+                pool_window(ox, s, p, k, w, &x0, &x1);
                 float g = gp[(size_t)oy * ow + ox] / div;
                 for (int iy = y0; iy < y1; iy++)
                     for (int ix = x0; ix < x1; ix++)
