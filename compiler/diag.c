@@ -17,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* After this many errors the rest would only be noise. */
+#define MAX_ERRORS 50
+
 /* ------------------------------------------------------------------ arena */
 
 struct Block {
@@ -107,23 +110,37 @@ static const char *line_text(const Diag *d, int line, int *len)
     return p;
 }
 
+/* A UTF-8 continuation byte: it takes no column on the screen. */
+static bool continuation(char c)
+{
+    return ((unsigned char)c & 0xc0) == 0x80;
+}
+
+/* The source line, control characters shown as '?', then a caret under the
+ * span; columns are bytes, the screen counts characters. */
 static void show_line(Diag *d, Loc loc)
 {
     if (!d->src || loc.first_line < 1)
         return;
     int len;
     const char *text = line_text(d, loc.first_line, &len);
-    fprintf(d->out, "%5d | %.*s\n", loc.first_line, len, text);
-    fprintf(d->out, "      | ");
+    fprintf(d->out, "%5d | ", loc.first_line);
+    for (int i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        fputc(c < 0x20 && c != '\t' ? '?' : c == 0x7f ? '?' : c, d->out);
+    }
+    fprintf(d->out, "\n      | ");
     int col = loc.first_column < 1 ? 1 : loc.first_column;
     for (int i = 1; i < col && i <= len; i++)
-        fputc(text[i - 1] == '\t' ? '\t' : ' ', d->out);
+        if (!continuation(text[i - 1]))
+            fputc(text[i - 1] == '\t' ? '\t' : ' ', d->out);
     int last = loc.last_line == loc.first_line ? loc.last_column : len + 1;
     if (last > len + 1)
         last = len + 1;
     fputc('^', d->out);
     for (int i = col + 1; i < last; i++)
-        fputc('~', d->out);
+        if (!continuation(text[i - 1]))
+            fputc('~', d->out);
     fputc('\n', d->out);
 }
 
@@ -143,7 +160,10 @@ void diag_error(Diag *d, Loc loc, const char *fmt, ...)
     report(d, loc, "error", fmt, ap);
     va_end(ap);
     show_line(d, loc);
-    d->errors++;
+    if (++d->errors >= MAX_ERRORS) {
+        fprintf(d->out, "%s: too many errors; stopping\n", d->file);
+        exit(1);
+    }
 }
 
 void diag_note(Diag *d, Loc loc, const char *fmt, ...)

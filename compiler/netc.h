@@ -120,7 +120,8 @@ typedef struct Stmt {
     int ndims;
     Arg *opts;          /* S_TRAIN: batch/epochs/seed; S_INIT: weight/bias */
     int nopts;
-    int device_index;   /* S_DEVICE: N of cuda:N, else -1 */
+    int device_index;   /* S_DEVICE: N of cuda:N, -1 if none, -2 if not a whole number */
+    const char *device_text; /* S_DEVICE: "cuda:N" as written */
     struct Stmt *next;
 } Stmt;
 
@@ -282,6 +283,7 @@ struct Program {
     double holdout;
     int batch, epochs;
     uint64_t seed;
+    bool misplaced_loss, misplaced_optimizer; /* 'mse' written as a layer */
     /* memory plan (fuse.c) */
     int64_t act_size, iact_size, grad_size, scratch_size;
     /* backward order (autodiff.c): node indices, last layer first */

@@ -123,6 +123,14 @@ static bool parse_default(const ArgSpec *as, ArgVal *v)
     }
 }
 
+/* A limit as a person writes it: 16777216, 0.999999999, 9007199254740991. */
+static const char *limit_str(Arena *a, double v)
+{
+    if (v == floor(v) && fabs(v) < 1e18)
+        return arena_printf(a, "%.0f", v);
+    return arena_printf(a, "%.15g", v);
+}
+
 static bool check_number(Program *p, const Sig *s, const ArgSpec *as,
                          const Value *v, bool whole)
 {
@@ -138,13 +146,13 @@ static bool check_number(Program *p, const Sig *s, const ArgSpec *as,
         return false;
     }
     if (v->num < as->min) {
-        diag_error(p->diag, v->loc, "argument '%s' of %s must be at least %g, got %s",
-                   as->name, s->name, as->min, v->text);
+        diag_error(p->diag, v->loc, "argument '%s' of %s must be at least %s, got %s",
+                   as->name, s->name, limit_str(p->arena, as->min), v->text);
         return false;
     }
     if (v->num > as->max) {
-        diag_error(p->diag, v->loc, "argument '%s' of %s must be at most %g, got %s",
-                   as->name, s->name, as->max, v->text);
+        diag_error(p->diag, v->loc, "argument '%s' of %s must be at most %s, got %s",
+                   as->name, s->name, limit_str(p->arena, as->max), v->text);
         return false;
     }
     return true;
@@ -237,7 +245,7 @@ static bool bind_one(Program *p, const Sig *s, const ArgSpec *as,
 
 bool bind_args(Program *p, const Sig *s, const Value *call, ArgVal *out)
 {
-    bool ok = true, seen_key = false;
+    bool ok = true, seen_key = false, too_many = false;
     int npos = 0, nspec = 0;
     while (nspec < MAX_ARGS && s->args[nspec].name)
         nspec++;
@@ -275,11 +283,15 @@ bool bind_args(Program *p, const Sig *s, const Value *call, ArgVal *out)
             }
             k = npos++;
             if (k >= nspec) {
-                if (nspec == 0)
+                if (too_many)
+                    continue;
+                too_many = true;
+                if (nspec == 0) {
                     diag_error(p->diag, a->val->loc, "%s takes no arguments", s->name);
-                else
+                } else {
                     diag_error(p->diag, a->val->loc, "too many arguments to %s", s->name);
-                diag_note(p->diag, call->loc, "usage: %s", usage(p->arena, s));
+                    diag_note(p->diag, call->loc, "usage: %s", usage(p->arena, s));
+                }
                 ok = false;
                 continue;
             }
@@ -297,11 +309,11 @@ bool bind_args(Program *p, const Sig *s, const Value *call, ArgVal *out)
         const ArgSpec *as = &s->args[j];
         if (out[j].given)
             continue;
-        if (!as->def) {
+        if (!as->def && ok) {
             diag_error(p->diag, call->loc, "%s needs the argument '%s'", s->name, as->name);
             diag_note(p->diag, call->loc, "usage: %s", usage(p->arena, s));
             ok = false;
-        } else if (as->def[0]) {
+        } else if (as->def && as->def[0]) {
             parse_default(as, &out[j]);
         }
     }

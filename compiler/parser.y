@@ -19,6 +19,7 @@
 %locations
 %define api.location.type {Loc}
 %define parse.error custom
+%define parse.lac full
 %define api.token.prefix {TOK_}
 %expect 0
 %param {void *scanner}
@@ -32,6 +33,8 @@ struct LexState {
     Diag *diag;
     Arena *arena;
     int line, col;
+    int error_line;   /* the last line with a lexical error */
+    int end_line, end_col; /* where the last token ended */
 };
 
 /* A growable list of arguments, while a call is being parsed. */
@@ -47,6 +50,8 @@ struct ParseState {
     Stmt *first, *last;
     Loc brace;        /* the model block's '{' */
     bool in_block;
+    bool no_model;    /* the file held no tokens but newlines */
+    struct LexState *lex;
 };
 }
 
@@ -67,6 +72,8 @@ static void yyerror(YYLTYPE *loc, void *scanner, struct ParseState *ps,
                     const char *msg)
 {
     (void)scanner;
+    if (!strcmp(msg, "memory exhausted"))
+        msg = "the model is nested too deeply";
     diag_error(ps->diag, *loc, "%s", msg);
 }
 
@@ -158,8 +165,7 @@ static Arg arg(const char *key, Loc key_loc, Value *v)
 
 file
     : nls model nls
-    | nls   { diag_error(ps->diag, @$, "the model file is empty");
-              diag_note(ps->diag, @$, "a model file holds one block: model NAME { ... }"); }
+    | nls   { ps->no_model = true; }
     ;
 
 nls
@@ -195,6 +201,7 @@ stmt
     | OPTIMIZER call                    { $$ = stmt(ps, S_OPTIMIZER, @$); $$->call = $2; }
     | DEVICE IDENT                      { $$ = stmt(ps, S_DEVICE, @$); $$->name = $2; $$->name_loc = @2; }
     | DEVICE IDENT ':' NUMBER           { $$ = stmt(ps, S_DEVICE, @$); $$->name = $2; $$->name_loc = span(@2, @4);
+                                          $$->device_text = arena_printf(ps->arena, "%s:%s", $2, $4.text);
                                           $$->device_index = $4.v >= 0 && $4.v < 1e6 && $4.v == (int)$4.v ? (int)$4.v : -2; }
     | TRAIN call train_opts             { $$ = stmt(ps, S_TRAIN, @$); $$->call = $2; $$->opts = $3.v; $$->nopts = $3.n; }
     | TEST call                         { $$ = stmt(ps, S_TEST, @$); $$->call = $2; }
@@ -271,9 +278,26 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner,
     const Loc *loc = yypcontext_location(ctx);
     char buf[256] = "";
     size_t len = 0;
-    if (got == YYSYMBOL_YYEOF && ps->in_block) {
+    /* the lexer has already reported this line: one error is enough */
+    if (loc->first_line == ps->lex->error_line)
+        return 0;
+    /* newline and end of file are worth naming only when nothing else fits,
+     * or (newline) at the end of a statement, where '}' is the other choice */
+    bool close_brace = false;
+    for (int i = 0; i < n; i++)
+        close_brace |= !strcmp(yysymbol_name(expected[i]), "'}'");
+    for (int pass = close_brace; pass < 2; pass++) {
+        const char *noise = pass == 0 ? "newline" : "end of file";
+        int kept = 0;
+        for (int i = 0; i < n; i++)
+            if (strcmp(yysymbol_name(expected[i]), noise))
+                expected[kept++] = expected[i];
+        if (kept > 0)
+            n = kept;
+    }
+    if (got == YYSYMBOL_YYEOF && ps->in_block && (close_brace || n == 0)) {
         snprintf(buf, sizeof buf, "expected '}' before end of file");
-    } else if (n > 0 && n <= 4) {
+    } else if (n > 0 && n <= 2) {
         len += (size_t)snprintf(buf, sizeof buf, "expected ");
         for (int i = 0; i < n && len < sizeof buf; i++)
             len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s",
@@ -291,7 +315,7 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner,
 
 Model *parse_model(Diag *d, Arena *a)
 {
-    struct LexState ls = {d, a, 1, 1};
+    struct LexState ls = {d, a, 1, 1, 0, 1, 1};
     struct ParseState ps = {0};
     ps.diag = d;
     ps.arena = a;
@@ -303,7 +327,10 @@ Model *parse_model(Diag *d, Arena *a)
         return NULL;
     }
     struct yy_buffer_state *buf = netc_yy_scan_bytes(d->src, (int)d->len, scanner);
+    ps.lex = &ls;
     int rc = yyparse(scanner, &ps);
+    if (rc == 0 && ps.no_model)
+        diag_file_error(d, "no model in this file; a model file holds one block: model NAME { ... }");
     netc_yy_delete_buffer(buf, scanner);
     netc_yylex_destroy(scanner);
     if (rc != 0 && d->errors == 0)

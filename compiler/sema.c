@@ -91,8 +91,12 @@ static void check_input(Program *p, const Stmt *s)
     for (int i = 0; i < s->ndims; i++) {
         const Value *v = s->dims[i];
         if (v->kind != V_NUM || v->num != floor(v->num) || v->num < 1) {
-            diag_error(p->diag, v->loc, "dimension %d of input '%s' must be a positive whole number",
-                       i + 1, s->name);
+            if (v->kind == V_NUM)
+                diag_error(p->diag, v->loc, "dimension %d of input '%s' must be a positive whole number, got %s",
+                           i + 1, s->name, v->text);
+            else
+                diag_error(p->diag, v->loc, "dimension %d of input '%s' must be a positive whole number",
+                           i + 1, s->name);
             p->input.rank = 0;
             return;
         }
@@ -190,12 +194,15 @@ static bool build_layers(Program *p, const Stmt *first, int nlayers,
         index++;
         n->op = op_find(s->call->text);
         if (!n->op) {
-            if (sig_find(loss_sigs, s->call->text))
-                diag_error(p->diag, s->call->loc, "'%s' is a loss, not a layer", s->call->text),
+            if (sig_find(loss_sigs, s->call->text)) {
+                diag_error(p->diag, s->call->loc, "'%s' is a loss, not a layer", s->call->text);
                 diag_note(p->diag, s->call->loc, "write 'loss %s'", s->call->text);
-            else if (sig_find(optim_sigs, s->call->text))
-                diag_error(p->diag, s->call->loc, "'%s' is an optimizer, not a layer", s->call->text),
+                p->misplaced_loss = true;
+            } else if (sig_find(optim_sigs, s->call->text)) {
+                diag_error(p->diag, s->call->loc, "'%s' is an optimizer, not a layer", s->call->text);
                 diag_note(p->diag, s->call->loc, "write 'optimizer %s(...)'", s->call->text);
+                p->misplaced_optimizer = true;
+            }
             else
                 unknown(p, s->call->loc, "layer", s->call->text, names, nops, list);
             ok = false;
@@ -221,8 +228,9 @@ static bool build_layers(Program *p, const Stmt *first, int nlayers,
         for (int i = 0; i < o->rank; i++)
             size *= (double)o->d[i];
         if (size > MAX_ELEMS || (double)p->param_count > MAX_ELEMS) {
-            diag_error(p->diag, s->loc, "this layer makes the model too large (%s values a sample, %zu parameters)",
-                       shape_str(p->arena, o), p->param_count);
+            diag_error(p->diag, s->loc, "this layer makes the model too large (%s values a sample, "
+                       "%zu parameters; the limit is %.0f of each)",
+                       shape_str(p->arena, o), p->param_count, MAX_ELEMS);
             ok = false;
             continue;
         }
@@ -248,6 +256,8 @@ static void check_loss(Program *p, const Seen *seen)
         return;
     }
     int64_t k = out->d[0];
+    if (seen->target && p->target_kind == 0)
+        return; /* the target statement was wrong, and said so */
     if (!seen->target) {
         p->target_kind = xent ? NRT_TARGET_CLASS : NRT_TARGET_VALUE;
         p->n_out = (int)k;
@@ -368,8 +378,13 @@ static void check_device(Program *p, const Stmt *s)
         p->device = s->name;
         return;
     }
-    diag_error(p->diag, s->name_loc, "unknown device '%s%s'", s->name,
-               s->device_index == -1 ? "" : ":...");
+    if (!strcmp(s->name, "cuda") && s->device_index == -2) {
+        diag_error(p->diag, s->name_loc, "the device index of '%s' must be a whole number",
+                   s->device_text);
+        return;
+    }
+    diag_error(p->diag, s->name_loc, "unknown device '%s'",
+               s->device_text ? s->device_text : s->name);
     diag_note(p->diag, s->name_loc, "devices: cpu, cuda, cuda:N, auto");
 }
 
@@ -381,8 +396,12 @@ static bool check_init(Program *p, const Stmt *s, Inits *out)
 {
     out->kind = s->name;
     if (s->name) {
-        const OpDef *op = op_find(s->name);
-        if (!op || (strcmp(s->name, "linear") && strcmp(s->name, "conv2d"))) {
+        static const char *const kinds[] = {"linear", "conv2d"};
+        if (!op_find(s->name)) {
+            unknown(p, s->name_loc, "layer", s->name, kinds, 2, "linear, conv2d");
+            return false;
+        }
+        if (strcmp(s->name, "linear") && strcmp(s->name, "conv2d")) {
             diag_error(p->diag, s->name_loc, "'init %s': only linear and conv2d layers have parameters", s->name);
             return false;
         }
@@ -396,6 +415,28 @@ static bool check_init(Program *p, const Stmt *s, Inits *out)
     out->has_bias = a[1].given;
     out->bias = a[1].init;
     return true;
+}
+
+/* CIFAR-10 records hold 3x32x32 images and a class: the model must take
+ * that, which netc can tell now instead of the program at run time. */
+static void check_data_shapes(Program *p, const Seen *seen)
+{
+    const Stmt *stmts[2] = {seen->train, seen->test};
+    const nrt_source *srcs[2] = {&p->train, &p->test};
+    for (int i = 0; i < 2; i++) {
+        if (!stmts[i] || !srcs[i]->kind || strcmp(srcs[i]->kind, "cifar10"))
+            continue;
+        if (shape_size(&p->input) != 3 * 32 * 32)
+            diag_error(p->diag, stmts[i]->call->loc,
+                       "cifar10 data holds 3x32x32 images, but the input is %s",
+                       shape_str(p->arena, &p->input));
+        else if (p->target_kind != NRT_TARGET_CLASS)
+            diag_error(p->diag, stmts[i]->call->loc,
+                       "cifar10 data holds class labels, but the target is value(%d)", p->n_out);
+        else if (p->n_out > 256)
+            diag_error(p->diag, stmts[i]->call->loc,
+                       "cifar10 labels are one byte, but the target has %d classes", p->n_out);
+    }
 }
 
 /* ------------------------------------------------------------------ sema */
@@ -477,16 +518,18 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
         }
     }
 
+    if (nlayers > 0 && seen.input)
+        build_layers(p, m->stmts, nlayers, inits, ninits);
     Loc at = m->loc;
     if (!seen.input) {
         diag_error(d, at, "model '%s' has no input", m->name);
         diag_note(d, at, "declare it first, e.g. 'input x[13]' or 'input image[3, 32, 32]'");
     }
-    if (!seen.loss) {
+    if (!seen.loss && !p->misplaced_loss) {
         diag_error(d, at, "model '%s' has no loss", m->name);
         diag_note(d, at, "add 'loss cross_entropy' (classes) or 'loss mse' (values)");
     }
-    if (!seen.optimizer) {
+    if (!seen.optimizer && !p->misplaced_optimizer) {
         diag_error(d, at, "model '%s' has no optimizer", m->name);
         diag_note(d, at, "add e.g. 'optimizer sgd(lr=0.01)' or 'optimizer adam(lr=1e-3)'");
     }
@@ -495,11 +538,11 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
         diag_note(d, at, "add layers between the input and the loss, e.g. 'linear(10)'");
         return NULL;
     }
-    if (!seen.input)
+    if (!seen.input || d->errors)
         return NULL;
-    bool layers_ok = build_layers(p, m->stmts, nlayers, inits, ninits);
-    if (layers_ok && p->loss)
+    if (p->loss)
         check_loss(p, &seen);
+    check_data_shapes(p, &seen);
     if (d->errors)
         return NULL;
     return p;
