@@ -1,40 +1,59 @@
 #!/usr/bin/env python3
 """Where a generated program's training time goes, from a perf profile.
 
-Reads `perf script -F comm,tid,ip,sym --inline` output (of a
-`perf record --call-graph dwarf` run of a netc-generated program) on stdin
-and prints, for the samples taken inside training steps (the stack holds
-`train` and not `evaluate`), a table: layer function (conv2d_2_bwd, ...)
-by kernel (the leaf: OpenBLAS sgemm, im2col, col2im, maxpool, memset, ...).
-Samples of other threads (OpenBLAS or OpenMP workers) are counted by their
-leaf alone.  Standard library only.
+Reads the output of
 
-usage: perf script -i FILE -F comm,tid,ip,sym --inline | perf_breakdown.py
+    perf script -i FILE -F comm,tid,ip,sym,dso --inline
+
+for a `perf record --call-graph dwarf` run of a netc-generated program
+(compiled with NETC_CFLAGS="-O2 -g" so that the layer functions have names)
+and prints two markdown tables over the samples taken inside training steps
+(evaluation and data loading are left out): the share of each kernel (the
+innermost real function: sgemm, im2col, col2im, maxpool, the layer's own
+loops, ...) and the share of each layer function (conv2d_2_bwd, ...) with
+its main kernels.  Samples on other threads (OpenMP workers) that are not in
+a layer are counted under "(other thread)".  Standard library only.
 """
 import collections
 import re
 import sys
 
 LAYER = re.compile(r"^(conv2d|linear|maxpool2d|avgpool2d|relu|dropout|flatten)_\d+_(fwd|bwd)$")
+GEMM = ("nrt_sgemm", "sgemm_", "cblas_sgemm", "gemm_", "ukernel", "scale_c", "store_row",
+        "ld4", "st4", "alloc_floats", "block_size")
+PACK = ("pack_", "tr8x8", "top12")
+# Small helpers inlined into a kernel: the kernel is the next frame out.
+HELPERS = ("valid_range", "pool_window", "round_up", "rotl")
+KERNELS = {"nrt_im2col": "im2col", "nrt_col2im": "col2im",
+           "nrt_maxpool2d_fwd": "maxpool fwd", "nrt_maxpool2d_bwd": "maxpool bwd",
+           "nrt_avgpool2d": "avgpool", "nrt_xent": "cross-entropy", "nrt_mse": "mse",
+           "nrt_optim_step": "optimizer step", "sgd": "optimizer step",
+           "adam": "optimizer step", "nrt_dataset_gather": "batch gather",
+           "nrt_rng": "dropout RNG"}
 
 
-def kernel(sym, dso_hint):
-    if sym.startswith(("sgemm_", "cblas_sgemm", "gemm_", "ukernel", "pack_")) or dso_hint:
-        if "copy" in sym:
-            return "sgemm (packing)"
-        return "sgemm (compute)"
-    for k in ("nrt_im2col", "nrt_col2im", "nrt_maxpool2d_fwd", "nrt_maxpool2d_bwd",
-              "nrt_avgpool2d", "nrt_xent", "nrt_mse", "nrt_optim_step", "nrt_dataset_gather",
-              "nrt_rng"):
-        if sym.startswith(k):
-            return k
+def kernel(sym, dso):
+    if sym.startswith(PACK) or (sym.startswith(GEMM) and "copy" in sym):
+        return "sgemm packing"
+    if sym.startswith(GEMM):
+        return "sgemm compute"
+    for prefix, name in KERNELS.items():
+        if sym.startswith(prefix):
+            return name
     if "memset" in sym:
         return "memset"
     if "memmove" in sym or "memcpy" in sym:
         return "memcpy"
-    if "sched_yield" in sym or "gomp" in sym.lower() or sym.startswith(("do_spin", "futex")):
-        return "thread wait/spin"
+    if "libgomp" in dso or "sched_yield" in sym:
+        return "OpenMP runtime (spin / wait / fork-join)"
+    if "kernel.kallsyms" in dso:
+        return "kernel (page faults, futex, ...)"
+    if LAYER.match(sym):
+        return "layer's own loops (bias, activation, bias grad)"
     return "other: " + sym
+
+
+FRAME = re.compile(r"^\s*[0-9a-f]+\s+(.*?)(?:\s+\((.*)\))?\s*$")
 
 
 def samples(lines):
@@ -44,59 +63,53 @@ def samples(lines):
             if cur:
                 yield cur
             cur = None
-            continue
-        if not line[0].isspace():
-            cur = {"head": line.split(), "frames": []}
-            continue
-        if cur is None:
-            continue
-        parts = line.split(None, 1)
-        sym = parts[1].strip() if len(parts) > 1 else "?"
-        sym = sym.replace(" (inlined)", "")
-        cur["frames"].append(sym)
+        elif not line[0].isspace():
+            cur = []
+        elif cur is not None:
+            m = FRAME.match(line)
+            if not m:
+                continue
+            sym, dso = m.group(1), m.group(2) or ""
+            if dso == "inlined":
+                dso = ""
+            cur.append((sym.split("+")[0], dso))
     if cur:
         yield cur
 
 
 def main():
     table = collections.Counter()
-    total = 0
     skipped = collections.Counter()
-    for s in samples(sys.stdin):
-        fr = s["frames"]
-        if not fr:
+    for frames in samples(sys.stdin):
+        syms = [s for s, _ in frames]
+        if not frames:
             continue
-        syms = [f.split("+")[0] for f in fr]
-        in_train = "train" in syms
-        if "evaluate" in syms or "load_data" in syms or "nrt_dataset_load" in syms:
-            skipped["evaluate/load"] += 1
+        if {"evaluate", "load_data", "nrt_dataset_load", "_dl_start"} & set(syms):
+            skipped["evaluation / loading"] += 1
             continue
-        leaf = syms[0]
-        # the innermost frame that is not a libc / helper frame decides
-        # memset/memcpy: attribute them to the kernel that called them
-        k = kernel(leaf, "[unknown]" == leaf and False)
-        if k in ("memset", "memcpy") and len(syms) > 1:
-            parent = kernel(syms[1], False)
-            if not parent.startswith("other"):
-                k = parent + " / " + k
-        if k.startswith("other: [k]") or leaf.startswith(("do_syscall", "entry_")):
-            pass
-        layer = next((x for x in syms if LAYER.match(x)), None)
+        real = [(s, d) for s, d in frames if not s.startswith("_mm") and s not in HELPERS]
+        if not real:
+            continue
+        k = kernel(*real[0])
+        if k in ("memset", "memcpy") and len(real) > 1:
+            parent = kernel(*real[1])
+            if not parent.startswith(("other", "kernel")):
+                k = f"{parent} ({k})"
+        layer = next((s for s in syms if LAYER.match(s)), None)
         if layer is None:
-            if not in_train:
-                layer = "(other thread)" if "start_thread" in syms else "(outside training)"
+            if "train" in syms:
+                layer = "(step, outside the layers)"
+            elif "start_thread" in syms or "clone3" in syms:
+                layer = "(other thread)"
             else:
-                layer = "(step, no layer)"
-        if layer == "(outside training)":
-            skipped["outside training"] += 1
-            continue
+                skipped["outside training"] += 1
+                continue
         table[(layer, k)] += 1
-        total += 1
+    total = sum(table.values())
     if not total:
         print("no samples inside training steps", file=sys.stderr)
         return 1
-    by_kernel = collections.Counter()
-    by_layer = collections.Counter()
+    by_kernel, by_layer = collections.Counter(), collections.Counter()
     for (layer, k), n in table.items():
         by_kernel[k] += n
         by_layer[layer] += n
@@ -106,7 +119,7 @@ def main():
     for k, n in by_kernel.most_common():
         if n / total >= 0.005:
             print(f"| {k} | {100 * n / total:.1f} % |")
-    print("\n| layer | share | top kernels |")
+    print("\n| layer | share | main kernels (% of all) |")
     print("|---|---:|---|")
     for layer, n in by_layer.most_common():
         if n / total < 0.005:

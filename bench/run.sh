@@ -7,10 +7,12 @@
 # exits 0 whatever the figures are.  See bench/README.md for the method.
 #
 # Environment:
-#   NETC      the compiler (default: ./netc)
+#   NETC      the compiler (default: ./netc); NETC_CFLAGS etc. reach it as usual
 #   PYTHON    a Python with torch (default: /usr/bin/python3)
 #   THREADS   thread counts to run, space separated (default: "1 2")
 #   MODELS    models to run (default: all six)
+#   REPEAT    runs of each side per model and thread count, alternating
+#             netc and PyTorch; the table shows the median (default: 3)
 #   SCALE     multiply every epoch count by this integer (default: 1)
 set -euo pipefail
 
@@ -22,6 +24,7 @@ NETC=${NETC:-./netc}
 PYTHON=${PYTHON:-/usr/bin/python3}
 THREADS=${THREADS:-"1 2"}
 MODELS=${MODELS:-"boston_linear boston_mlp digits_mlp digits_cnn cifar10 cnn101"}
+REPEAT=${REPEAT:-3}
 SCALE=${SCALE:-1}
 
 [ -x "$NETC" ] || { echo "run.sh: $NETC: no netc there (set NETC)" >&2; exit 1; }
@@ -31,17 +34,16 @@ SCALE=${SCALE:-1}
 work=$(mktemp -d "${TMPDIR:-/tmp}/netc-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# Epochs per model: netc, torch.  The first epoch of each run is warm-up and
-# left out of the median.  Epochs are short for boston (26 or 13 steps) and
-# long for digits (120 steps); the synthetic CIFAR files below hold exactly
-# 10 batches each.
+# Epochs per model and run: netc, torch.  The first epoch of each run is
+# warm-up and left out of the median.  Boston epochs are 26 or 13 steps,
+# digits epochs 120; the synthetic CIFAR files below hold exactly 10 batches.
 epochs() {
     local e
     case $1 in
     boston_linear | boston_mlp) e="1000 40" ;;
     digits_mlp) e="40 6" ;;
     digits_cnn) e="6 6" ;;
-    cifar10 | cnn101) e="8 8" ;;
+    cifar10 | cnn101) e="6 6" ;;
     *) echo "run.sh: unknown model $1" >&2; exit 1 ;;
     esac
     set -- $e
@@ -74,79 +76,129 @@ for m in $MODELS; do
     "$NETC" "models/$m.net" -o "$work/$m"
 done
 
+# Interference: the CPU time the whole machine spent busy during a run, less
+# the CPU time of the run itself (this shell's reaped children), as a share
+# of the machine's capacity over the run's wall time.
+ncpu=$(getconf _NPROCESSORS_ONLN)
+tick=$(getconf CLK_TCK)
+snap() { # prints: busy-ticks own-child-ticks nanoseconds
+    local busy own
+    busy=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9; exit}' /proc/stat)
+    own=$(awk '{sub(/^.*\) /, ""); print $14 + $15}' "/proc/$$/stat")
+    echo "$busy $own $(date +%s%N)"
+}
+others() { # others BEFORE AFTER -> percent of the machine used by others
+    awk -v n="$ncpu" -v t="$tick" 'BEGIN {
+        split(ARGV[1], a, " "); split(ARGV[2], b, " ");
+        wall = (b[3] - a[3]) / 1e9; other = ((b[1] - a[1]) - (b[2] - a[2])) / t;
+        p = wall > 0 ? 100 * other / (wall * n) : 0; if (p < 0) p = 0;
+        printf "%.1f", p; exit }' "$1" "$2"
+}
+
 results=$work/results.jsonl
 : >"$results"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+started=$(date +%s)
 
 for k in $THREADS; do
     for m in $MODELS; do
         read -r ne te <<<"$(epochs "$m")"
-        echo "[$m, $k thread(s)] netc: $ne epochs ..." >&2
-        # Both sides get the thread count through their own knob and through
-        # the environment (OpenBLAS's own pool, OpenMP's).
-        OMP_NUM_THREADS=$k OPENBLAS_NUM_THREADS=$k "$work/$m" --device cpu \
-            --threads "$k" --epochs "$ne" --seed 1 $(data_flags "$m") \
-            --metrics "$work/$m.$k.jsonl" >"$work/$m.$k.out"
-        # "model NAME: P parameters; N training samples"
-        read -r params ntrain < <(sed -n 's/^model [^:]*: \([0-9]*\) parameters; \([0-9]*\) training samples.*/\1 \2/p' \
-            "$work/$m.$k.out")
-        echo "[$m, $k thread(s)] torch: $te epochs ..." >&2
-        OMP_NUM_THREADS=$k OPENBLAS_NUM_THREADS=$k "$PYTHON" "$here/torch_models.py" "$m" \
-            --threads "$k" --epochs "$te" --warmup 1 --seed 1 --data "$(torch_data "$m")" \
-            --n-train "$ntrain" >"$work/$m.$k.torch.json"
-        "$PYTHON" - "$m" "$k" "$params" "$ntrain" "$work/$m.$k.jsonl" \
-            "$work/$m.$k.torch.json" >>"$results" <<'EOF'
+        for rep in $(seq 1 "$REPEAT"); do
+            echo "[$m, $k thread(s), run $rep/$REPEAT] netc $ne epochs, torch $te epochs" >&2
+            # Both sides get the thread count through their own knob and
+            # through the environment (OpenMP's pool and OpenBLAS's, where
+            # linked).
+            s0=$(snap)
+            OMP_NUM_THREADS=$k OPENBLAS_NUM_THREADS=$k "$work/$m" --device cpu \
+                --threads "$k" --epochs "$ne" --seed 1 $(data_flags "$m") \
+                --metrics "$work/$m.$k.jsonl" >"$work/$m.$k.out"
+            s1=$(snap)
+            # "model NAME: P parameters; N training samples"
+            read -r params ntrain < <(sed -n \
+                's/^model [^:]*: \([0-9]*\) parameters; \([0-9]*\) training samples.*/\1 \2/p' \
+                "$work/$m.$k.out")
+            OMP_NUM_THREADS=$k OPENBLAS_NUM_THREADS=$k "$PYTHON" "$here/torch_models.py" "$m" \
+                --threads "$k" --epochs "$te" --warmup 1 --seed 1 --data "$(torch_data "$m")" \
+                --n-train "$ntrain" >"$work/$m.$k.torch.json"
+            s2=$(snap)
+            "$PYTHON" - "$m" "$k" "$rep" "$params" "$ntrain" "$work/$m.$k.jsonl" \
+                "$work/$m.$k.torch.json" "$(others "$s0" "$s1")" "$(others "$s1" "$s2")" \
+                >>"$results" <<'EOF'
 import json, statistics, sys
-m, k, params, ntrain, metrics, torch_json = sys.argv[1:]
+m, k, rep, params, ntrain, metrics, torch_json, o_netc, o_torch = sys.argv[1:]
 t = json.load(open(torch_json))
 batch = t["batch"]
 steps = -(-int(ntrain) // batch)
-# seconds of an epoch's training loop = samples / samples_per_sec (the
-# "seconds" field is rounded to the microsecond; the rate has more digits).
+# An epoch's seconds = samples / samples_per_sec: the "seconds" field is
+# rounded to the microsecond, samples_per_sec carries the full precision.
 recs = [json.loads(l) for l in open(metrics) if l.startswith('{"epoch"')]
 per_step = [int(ntrain) / r["samples_per_sec"] / steps for r in recs[1:]]
 print(json.dumps({
-    "model": m, "threads": int(k), "batch": batch, "steps_per_epoch": steps,
+    "model": m, "threads": int(k), "rep": int(rep), "batch": batch, "steps_per_epoch": steps,
     "netc_params": int(params), "torch_params": t["params"],
-    "netc_epochs_measured": len(per_step), "torch_epochs_measured": t["epochs_measured"],
-    "netc_ms": 1e3 * statistics.median(per_step),
-    "torch_ms": t["step_ms"], "torch_ms_step_median": t["step_ms_per_step_median"],
+    "netc_ms": 1e3 * statistics.median(per_step), "torch_ms": t["step_ms"],
+    "torch_ms_step_median": t["step_ms_per_step_median"],
+    "others_netc": float(o_netc), "others_torch": float(o_torch),
     "torch_version": t["torch_version"],
 }))
 EOF
+        done
     done
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+elapsed=$(($(date +%s) - started))
 
-"$PYTHON" - "$results" "$load_before" "$load_after" <<'EOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+"$PYTHON" - "$results" "$load_before" "$load_after" "$elapsed" "$REPEAT" <<'EOF'
+import json, os, statistics, sys
+path, load_before, load_after, elapsed, repeat = sys.argv[1:]
+rows = [json.loads(l) for l in open(path)]
 cpu = "?"
 for line in open("/proc/cpuinfo"):
     if line.startswith("model name"):
         cpu = line.split(":", 1)[1].strip()
         break
-import os
 print(f"machine: {cpu}, {os.cpu_count()} CPUs; torch {rows[0]['torch_version'] if rows else '?'}; "
-      f"load average before {sys.argv[2]}, after {sys.argv[3]}")
+      f"measured in {elapsed} s; load average before {load_before}, after {load_after}")
 print()
-print("Method: each side trains on data already in memory; per epoch, the clock runs over "
-      "the training steps only (batch gather, forward, loss, backward, optimizer step), not "
-      "over the shuffle, the evaluation or start-up. netc: the 'samples_per_sec' of each "
-      "--metrics record; PyTorch: time.perf_counter around the same loop. Step time = median "
-      "over the epochs after the first (warm-up) of epoch seconds / steps in the epoch. "
-      "Ratio = PyTorch / netc (> 1: netc is faster).")
+print("Method: both sides train on data already in memory; per epoch the clock covers the "
+      "training steps only (batch gather, zero_grad, forward, loss, backward, optimizer step), "
+      "not the shuffle, the test-set evaluation or start-up. netc: each --metrics record's "
+      "samples_per_sec (epoch seconds = samples / samples_per_sec); PyTorch: time.perf_counter "
+      "around the same loop. A run's step time = median over its epochs after the first "
+      "(warm-up) of epoch seconds / steps in the epoch; the table shows the median over "
+      f"{repeat} alternating runs of each side. Ratio = PyTorch / netc (> 1: netc is faster). "
+      "'others' = the largest share of the machine's CPU that other processes used during "
+      "any of the runs of that row (above a few percent, the row is suspect).")
 print()
-print("| model | batch | steps/epoch | threads | netc step ms | torch step ms | ratio torch/netc |")
+print("| model | batch | threads | netc step ms | torch step ms | ratio torch/netc | others % |")
 print("|---|---:|---:|---:|---:|---:|---:|")
-bad = []
-for r in sorted(rows, key=lambda r: (r["threads"],)):
-    ratio = r["torch_ms"] / r["netc_ms"] if r["netc_ms"] > 0 else float("inf")
-    print(f"| {r['model']} | {r['batch']} | {r['steps_per_epoch']} | {r['threads']} | "
-          f"{r['netc_ms']:.4g} | {r['torch_ms']:.4g} | {ratio:.3g} |")
-    if r["netc_params"] != r["torch_params"]:
-        bad.append(f"{r['model']}: netc has {r['netc_params']} parameters, torch {r['torch_params']}")
-for b in bad:
-    print(f"\nWARNING: architectures differ: {b}")
+groups = {}
+for r in rows:
+    groups.setdefault((r["threads"], r["model"]), []).append(r)
+order = []
+for r in rows:
+    key = (r["threads"], r["model"])
+    if key not in order:
+        order.append(key)
+order.sort(key=lambda key: key[0])
+bad = set()
+for key in order:
+    g = groups[key]
+    netc = statistics.median(r["netc_ms"] for r in g)
+    torch = statistics.median(r["torch_ms"] for r in g)
+    oth = max(max(r["others_netc"], r["others_torch"]) for r in g)
+    ratio = torch / netc if netc > 0 else float("inf")
+    print(f"| {key[1]} | {g[0]['batch']} | {key[0]} | {netc:.4g} | {torch:.4g} | "
+          f"{ratio:.3g} | {oth:.0f} |")
+    for r in g:
+        if r["netc_params"] != r["torch_params"]:
+            bad.add(f"{r['model']}: netc has {r['netc_params']} parameters, torch {r['torch_params']}")
+for b in sorted(bad):
+    print(f"\nWARNING: the architectures differ: {b}")
+print("\nEach run (netc ms / torch ms / others % during netc, torch):")
+for key in order:
+    runs = ", ".join(f"{r['netc_ms']:.4g}/{r['torch_ms']:.4g} ({r['others_netc']:.0f}, "
+                     f"{r['others_torch']:.0f})" for r in groups[key])
+    print(f"- {key[1]}, {key[0]} thread(s): {runs}")
 EOF
 exit 0
