@@ -123,14 +123,10 @@ static void pass_locals(Emit *e, const Node *n, bool bwd)
             emitf(e, "float *d%s = net->grad + %zu;", w, prm->offset);
     }
     if (n->aux_size)
-        emitf(e, "float *mask = net->act + (size_t)net->cap * %lld;", (long long)n->aux_offset);
+        emitf(e, "float *%s = net->act + (size_t)net->cap * %lld;", n->op->aux_name,
+              (long long)n->aux_offset);
     if (n->iaux_size)
         emitf(e, "int32_t *arg = net->iact + (size_t)net->cap * %lld;", (long long)n->iaux_offset);
-    if (n->scratch) {
-        emitf(e, "float *col = net->scratch;");
-        if (bwd)
-            emitf(e, "float *dcol = net->scratch + %lld;", (long long)(n->scratch / 2));
-    }
 }
 
 static void emit_node(Emit *e, const Node *n)

@@ -34,9 +34,10 @@ static void fuse(Program *p)
             p->values[p->nodes[i].out].alias = p->nodes[i].in;
 }
 
+/* Elementwise ops and views can write d x over d y. */
 static bool in_place(const Node *n)
 {
-    return n->op->is_view || n->op->act_fwd || n->aux_size > 0;
+    return n->op->is_view || n->op->act_fwd || n->op->elementwise;
 }
 
 void fuse_and_plan(Program *p)

@@ -34,7 +34,7 @@ static void usage(FILE *out)
           "  --version       print netc's version\n"
           "  --help          print this help\n"
           "\n"
-          "Environment: NETC_CC (C compiler), NETC_CFLAGS (default -O2),\n"
+          "Environment: NETC_CC (C compiler), NETC_CFLAGS (default -O3 -fno-math-errno),\n"
           "NETC_INCLUDE_DIR and NETC_LIB_DIR (where netrt.h and libnetrt.a are).\n"
           "The language and the generated program's flags are described in README.md.\n",
           out);

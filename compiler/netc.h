@@ -204,6 +204,8 @@ typedef struct OpDef {
                            const char *y);
     bool takes_epilogue; /* linear, conv2d: can absorb a following activation */
     bool is_view;        /* flatten: the output shares the input's memory */
+    const char *aux_name;/* what the node keeps for backward: "mask", "cols" */
+    bool elementwise;    /* not an activation, but d x can overwrite d y (dropout) */
 } OpDef;
 
 const OpDef *op_find(const char *name);
@@ -255,7 +257,7 @@ struct Node {
     bool absorbed;      /* this activation lives in its producer's epilogue */
     int64_t aux_size;   /* floats per sample kept for backward (dropout mask) */
     int64_t iaux_size;  /* int32s per sample kept for backward (maxpool argmax) */
-    int64_t scratch;    /* floats of scratch needed (batch-independent) */
+    int64_t scratch;    /* floats of scratch a sample, alive within one pass */
     int64_t aux_offset, iaux_offset; /* placed by the memory plan */
 };
 

@@ -490,24 +490,19 @@ static bool window(Program *p, Node *n, int64_t in, int k, int s, int pad,
 
 /* ------------------------------------------------ emission helpers */
 
-/* y[i, c, k] = act(y[i, c, k] + b[c]) over [n, C, P]: the bias and the
- * fused activation as one epilogue. */
-static void emit_epilogue(Emit *e, const Node *n, int64_t C, int64_t P,
-                          bool bias)
+/* y = act(y + b) over y [n, M]: the bias and the fused activation as one
+ * epilogue. */
+static void emit_epilogue(Emit *e, const Node *n, int64_t M, bool bias)
 {
-    const char *v = bias ? "r[k] + b[c]" : "r[k]";
-    const char *expr = n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v";
     if (!bias && !n->fused)
         return;
-    emitf(e, "/* epilogue: %s%s%s */", bias ? "bias" : "",
-          bias && n->fused ? " + " : "", n->fused ? n->fused->op->sig.name : "");
+    const char *expr = n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v";
+    emitf(e, "/* epilogue: %s%s%s */", bias ? "bias" : "", bias && n->fused ? " + " : "",
+          n->fused ? n->fused->op->sig.name : "");
     emitf(e, "for (int i = 0; i < n; i++)");
-    emitf(e, "    for (int c = 0; c < %lld; c++) {", (long long)C);
-    emitf(e, "        float *r = y + ((size_t)i * %lld + c) * %lld;", (long long)C, (long long)P);
-    emitf(e, "        for (int k = 0; k < %lld; k++) {", (long long)P);
-    emitf(e, "            float v = %s;", v);
-    emitf(e, "            r[k] = %s;", expr);
-    emitf(e, "        }");
+    emitf(e, "    for (int j = 0; j < %lld; j++) {", (long long)M);
+    emitf(e, "        float v = y[(size_t)i * %lld + j]%s;", (long long)M, bias ? " + b[j]" : "");
+    emitf(e, "        y[(size_t)i * %lld + j] = %s;", (long long)M, expr);
     emitf(e, "    }");
 }
 
@@ -521,18 +516,6 @@ static void emit_act_grad(Emit *e, const Node *n, int64_t size)
     emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++)", (long long)size);
     emitf(e, "    dy[i] = %s;",
           n->fused->op->act_bwd(e->arena, n->fused, "dy[i]", "y[i]"));
-}
-
-/* db[c] = sum over i, k of dy[i, c, k]. */
-static void emit_bias_grad(Emit *e, int64_t C, int64_t P)
-{
-    emitf(e, "for (int c = 0; c < %lld; c++) {", (long long)C);
-    emitf(e, "    float s = 0.0f;");
-    emitf(e, "    for (int i = 0; i < n; i++)");
-    emitf(e, "        for (int k = 0; k < %lld; k++)", (long long)P);
-    emitf(e, "            s += dy[((size_t)i * %lld + c) * %lld + k];", (long long)C, (long long)P);
-    emitf(e, "    db[c] = s;");
-    emitf(e, "}");
 }
 
 /* --------------------------------------------------------------- linear */
@@ -563,7 +546,7 @@ static void linear_fwd(Emit *e, const Node *n)
     emitf(e, "/* y[n, %lld] = x[n, %lld] W^T */", M, K);
     emitf(e, "nrt_sgemm(0, 1, n, %lld, %lld, 1.0f, x, %lld, W, %lld, 0.0f, y, %lld);",
           M, K, K, K, M);
-    emit_epilogue(e, n, M, 1, n->nparams > 1);
+    emit_epilogue(e, n, M, n->nparams > 1);
 }
 
 static void linear_bwd(Emit *e, const Node *n)
@@ -575,7 +558,7 @@ static void linear_bwd(Emit *e, const Node *n)
     emitf(e, "nrt_sgemm(1, 0, %lld, %lld, n, 1.0f, dy, %lld, x, %lld, 0.0f, dW, %lld);",
           M, K, M, K, K);
     if (n->nparams > 1)
-        emit_bias_grad(e, M, 1);
+        emitf(e, "nrt_col_sums(dy, n, %lld, db);", M);
     emitf(e, "/* dx[n, %lld] = dy W */", K);
     emitf(e, "if (dx)");
     emitf(e, "    nrt_sgemm(0, 0, n, %lld, %lld, 1.0f, dy, %lld, W, %lld, 0.0f, dx, %lld);",
@@ -584,11 +567,17 @@ static void linear_bwd(Emit *e, const Node *n)
 
 /* --------------------------------------------------------------- conv2d */
 
+/* A convolution is one matrix product over the whole batch: the columns of
+ * every sample side by side, cols [C*KH*KW, n*P] (P = OH*OW), times the
+ * weight W [O, C*KH*KW] gives yt [O, n*P], which the epilogue turns back
+ * into y [n, O, P] while adding the bias and the fused activation.  The
+ * columns are kept for the backward pass, which works on the same layout:
+ * dW = dyt cols^T, dcols = W^T dyt, folded back into dx. */
+
 enum { CV_OUT, CV_KERNEL, CV_STRIDE, CV_PAD, CV_BIAS };
 
 struct conv {
     long long C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, CKK, P;
-    bool direct; /* 1x1, stride 1, no padding: the input is its own im2col */
 };
 
 static struct conv conv_of(const Program *p, const Node *n)
@@ -597,10 +586,9 @@ static struct conv conv_of(const Program *p, const Node *n)
     struct conv c = {i->d[0], i->d[1], i->d[2], o->d[0], o->d[1], o->d[2],
                      (long long)n->args[CV_KERNEL].v[0], (long long)n->args[CV_KERNEL].v[1],
                      (long long)n->args[CV_STRIDE].v[0], (long long)n->args[CV_STRIDE].v[1],
-                     (long long)n->args[CV_PAD].v[0], (long long)n->args[CV_PAD].v[1], 0, 0, false};
+                     (long long)n->args[CV_PAD].v[0], (long long)n->args[CV_PAD].v[1], 0, 0};
     c.CKK = c.C * c.KH * c.KW;
     c.P = c.OH * c.OW;
-    c.direct = c.KH == 1 && c.KW == 1 && c.SH == 1 && c.SW == 1 && c.PH == 0 && c.PW == 0;
     return c;
 }
 
@@ -621,62 +609,68 @@ static bool conv2d_shape(Program *p, Node *n)
     if (arg(n, CV_BIAS))
         ir_add_param(p, n, "bias", 1, (int64_t[]){O}, fan_in, fan_out, true);
     struct conv c = conv_of(p, n);
-    n->scratch = c.direct ? 0 : 2 * c.CKK * c.P;
+    n->aux_size = c.CKK * c.P;          /* cols, kept for backward */
+    n->scratch = c.O * c.P + c.CKK * c.P; /* yt or dyt, and dcols */
     return true;
 }
+
+#define CONV_GEOMETRY "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld"
+#define CONV_GEOMETRY_ARGS(c) c.C, c.H, c.W, c.KH, c.KW, c.SH, c.SW, c.PH, c.PW, c.OH, c.OW
 
 static void conv2d_fwd(Emit *e, const Node *n)
 {
     struct conv c = conv_of(e->p, n);
-    emitf(e, "for (int i = 0; i < n; i++) {");
-    emitf(e, "    const float *xi = x + (size_t)i * %lld;", c.C * c.H * c.W);
-    emitf(e, "    float *yi = y + (size_t)i * %lld;", c.O * c.P);
-    if (c.direct) {
-        emitf(e, "    /* 1x1 convolution: yi[%lld, %lld] = W[%lld, %lld] xi */", c.O, c.P, c.O, c.C);
-        emitf(e, "    nrt_sgemm(0, 0, %lld, %lld, %lld, 1.0f, W, %lld, xi, %lld, 0.0f, yi, %lld);",
-              c.O, c.P, c.C, c.C, c.P, c.P);
-    } else {
-        emitf(e, "    nrt_im2col(xi, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, col);",
-              c.C, c.H, c.W, c.KH, c.KW, c.SH, c.SW, c.PH, c.PW, c.OH, c.OW);
-        emitf(e, "    /* yi[%lld, %lld] = W[%lld, %lld] col[%lld, %lld] */", c.O, c.P, c.O, c.CKK, c.CKK, c.P);
-        emitf(e, "    nrt_sgemm(0, 0, %lld, %lld, %lld, 1.0f, W, %lld, col, %lld, 0.0f, yi, %lld);",
-              c.O, c.P, c.CKK, c.CKK, c.P, c.P);
-    }
-    emitf(e, "}");
-    emit_epilogue(e, n, c.O, c.P, n->nparams > 1);
+    emitf(e, "float *yt = net->scratch;");
+    emitf(e, "const size_t np = (size_t)n * %lld;", c.P);
+    emitf(e, "/* cols[%lld, n*%lld]: the batch as columns, kept for backward */", c.CKK, c.P);
+    emitf(e, "nrt_im2col_batch(x, n, " CONV_GEOMETRY ", cols);", CONV_GEOMETRY_ARGS(c));
+    emitf(e, "/* yt[%lld, n*%lld] = W[%lld, %lld] cols */", c.O, c.P, c.O, c.CKK);
+    emitf(e, "nrt_sgemm(0, 0, %lld, (int)np, %lld, 1.0f, W, %lld, cols, (int)np, 0.0f, yt, (int)np);",
+          c.O, c.CKK, c.CKK);
+    bool bias = n->nparams > 1;
+    const char *v = bias ? "t[k] + b[c]" : "t[k]";
+    const char *expr = n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v";
+    emitf(e, "/* epilogue: yt back to y[n, %lld, %lld]%s%s%s */", c.O, c.P, bias ? " + bias" : "",
+          n->fused ? " + " : "", n->fused ? n->fused->op->sig.name : "");
+    emitf(e, "for (int i = 0; i < n; i++)");
+    emitf(e, "    for (int c = 0; c < %lld; c++) {", c.O);
+    emitf(e, "        const float *t = yt + (size_t)c * np + (size_t)i * %lld;", c.P);
+    emitf(e, "        float *r = y + ((size_t)i * %lld + c) * %lld;", c.O, c.P);
+    emitf(e, "        for (int k = 0; k < %lld; k++) {", c.P);
+    emitf(e, "            float v = %s;", v);
+    emitf(e, "            r[k] = %s;", expr);
+    emitf(e, "        }");
+    emitf(e, "    }");
 }
 
 static void conv2d_bwd(Emit *e, const Node *n)
 {
     struct conv c = conv_of(e->p, n);
-    emit_act_grad(e, n, c.O * c.P);
+    emitf(e, "(void)x; /* the columns kept by forward stand for it */");
+    emitf(e, "float *dyt = net->scratch;");
+    emitf(e, "float *dcols = net->scratch + (size_t)net->cap * %lld;", c.O * c.P);
+    emitf(e, "const size_t np = (size_t)n * %lld;", c.P);
+    emitf(e, "/* dyt[%lld, n*%lld] = dy%s, transposed */", c.O, c.P,
+          n->fused ? arena_printf(e->arena, " through the fused %s", n->fused->op->sig.name) : "");
+    emitf(e, "for (int i = 0; i < n; i++)");
+    emitf(e, "    for (int c = 0; c < %lld; c++) {", c.O);
+    emitf(e, "        const size_t at = ((size_t)i * %lld + c) * %lld;", c.O, c.P);
+    emitf(e, "        float *t = dyt + (size_t)c * np + (size_t)i * %lld;", c.P);
+    emitf(e, "        for (int k = 0; k < %lld; k++)", c.P);
+    emitf(e, "            t[k] = %s;",
+          n->fused ? n->fused->op->act_bwd(e->arena, n->fused, "dy[at + k]", "y[at + k]") : "dy[at + k]");
+    emitf(e, "    }");
     if (n->nparams > 1)
-        emit_bias_grad(e, c.O, c.P);
-    emitf(e, "for (int i = 0; i < n; i++) {");
-    emitf(e, "    const float *xi = x + (size_t)i * %lld;", c.C * c.H * c.W);
-    emitf(e, "    const float *dyi = dy + (size_t)i * %lld;", c.O * c.P);
-    const char *cols = c.direct ? "xi" : "col";
-    if (!c.direct)
-        emitf(e, "    nrt_im2col(xi, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, col);",
-              c.C, c.H, c.W, c.KH, c.KW, c.SH, c.SW, c.PH, c.PW, c.OH, c.OW);
-    emitf(e, "    /* dW[%lld, %lld] (+)= dyi[%lld, %lld] %s^T */", c.O, c.CKK, c.O, c.P, cols);
-    emitf(e, "    nrt_sgemm(0, 1, %lld, %lld, %lld, 1.0f, dyi, %lld, %s, %lld, i ? 1.0f : 0.0f, dW, %lld);",
-          c.O, c.CKK, c.P, c.P, cols, c.P, c.CKK);
-    emitf(e, "    if (!dx)");
-    emitf(e, "        continue;");
-    emitf(e, "    float *dxi = dx + (size_t)i * %lld;", c.C * c.H * c.W);
-    if (c.direct) {
-        emitf(e, "    nrt_sgemm(1, 0, %lld, %lld, %lld, 1.0f, W, %lld, dyi, %lld, 0.0f, dxi, %lld);",
-              c.C, c.P, c.O, c.C, c.P, c.P);
-    } else {
-        emitf(e, "    /* dcol[%lld, %lld] = W^T dyi, folded back into dxi */", c.CKK, c.P);
-        emitf(e, "    nrt_sgemm(1, 0, %lld, %lld, %lld, 1.0f, W, %lld, dyi, %lld, 0.0f, dcol, %lld);",
-              c.CKK, c.P, c.O, c.CKK, c.P, c.P);
-        emitf(e, "    memset(dxi, 0, sizeof(float) * %lld);", c.C * c.H * c.W);
-        emitf(e, "    nrt_col2im(dcol, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, dxi);",
-              c.C, c.H, c.W, c.KH, c.KW, c.SH, c.SW, c.PH, c.PW, c.OH, c.OW);
-    }
-    emitf(e, "}");
+        emitf(e, "nrt_row_sums(dyt, %lld, np, db);", c.O);
+    emitf(e, "/* dW[%lld, %lld] = dyt cols^T */", c.O, c.CKK);
+    emitf(e, "nrt_sgemm(0, 1, %lld, %lld, (int)np, 1.0f, dyt, (int)np, cols, (int)np, 0.0f, dW, %lld);",
+          c.O, c.CKK, c.CKK);
+    emitf(e, "if (!dx)");
+    emitf(e, "    return;");
+    emitf(e, "/* dcols[%lld, n*%lld] = W^T dyt, folded back into dx */", c.CKK, c.P);
+    emitf(e, "nrt_sgemm(1, 0, %lld, (int)np, %lld, 1.0f, W, %lld, dyt, (int)np, 0.0f, dcols, (int)np);",
+          c.CKK, c.O, c.CKK);
+    emitf(e, "nrt_col2im_batch(dcols, n, " CONV_GEOMETRY ", dx);", CONV_GEOMETRY_ARGS(c));
 }
 
 /* -------------------------------------------------------------- pooling */
@@ -834,20 +828,12 @@ static bool dropout_shape(Program *p, Node *n)
  * 1 / (1 - p) (PyTorch's inverted dropout); in evaluation y = x. */
 static void dropout_fwd(Emit *e, const Node *n)
 {
-    double p = arg(n, 0);
     long long size = (long long)value_size(e, n);
     emitf(e, "if (!net->training) {");
     emitf(e, "    memcpy(y, x, sizeof(float) * (size_t)n * %lld);", size);
     emitf(e, "    return;");
     emitf(e, "}");
-    emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++) {", size);
-    if (p >= 1)
-        emitf(e, "    mask[i] = 0.0f;");
-    else
-        emitf(e, "    mask[i] = nrt_rng_uniform(&net->rng) < %.17g ? 0.0f : %s;", p,
-              c_float(e->arena, 1.0 / (1.0 - p)));
-    emitf(e, "    y[i] = x[i] * mask[i];");
-    emitf(e, "}");
+    emitf(e, "nrt_dropout_fwd(&net->rng, x, y, mask, (size_t)n * %lld, %.17g);", size, arg(n, 0));
 }
 
 static void dropout_bwd(Emit *e, const Node *n)
@@ -865,35 +851,35 @@ static void dropout_bwd(Emit *e, const Node *n)
 static const OpDef ops[] = {
     {{"linear", "y = x W^T + b (nn.Linear; in_features from the input)",
       {SIZE("out_features"), {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
-     linear_shape, linear_fwd, linear_bwd, NULL, NULL, true, false},
+     linear_shape, linear_fwd, linear_bwd, NULL, NULL, true, false, NULL, false},
     {{"conv2d", "2-D convolution (nn.Conv2d; in_channels from the input)",
       {SIZE("out_channels"),
        {"kernel", A_PAIR, NULL, 1, 4096, "kernel_size", NULL},
        {"stride", A_PAIR, "1", 1, 4096, NULL, NULL},
        {"padding", A_PAIR, "0", 0, 4096, NULL, NULL},
        {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
-     conv2d_shape, conv2d_fwd, conv2d_bwd, NULL, NULL, true, false},
+     conv2d_shape, conv2d_fwd, conv2d_bwd, NULL, NULL, true, false, "cols", false},
     {{"maxpool2d", "max pooling (nn.MaxPool2d; stride defaults to kernel)",
       {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
        {"stride", A_INT, "", 1, 4096, NULL, NULL},
        {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
-     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false},
+     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false},
     {{"avgpool2d", "average pooling (nn.AvgPool2d, count_include_pad=True)",
       {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
        {"stride", A_INT, "", 1, 4096, NULL, NULL},
        {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
-     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false},
-    {{"relu", "max(x, 0)", NOARGS}, same_shape, act_fwd, act_bwd, relu_f, relu_b, false, false},
+     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false},
+    {{"relu", "max(x, 0)", NOARGS}, same_shape, act_fwd, act_bwd, relu_f, relu_b, false, false, NULL, false},
     {{"leaky_relu", "x if x > 0 else negative_slope * x",
       {{"negative_slope", A_NUM, "0.01", 0, BIG, NULL, NULL}}},
-     same_shape, act_fwd, act_bwd, leaky_f, leaky_b, false, false},
-    {{"tanh", "tanh(x)", NOARGS}, same_shape, act_fwd, act_bwd, tanh_f, tanh_b, false, false},
-    {{"sigmoid", "1 / (1 + exp(-x))", NOARGS}, same_shape, act_fwd, act_bwd, sigmoid_f, sigmoid_b, false, false},
+     same_shape, act_fwd, act_bwd, leaky_f, leaky_b, false, false, NULL, false},
+    {{"tanh", "tanh(x)", NOARGS}, same_shape, act_fwd, act_bwd, tanh_f, tanh_b, false, false, NULL, false},
+    {{"sigmoid", "1 / (1 + exp(-x))", NOARGS}, same_shape, act_fwd, act_bwd, sigmoid_f, sigmoid_b, false, false, NULL, false},
     {{"flatten", "[C, H, W] -> [C*H*W] (nn.Flatten)", NOARGS},
-     flatten_shape, nothing, nothing, NULL, NULL, false, true},
+     flatten_shape, nothing, nothing, NULL, NULL, false, true, NULL, false},
     {{"dropout", "zeroes each value with probability p in training (nn.Dropout)",
       {{"p", A_NUM, "0.5", 0, 1, NULL, NULL}}},
-     dropout_shape, dropout_fwd, dropout_bwd, NULL, NULL, false, false},
+     dropout_shape, dropout_fwd, dropout_bwd, NULL, NULL, false, false, "mask", true},
 };
 
 const OpDef *op_table(int *n)

@@ -1,7 +1,8 @@
 /*
  * kernels.c — the numeric kernels every generated program calls: the matrix
  * product, the im2col/col2im pair that turns convolutions into matrix
- * products, pooling, and the losses.
+ * products (one image, or a whole batch into one matrix), pooling, the row
+ * and column sums of bias gradients, dropout, and the losses.
  *
  * Almost all of a training run's time is spent in nrt_sgemm, so it is the one
  * function here written for speed.  With OpenBLAS (NETRT_HAVE_OPENBLAS) it is
@@ -28,7 +29,8 @@
  * thread computes it and wherever its tile lies (edge tiles run the same
  * micro-kernel on a zero-padded copy), so the result is bit-identical for
  * any number of threads.  The same holds for the other kernels: threads only
- * ever split independent images or channels.
+ * ever split independent outputs (images, channels, rows of a sum, pieces of
+ * im2col's matrix), never one sum.
  *
  * The rest follows PyTorch exactly where PyTorch defines a behaviour: conv
  * padding is zero padding; max pooling ignores padded cells, gives ties to
@@ -42,6 +44,7 @@
 #include "netrt.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -693,6 +696,201 @@ void nrt_col2im(const float *col, int c, int h, int w, int kh, int kw,
     }
 }
 
+/* nrt_im2col_batch's col, row r = (ch*kh + ki)*kw + kj, holds for each
+ * sample i in turn the OH*OW values that kernel offset (ki, kj) sees of
+ * channel ch of sample i: a "piece".  Read in order, col is a sequence of
+ * pieces, piece q = r*N + i at q*OH*OW. */
+struct im2col_geom {
+    int h, w, kh, kw, sh, sw, ph, pw, oh, ow;
+};
+
+/* What the pieces of one row share: output rows [ylo, yhi) and columns
+ * [xlo, xhi) see real input, output (oy, ox) input (oy*sh - ph + ki,
+ * ox*sw + off). */
+struct im2col_span {
+    int ki, off, ylo, yhi, xlo, xhi;
+};
+
+static void im2col_span_of(const struct im2col_geom *g, int ki, int kj,
+                           struct im2col_span *sp)
+{
+    sp->ki = ki;
+    sp->off = kj - g->pw;
+    valid_range(g->oh, g->sh, g->ph, ki, g->h, &sp->ylo, &sp->yhi);
+    valid_range(g->ow, g->sw, g->pw, kj, g->w, &sp->xlo, &sp->xhi);
+    if (sp->xhi <= sp->xlo)
+        sp->ylo = sp->yhi = 0; /* no column is real: all padding */
+}
+
+/* One piece: OH*OW floats from xc, the channel's input plane.  Output rows
+ * that fall in the vertical padding are zeroed in one go, and of the others
+ * only the margins [0, xlo) and [xhi, OW); the rest is copied, with no test
+ * per element. */
+static void im2col_piece(const struct im2col_geom *g,
+                         const struct im2col_span *sp,
+                         const float *restrict xc, float *restrict piece)
+{
+    const int ow = g->ow, w = g->w, sw = g->sw;
+    const int ylo = sp->ylo, yhi = sp->yhi, xlo = sp->xlo, xhi = sp->xhi;
+    const int off = sp->off;
+    const size_t ows = (size_t)ow;
+    if (ylo > 0)
+        memset(piece, 0, (size_t)ylo * ows * sizeof *piece);
+    if (yhi < g->oh)
+        memset(piece + (size_t)yhi * ows, 0,
+               (size_t)(g->oh - yhi) * ows * sizeof *piece);
+    if (ylo >= yhi)
+        return;
+    if (sw == 1 && g->sh == 1 && ow == w && xlo == 0 && xhi == ow) {
+        /* (off is 0.)  Rows [ylo, yhi) are one block of the input. */
+        memcpy(piece + (size_t)ylo * ows, xc + (size_t)(ylo - g->ph + sp->ki) * w,
+               (size_t)(yhi - ylo) * ows * sizeof *piece);
+        return;
+    }
+    const float *xr = xc + (size_t)(ylo * g->sh - g->ph + sp->ki) * w;
+    const size_t xstep = (size_t)g->sh * w;
+    for (int oy = ylo; oy < yhi; oy++, xr += xstep) {
+        float *restrict r = piece + (size_t)oy * ows;
+        for (int ox = 0; ox < xlo; ox++)
+            r[ox] = 0.0f;
+        if (sw == 1)
+            memcpy(r + xlo, xr + (xlo + off), (size_t)(xhi - xlo) * sizeof *r);
+        else
+            for (int ox = xlo; ox < xhi; ox++)
+                r[ox] = xr[ox * sw + off];
+        for (int ox = xhi; ox < ow; ox++)
+            r[ox] = 0.0f;
+    }
+}
+
+void nrt_im2col_batch(const float *x, int n, int c, int h, int w, int kh,
+                      int kw, int sh, int sw, int ph, int pw, int oh, int ow,
+                      float *col)
+{
+    if (n <= 0 || c <= 0 || kh <= 0 || kw <= 0 || oh <= 0 || ow <= 0)
+        return;
+    const struct im2col_geom g = {h, w, kh, kw, sh, sw, ph, pw, oh, ow};
+    const size_t plane = (size_t)oh * ow, in = (size_t)h * w;
+    const long pieces = (long)c * kh * kw * n;
+    /* Each thread fills one contiguous range of pieces, one sequential
+     * stream of col: the fastest way found to write it (units of one sample
+     * and one channel, kh*kw pieces N*OH*OW apart, were half as fast at
+     * 16x16; software prefetching gained nothing here). */
+    NRT_OMP(omp parallel if ((double)pieces * plane >= PAR_MIN_WORK))
+    {
+        long q0 = 0, q1 = pieces;
+#ifdef _OPENMP
+        const long t = omp_get_thread_num(), nt = omp_get_num_threads();
+        q0 = pieces * t / nt;
+        q1 = pieces * (t + 1) / nt;
+#endif
+        long r = q0 / n; /* the row, and i the sample, of piece q */
+        int i = (int)(q0 % n), ch = (int)(r / (kh * kw));
+        struct im2col_span sp;
+        im2col_span_of(&g, (int)(r % (kh * kw)) / kw, (int)(r % kw), &sp);
+        float *piece = col + (size_t)q0 * plane;
+        for (long q = q0; q < q1; q++, piece += plane) {
+            im2col_piece(&g, &sp, x + ((size_t)i * c + ch) * in, piece);
+            if (++i == n && q + 1 < q1) {
+                i = 0;
+                r++;
+                ch = (int)(r / (kh * kw));
+                im2col_span_of(&g, (int)(r % (kh * kw)) / kw, (int)(r % kw),
+                               &sp);
+            }
+        }
+    }
+}
+
+/* The adjoint of im2col_piece: adds the piece back into dc, the channel's
+ * plane of dx.  For one kernel offset each cell of dc gets at most one
+ * value. */
+static void col2im_piece(const struct im2col_geom *g,
+                         const struct im2col_span *sp,
+                         const float *restrict piece, float *restrict dc)
+{
+    const int ow = g->ow, w = g->w, sw = g->sw;
+    const int xlo = sp->xlo, xhi = sp->xhi, off = sp->off;
+    if (sp->ylo >= sp->yhi)
+        return;
+    float *dr = dc + (size_t)(sp->ylo * g->sh - g->ph + sp->ki) * w;
+    const size_t dstep = (size_t)g->sh * w;
+    for (int oy = sp->ylo; oy < sp->yhi; oy++, dr += dstep) {
+        const float *restrict r = piece + (size_t)oy * ow;
+        if (sw == 1)
+            for (int ox = xlo; ox < xhi; ox++)
+                dr[ox + off] += r[ox];
+        else
+            for (int ox = xlo; ox < xhi; ox++)
+                dr[ox * sw + off] += r[ox];
+    }
+}
+
+/* How far ahead of its reading nrt_col2im_batch prefetches col, in floats. */
+#define COL_AHEAD 1024
+
+void nrt_col2im_batch(const float *col, int n, int c, int h, int w, int kh,
+                      int kw, int sh, int sw, int ph, int pw, int oh, int ow,
+                      float *dx)
+{
+    if (n <= 0 || c <= 0)
+        return;
+    const size_t in = (size_t)h * w;
+    if (kh <= 0 || kw <= 0 || oh <= 0 || ow <= 0) {
+        memset(dx, 0, (size_t)n * c * in * sizeof *dx);
+        return;
+    }
+    const struct im2col_geom g = {h, w, kh, kw, sh, sw, ph, pw, oh, ow};
+    const size_t plane = (size_t)oh * ow, ld = (size_t)n * plane;
+    const int par = (double)n * c * kh * kw * plane >= PAR_MIN_WORK;
+    /* Units of one channel and a block of consecutive samples: for each
+     * kernel offset, a unit reads one contiguous run of its row of col, as
+     * long as can be while leaving about four units to each thread.  (Units
+     * of one sample, reading kh*kw runs of OH*OW floats N*OH*OW apart, were
+     * half as fast at 16x16.) */
+    int nt = 1;
+#ifdef _OPENMP
+    if (par && !omp_in_parallel())
+        nt = omp_get_max_threads();
+#endif
+    (void)par;
+    int nb = (4 * nt + c - 1) / c;
+    if (nb > n)
+        nb = n;
+    const int bs = (n + nb - 1) / nb;
+    nb = (n + bs - 1) / bs;
+    const int units = c * nb;
+    const size_t total = (size_t)c * kh * kw * ld;
+    /* A unit owns its planes of dx: no races.  Every cell of dx is the sum
+     * 0 + its values in the order (ki, kj), that is nrt_col2im's order,
+     * whatever the blocks and the threads. */
+    NRT_OMP(omp parallel for schedule(static) if (par))
+    for (int u = 0; u < units; u++) {
+        const int ch = u / nb, i0 = u % nb * bs;
+        const int i1 = n - i0 < bs ? n : i0 + bs;
+        float *d = dx + ((size_t)i0 * c + ch) * in;
+        for (int i = i0; i < i1; i++)
+            memset(d + (size_t)(i - i0) * c * in, 0, in * sizeof *dx);
+        for (int ki = 0; ki < kh; ki++)
+            for (int kj = 0; kj < kw; kj++) {
+                struct im2col_span sp;
+                im2col_span_of(&g, ki, kj, &sp);
+                size_t at = ((size_t)(ch * kh + ki) * kw + kj) * ld +
+                            (size_t)i0 * plane;
+                for (int i = i0; i < i1; i++, at += plane) {
+                    col2im_piece(&g, &sp, col + at,
+                                 d + (size_t)(i - i0) * c * in);
+                    /* The hardware's prefetcher stops at page ends, and
+                     * runs here are a few pages long: ask for the next
+                     * piece's worth a page or so ahead (a quarter faster). */
+                    for (size_t o = at + COL_AHEAD, e = o + plane;
+                         o < e && o < total; o += 64 / sizeof *col)
+                        __builtin_prefetch(col + o);
+                }
+            }
+    }
+}
+
 /* ---------------------------------------------------------------- pooling */
 
 /* The input rows (or columns) [*lo, *hi) that output o's window covers:
@@ -707,38 +905,87 @@ static void pool_window(int o, int s, int p, int k, int n, int *lo, int *hi)
         *hi = n;
 }
 
+/* One plane of max pooling, any geometry: as PyTorch, start at -inf on the
+ * first real cell of the window; a larger value or a NaN takes over.  So
+ * the result is the last NaN of the window if there is one, else its first
+ * maximum in scan order. */
+static void maxpool_plane(const float *xp, int h, int w, int k, int s, int p,
+                          int oh, int ow, float *yp, int32_t *ap)
+{
+    for (int oy = 0; oy < oh; oy++) {
+        int y0, y1;
+        pool_window(oy, s, p, k, h, &y0, &y1);
+        for (int ox = 0; ox < ow; ox++) {
+            int x0, x1;
+            pool_window(ox, s, p, k, w, &x0, &x1);
+            float best = -INFINITY;
+            int32_t bi = (y0 < y1 && x0 < x1) ? y0 * w + x0 : -1;
+            for (int iy = y0; iy < y1; iy++)
+                for (int ix = x0; ix < x1; ix++) {
+                    float v = xp[(size_t)iy * w + ix];
+                    if (v > best || isnan(v)) {
+                        best = v;
+                        bi = iy * w + ix;
+                    }
+                }
+            yp[(size_t)oy * ow + ox] = best;
+            ap[(size_t)oy * ow + ox] = bi;
+        }
+    }
+}
+
+/* One plane of 2x2, stride 2, unpadded max pooling (every window inside
+ * the plane): maxpool_plane's rule spelled out as selects over the four
+ * cells in scan order, a whole output row at a time, so that the compiler
+ * vectorises it.  Starting from the first cell is the same as starting from
+ * -inf on it: -inf > -inf is false, and the index is that cell's anyway. */
+static void maxpool_plane_2x2(const float *restrict xp, int w, int oh, int ow,
+                              float *restrict yp, int32_t *restrict ap)
+{
+    for (int oy = 0; oy < oh; oy++) {
+        const float *restrict r0 = xp + (size_t)2 * oy * w;
+        const float *restrict r1 = r0 + w;
+        float *restrict yr = yp + (size_t)oy * ow;
+        int32_t *restrict ar = ap + (size_t)oy * ow;
+        const int32_t base = 2 * oy * w;
+        for (int ox = 0; ox < ow; ox++) {
+            const float v0 = r0[2 * ox], v1 = r0[2 * ox + 1];
+            const float v2 = r1[2 * ox], v3 = r1[2 * ox + 1];
+            const int32_t i0 = base + 2 * ox;
+            float best = v0;
+            int32_t bi = i0;
+            int t = (v1 > best) | (v1 != v1);
+            best = t ? v1 : best;
+            bi = t ? i0 + 1 : bi;
+            t = (v2 > best) | (v2 != v2);
+            best = t ? v2 : best;
+            bi = t ? i0 + w : bi;
+            t = (v3 > best) | (v3 != v3);
+            best = t ? v3 : best;
+            bi = t ? i0 + w + 1 : bi;
+            yr[ox] = best;
+            ar[ox] = bi;
+        }
+    }
+}
+
 void nrt_maxpool2d_fwd(const float *x, int n, int c, int h, int w, int k,
                        int s, int p, int oh, int ow, float *y, int32_t *arg)
 {
     const int planes = n * c;
+    /* The pools of the usual CNNs; trailing rows and columns that fill no
+     * window (odd H or W) are ignored, as by the general path. */
+    const int fast2 = k == 2 && s == 2 && p == 0 && 2 * oh <= h && 2 * ow <= w;
     NRT_OMP(omp parallel for schedule(static)
                 if ((double)planes * oh * ow * k * k >= PAR_MIN_WORK))
     for (int q = 0; q < planes; q++) {
         const float *xp = x + (size_t)q * h * w;
         float *yp = y + (size_t)q * oh * ow;
         int32_t *ap = arg + (size_t)q * oh * ow;
-        for (int oy = 0; oy < oh; oy++) {
-            int y0, y1;
-            pool_window(oy, s, p, k, h, &y0, &y1);
-            for (int ox = 0; ox < ow; ox++) {
-                int x0, x1;
-                pool_window(ox, s, p, k, w, &x0, &x1);
-                /* As PyTorch: start at -inf on the first real cell; a
-                 * larger value or a NaN takes over. */
-                float best = -INFINITY;
-                int32_t bi = (y0 < y1 && x0 < x1) ? y0 * w + x0 : -1;
-                for (int iy = y0; iy < y1; iy++)
-                    for (int ix = x0; ix < x1; ix++) {
-                        float v = xp[(size_t)iy * w + ix];
-                        if (v > best || isnan(v)) {
-                            best = v;
-                            bi = iy * w + ix;
-                        }
-                    }
-                yp[(size_t)oy * ow + ox] = best;
-                ap[(size_t)oy * ow + ox] = bi;
-            }
-        }
+        if (fast2)
+            maxpool_plane_2x2(xp, w, oh, ow, yp, ap);
+        else
+            maxpool_plane(xp, h, w, k, s, p, oh, ow, yp, ap);
     }
 }
 
@@ -765,11 +1012,24 @@ void nrt_avgpool2d_fwd(const float *x, int n, int c, int h, int w, int k,
 {
     const int planes = n * c;
     const float div = (float)(k * k);
+    const int fast2 = k == 2 && s == 2 && p == 0 && 2 * oh <= h && 2 * ow <= w;
     NRT_OMP(omp parallel for schedule(static)
                 if ((double)planes * oh * ow * k * k >= PAR_MIN_WORK))
     for (int q = 0; q < planes; q++) {
         const float *xp = x + (size_t)q * h * w;
         float *yp = y + (size_t)q * oh * ow;
+        if (fast2) {
+            /* The general loop's sums, in its order, without its loops. */
+            for (int oy = 0; oy < oh; oy++) {
+                const float *restrict r0 = xp + (size_t)2 * oy * w;
+                const float *restrict r1 = r0 + w;
+                float *restrict yr = yp + (size_t)oy * ow;
+                for (int ox = 0; ox < ow; ox++)
+                    yr[ox] = (0.0f + r0[2 * ox] + r0[2 * ox + 1] +
+                              r1[2 * ox] + r1[2 * ox + 1]) / div;
+            }
+            continue;
+        }
         for (int oy = 0; oy < oh; oy++) {
             int y0, y1;
             pool_window(oy, s, p, k, h, &y0, &y1);
@@ -792,12 +1052,27 @@ void nrt_avgpool2d_bwd(const float *dy, int n, int c, int h, int w, int k,
 {
     const int planes = n * c;
     const float div = (float)(k * k);
+    const int fast2 = k == 2 && s == 2 && p == 0 && 2 * oh <= h && 2 * ow <= w;
     NRT_OMP(omp parallel for schedule(static)
                 if ((double)planes * oh * ow * k * k >= PAR_MIN_WORK))
     for (int q = 0; q < planes; q++) {
         float *dp = dx + (size_t)q * h * w;
         const float *gp = dy + (size_t)q * oh * ow;
         memset(dp, 0, (size_t)h * w * sizeof *dp);
+        if (fast2) {
+            /* Disjoint windows: each cell gets 0 + g once, as above. */
+            for (int oy = 0; oy < oh; oy++) {
+                float *restrict r0 = dp + (size_t)2 * oy * w;
+                float *restrict r1 = r0 + w;
+                const float *restrict gr = gp + (size_t)oy * ow;
+                for (int ox = 0; ox < ow; ox++) {
+                    const float g = 0.0f + gr[ox] / div;
+                    r0[2 * ox] = r0[2 * ox + 1] = g;
+                    r1[2 * ox] = r1[2 * ox + 1] = g;
+                }
+            }
+            continue;
+        }
         for (int oy = 0; oy < oh; oy++) {
             int y0, y1;
             pool_window(oy, s, p, k, h, &y0, &y1);
@@ -811,6 +1086,109 @@ void nrt_avgpool2d_bwd(const float *dy, int n, int c, int h, int w, int k,
             }
         }
     }
+}
+
+/* ------------------------------------------------------- sums and dropout */
+
+/* Lanes of the row sum: 16 independent partial sums, so that the compiler
+ * keeps them in vector registers and the adds do not wait on each other. */
+#define SUM_LANES 16
+
+/* The sum of p[0..n): element i goes to partial sum i % SUM_LANES, in
+ * order, and the partial sums are combined as a fixed binary tree. */
+static float sum_floats(const float *restrict p, size_t n)
+{
+    float acc[SUM_LANES] = {0};
+    size_t i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int l = 0; l < SUM_LANES; l++)
+            acc[l] += p[i + l];
+    for (int l = 0; i < n; i++, l++)
+        acc[l] += p[i];
+    for (int half = SUM_LANES / 2; half > 0; half /= 2)
+        for (int l = 0; l < half; l++)
+            acc[l] += acc[l + half];
+    return acc[0];
+}
+
+void nrt_row_sums(const float *a, int rows, size_t cols, float *out)
+{
+    /* A row is one thread's: the same sum whatever the team. */
+    NRT_OMP(omp parallel for schedule(static)
+                if (rows > 1 && (double)rows * cols >= PAR_MIN_WORK))
+    for (int r = 0; r < rows; r++)
+        out[r] = sum_floats(a + (size_t)r * cols, cols);
+}
+
+/* Columns per block of nrt_col_sums: its partial sums stay in L1. */
+#define COL_BLOCK 512
+
+void nrt_col_sums(const float *a, int rows, int cols, float *out)
+{
+    if (cols <= 0)
+        return;
+    const int nb = (cols + COL_BLOCK - 1) / COL_BLOCK;
+    /* out[j] = ((a[0][j] + a[1][j]) + a[2][j]) + ..., row by row so that
+     * the adds run across j in vectors; blocks of columns are independent,
+     * so threads change nothing in any sum. */
+    NRT_OMP(omp parallel for schedule(static)
+                if (nb > 1 && (double)rows * cols >= PAR_MIN_WORK))
+    for (int b = 0; b < nb; b++) {
+        const int j0 = b * COL_BLOCK;
+        const int m = cols - j0 < COL_BLOCK ? cols - j0 : COL_BLOCK;
+        float *restrict o = out + j0;
+        if (rows <= 0) {
+            memset(o, 0, (size_t)m * sizeof *o);
+            continue;
+        }
+        memcpy(o, a + j0, (size_t)m * sizeof *o);
+        for (int r = 1; r < rows; r++) {
+            const float *restrict ar = a + (size_t)r * cols + j0;
+            for (int j = 0; j < m; j++)
+                o[j] += ar[j];
+        }
+    }
+}
+
+static inline uint64_t rotl64(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+void nrt_dropout_fwd(nrt_rng *r, const float *x, float *y, float *mask,
+                     size_t n, double p)
+{
+    if (p >= 1.0) { /* everything dropped, and nothing drawn */
+        for (size_t i = 0; i < n; i++) {
+            mask[i] = 0.0f;
+            y[i] = x[i] * 0.0f;
+        }
+        return;
+    }
+    const double pd = p;
+    const float scale = (float)(1.0 / (1.0 - pd));
+    /* nrt_rng_uniform inlined on a local copy of the state: the same
+     * xoshiro256** steps as rng.c's nrt_rng_next, the same
+     * (next >> 11) * 2^-53, one per value in order. */
+    uint64_t s0 = r->s[0], s1 = r->s[1], s2 = r->s[2], s3 = r->s[3];
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t next = rotl64(s1 * 5, 7) * 9;
+        const uint64_t t = s1 << 17;
+        s2 ^= s0;
+        s3 ^= s1;
+        s1 ^= s2;
+        s0 ^= s3;
+        s2 ^= t;
+        s3 = rotl64(s3, 45);
+        const double u = (double)(next >> 11) * 0x1.0p-53;
+        const float m = (float)!(u < pd) * scale; /* no branch */
+        mask[i] = m;
+        y[i] = x[i] * m;
+    }
+    r->s[0] = s0;
+    r->s[1] = s1;
+    r->s[2] = s2;
+    r->s[3] = s3;
 }
 
 /* ----------------------------------------------------------------- losses */

@@ -232,11 +232,11 @@ static int net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err)
     net->iact = alloc_floats(c * m->iact_size, sizeof(int32_t), &ok);
     net->gbuf[0] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
     net->gbuf[1] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
-    net->scratch = alloc_floats(m->scratch_size, sizeof(float), &ok);
+    net->scratch = alloc_floats(c * m->scratch_size, sizeof(float), &ok);
     if (!ok) {
         net_free(net);
         return nrt_errorf(err, "out of memory for a batch of %d (%.1f MiB of activations)",
-                          cap, (double)(c * (m->act_size + 2 * m->grad_size)) * 4 / 1048576);
+                          cap, (double)(c * (m->act_size + 2 * m->grad_size + m->scratch_size)) * 4 / 1048576);
     }
     return 0;
 }

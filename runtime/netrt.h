@@ -28,7 +28,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 1
+#define NETRT_ABI 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -165,6 +165,27 @@ void nrt_im2col(const float *x, int c, int h, int w, int kh, int kw, int sh,
 void nrt_col2im(const float *col, int c, int h, int w, int kh, int kw,
                 int sh, int sw, int ph, int pw, int oh, int ow, float *dx);
 
+/* A batch of images x [N, C, H, W] to columns col [C*KH*KW, N*OH*OW]:
+ * sample i's columns are i*OH*OW .. (i+1)*OH*OW - 1, so that one matrix
+ * product handles the whole batch. */
+void nrt_im2col_batch(const float *x, int n, int c, int h, int w, int kh,
+                      int kw, int sh, int sw, int ph, int pw, int oh, int ow,
+                      float *col);
+/* The adjoint: dx [N, C, H, W] (overwritten) from col [C*KH*KW, N*OH*OW]. */
+void nrt_col2im_batch(const float *col, int n, int c, int h, int w, int kh,
+                      int kw, int sh, int sw, int ph, int pw, int oh, int ow,
+                      float *dx);
+
+/* out[r] = sum of row r of a [rows, cols], in a fixed order. */
+void nrt_row_sums(const float *a, int rows, size_t cols, float *out);
+/* out[j] = sum over r of a[r, j], a [rows, cols], in a fixed order. */
+void nrt_col_sums(const float *a, int rows, int cols, float *out);
+
+/* Inverted dropout over n values: mask[i] = 0 with probability p, else
+ * 1 / (1 - p) (one uniform draw from r per value, in order), y = x * mask. */
+void nrt_dropout_fwd(nrt_rng *r, const float *x, float *y, float *mask,
+                     size_t n, double p);
+
 /* Max pooling over [N, C, H, W] with padding p (padded cells never win).
  * arg receives, per output, the index within its input plane (h*W + w) of
  * the maximum; ties go to the first in scan order, as in PyTorch. */
@@ -267,7 +288,7 @@ typedef struct nrt_net {
     float *act;        /* activations: value v of sample i of the batch
                           lies at act + cap * v_offset + i * v_size */
     float *gbuf[2];    /* gradient ping-pong buffers, cap * gsize each */
-    float *scratch;    /* per-layer scratch (im2col columns), cap-free */
+    float *scratch;    /* per-layer scratch, cap * scratch_size floats */
     int32_t *iact;     /* integer activations (maxpool argmax) */
     float *dinput;     /* if not NULL, backward writes d loss / d input */
     nrt_rng rng;       /* dropout masks */
@@ -297,7 +318,7 @@ typedef struct nrt_model {
     size_t act_size;         /* floats of activations per sample */
     size_t iact_size;        /* int32 activations per sample */
     size_t grad_size;        /* floats of one gradient buffer per sample */
-    size_t scratch_size;     /* floats of scratch, independent of batch */
+    size_t scratch_size;     /* floats of scratch per sample */
     nrt_optim optim;
     const char *device;      /* "cpu", "cuda", "cuda:N", "auto" */
     nrt_source train;        /* default training data (path may be NULL) */

@@ -4,14 +4,20 @@
  * Every kernel is checked against a naive reference written here from the
  * definition (in double where rounding matters), and the gradients against
  * the adjoint identity or central finite differences.  nrt_sgemm is also
- * checked to give bit-identical results with 1, 2 and 3 OpenMP threads.
+ * checked to give bit-identical results with 1, 2 and 3 OpenMP threads, and
+ * so are the batched im2col/col2im and the sums.  Where a kernel has a
+ * second, faster form of another (the batched im2col/col2im, the 2x2 pools,
+ * dropout against the loop netc used to generate), the two must agree bit
+ * for bit.
  *
  *   test_kernels          run the tests: failures to stderr, a summary to
  *                         stdout, exit status 0 if all passed
  *   test_kernels --bench  GFLOP/s of nrt_sgemm on the shapes netc's programs
  *                         use, and of cblas_sgemm beside it when built with
  *                         -DNRT_TEST_CBLAS=1 (or -DNETRT_HAVE_OPENBLAS=1)
- *                         and -lopenblas
+ *                         and -lopenblas; then milliseconds of the other
+ *                         layer kernels on cifar10's shapes, beside what
+ *                         they replace
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -546,6 +552,398 @@ static void test_avgpool(void)
     printf("avgpool: %d geometries checked\n", npools);
 }
 
+/* ------------------------------------------------- batched im2col/col2im */
+
+/* The batched pair against nrt_im2col/nrt_col2im one sample at a time:
+ * bit for bit, since the same values are copied and the same sums made in
+ * the same order.  col2im_batch overwrites dx, so dx starts as garbage. */
+static void check_conv_batch(int n, struct conv v)
+{
+    int oh = out_size(v.h, v.kh, v.sh, v.ph);
+    int ow = out_size(v.w, v.kw, v.sw, v.pw);
+    size_t rows = (size_t)v.c * v.kh * v.kw, plane = (size_t)oh * ow;
+    size_t ld = (size_t)n * plane, xs = (size_t)v.c * v.h * v.w;
+    float *x = randv((size_t)n * xs), *col = randv(rows * ld);
+    float *one = malloc(rows * plane * sizeof *one);
+    for (size_t i = 0; i < rows * ld; i++)
+        col[i] = NAN; /* every entry must be written */
+    nrt_im2col_batch(x, n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw,
+                     oh, ow, col);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        nrt_im2col(x + (size_t)i * xs, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw,
+                   v.ph, v.pw, oh, ow, one);
+        for (size_t r = 0; r < rows; r++)
+            bad += memcmp(col + r * ld + (size_t)i * plane, one + r * plane,
+                          plane * sizeof *one) != 0;
+    }
+    CHECK(bad == 0,
+          "im2col_batch n=%d c=%d %dx%d k=%dx%d s=%d,%d p=%d,%d: %d rows "
+          "differ from nrt_im2col", n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw,
+          v.ph, v.pw, bad);
+
+    float *g = randv(rows * ld), *dx = malloc((size_t)n * xs * sizeof *dx);
+    float *ref = malloc(xs * sizeof *ref);
+    for (size_t i = 0; i < (size_t)n * xs; i++)
+        dx[i] = (i & 1) ? NAN : 1e30f;
+    nrt_col2im_batch(g, n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw,
+                     oh, ow, dx);
+    bad = 0;
+    for (int i = 0; i < n; i++) {
+        for (size_t r = 0; r < rows; r++)
+            memcpy(one + r * plane, g + r * ld + (size_t)i * plane,
+                   plane * sizeof *one);
+        memset(ref, 0, xs * sizeof *ref);
+        nrt_col2im(one, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw, oh,
+                   ow, ref);
+        bad += memcmp(dx + (size_t)i * xs, ref, xs * sizeof *ref) != 0;
+    }
+    CHECK(bad == 0,
+          "col2im_batch n=%d c=%d %dx%d k=%dx%d s=%d,%d p=%d,%d: %d samples "
+          "differ from nrt_col2im", n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw,
+          v.ph, v.pw, bad);
+
+#ifdef _OPENMP
+    /* And the same with one thread as with two and three. */
+    int saved = omp_get_max_threads();
+    float *col1 = malloc(rows * ld * sizeof *col1);
+    float *dx1 = malloc((size_t)n * xs * sizeof *dx1);
+    int same = 1;
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        nrt_im2col_batch(x, n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw, v.ph,
+                         v.pw, oh, ow, col1);
+        nrt_col2im_batch(g, n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw, v.ph,
+                         v.pw, oh, ow, dx1);
+        same &= !memcmp(col, col1, rows * ld * sizeof *col) &&
+                !memcmp(dx, dx1, (size_t)n * xs * sizeof *dx);
+    }
+    omp_set_num_threads(saved);
+    CHECK(same, "im2col/col2im_batch n=%d c=%d %dx%d: threads change the "
+                "result", n, v.c, v.h, v.w);
+    free(col1);
+    free(dx1);
+#endif
+    free(x);
+    free(col);
+    free(one);
+    free(g);
+    free(dx);
+    free(ref);
+}
+
+static void test_conv_batch(void)
+{
+    static const struct conv cs[] = {
+        {1, 1, 1, 1, 1, 1, 1, 0, 0},   /* 1x1 everything */
+        {3, 5, 7, 3, 3, 1, 1, 1, 1},   /* same padding */
+        {2, 8, 8, 3, 2, 2, 1, 0, 1},   /* rectangular kernel, mixed stride */
+        {4, 9, 6, 5, 5, 2, 2, 2, 2},   /* stride 2, padding 2 */
+        {3, 4, 4, 5, 5, 1, 1, 2, 2},   /* kernel larger than the input */
+        {2, 7, 11, 1, 3, 3, 2, 0, 1},
+        {3, 6, 5, 4, 3, 3, 2, 3, 2},   /* padding wider than some windows */
+        {5, 6, 7, 1, 1, 1, 1, 0, 0},   /* 1x1 conv: whole-plane copies */
+        {2, 9, 9, 1, 1, 2, 2, 0, 0},   /* 1x1, stride 2 */
+        {3, 12, 10, 2, 4, 2, 3, 1, 0}, /* rectangular, strides 2 and 3 */
+        {2, 5, 5, 3, 3, 1, 1, 4, 4},   /* rows and columns of padding only */
+        {3, 32, 32, 5, 5, 1, 1, 2, 2}, /* cifar10 conv1 */
+        {8, 16, 16, 5, 5, 1, 1, 2, 2}, /* cifar10 conv2, fewer channels */
+        {4, 13, 13, 3, 3, 1, 1, 0, 0}};
+    static const int ns[] = {1, 2, 3, 5};
+    int runs = 0;
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++)
+        for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+            if (cs[t].h * cs[t].w > 200 && ns[i] > 3)
+                continue;
+            check_conv_batch(ns[i], cs[t]);
+            runs++;
+        }
+    printf("im2col/col2im_batch: %d batches checked\n", runs);
+}
+
+/* ------------------------------------------------------------------ sums */
+
+static void check_sums(int rows, int cols)
+{
+    size_t size = (size_t)rows * cols;
+    float *a = randv(size), *out = malloc((size_t)(rows > cols ? rows : cols) *
+                                              sizeof *out + 4);
+    /* Rows: against a double sum, within the worst case of any order. */
+    nrt_row_sums(a, rows, (size_t)cols, out);
+    int bad = 0;
+    for (int r = 0; r < rows; r++) {
+        double s = 0.0, abss = 0.0;
+        for (int j = 0; j < cols; j++) {
+            s += a[(size_t)r * cols + j];
+            abss += fabs(a[(size_t)r * cols + j]);
+        }
+        if (!(fabs(out[r] - s) <= (cols + 1) * FLT_EPSILON * abss))
+            bad++;
+    }
+    CHECK(bad == 0, "row_sums %dx%d: %d rows wrong", rows, cols, bad);
+    /* Columns: the same. */
+    nrt_col_sums(a, rows, cols, out);
+    bad = 0;
+    for (int j = 0; j < cols; j++) {
+        double s = 0.0, abss = 0.0;
+        for (int r = 0; r < rows; r++) {
+            s += a[(size_t)r * cols + j];
+            abss += fabs(a[(size_t)r * cols + j]);
+        }
+        if (!(fabs(out[j] - s) <= (rows + 1) * FLT_EPSILON * abss))
+            bad++;
+    }
+    CHECK(bad == 0, "col_sums %dx%d: %d columns wrong", rows, cols, bad);
+#ifdef _OPENMP
+    /* Bit for bit the same with 1, 2 and 3 threads. */
+    int saved = omp_get_max_threads();
+    float *o[3];
+    for (int t = 0; t < 3; t++)
+        o[t] = malloc((size_t)(rows + cols + 1) * sizeof *o[t]);
+    for (int t = 0; t < 3; t++) {
+        omp_set_num_threads(t + 1);
+        nrt_row_sums(a, rows, (size_t)cols, o[t]);
+        nrt_col_sums(a, rows, cols, o[t] + rows);
+    }
+    omp_set_num_threads(saved);
+    CHECK(!memcmp(o[0], o[1], (size_t)(rows + cols) * sizeof *o[0]) &&
+              !memcmp(o[0], o[2], (size_t)(rows + cols) * sizeof *o[0]),
+          "row/col_sums %dx%d: threads change the result", rows, cols);
+    for (int t = 0; t < 3; t++)
+        free(o[t]);
+#endif
+    free(a);
+    free(out);
+}
+
+static void test_sums(void)
+{
+    static const int shapes[][2] = {
+        {1, 1},   {1, 15},  {1, 16},  {1, 17},   {3, 33},    {7, 100},
+        {16, 1},  {100, 7}, {64, 10}, {64, 512}, {64, 1000}, {5, 1500},
+        {32, 4096}, {300, 600}, {2, 70000}, {1000, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        check_sums(shapes[s][0], shapes[s][1]);
+    /* No rows: column sums are zeros.  No columns: row sums are zeros. */
+    {
+        float one = 1.0f, out[3] = {NAN, NAN, NAN};
+        nrt_col_sums(&one, 0, 3, out);
+        CHECK(out[0] == 0 && out[1] == 0 && out[2] == 0,
+              "col_sums of no rows: %g %g %g", out[0], out[1], out[2]);
+        out[0] = out[1] = NAN;
+        nrt_row_sums(&one, 2, 0, out);
+        CHECK(out[0] == 0 && out[1] == 0, "row_sums of no columns: %g %g",
+              out[0], out[1]);
+    }
+    /* Exact where every order is exact. */
+    {
+        float a[2 * 37];
+        for (int i = 0; i < 2 * 37; i++)
+            a[i] = (float)(i % 37);
+        float rs[2], cs[37];
+        nrt_row_sums(a, 2, 37, rs);
+        nrt_col_sums(a, 2, 37, cs);
+        CHECK(rs[0] == 666.0f && rs[1] == 666.0f && cs[5] == 10.0f &&
+                  cs[36] == 72.0f,
+              "sums of integers: %g %g %g %g", rs[0], rs[1], cs[5], cs[36]);
+    }
+    printf("row/col sums: %zu shapes checked\n",
+           sizeof shapes / sizeof *shapes);
+}
+
+/* --------------------------------------------------------------- dropout */
+
+/* nrt_dropout_fwd against the loop netc generated before it existed:
+ *   mask[i] = nrt_rng_uniform(&net->rng) < P ? 0.0f : SCALEf;
+ * with P the model's p as a double literal and SCALE = (float)(1/(1-P)). */
+static void check_dropout(double pd, size_t n)
+{
+    float *x = randv(n), *y = malloc((n + 1) * sizeof *y);
+    float *mask = malloc((n + 1) * sizeof *mask);
+    float *rmask = malloc((n + 1) * sizeof *rmask);
+    float *ry = malloc((n + 1) * sizeof *ry);
+    if (n > 3)
+        x[3] = INFINITY; /* x * 0 is NaN, as x[i] * mask[i] was */
+    nrt_rng r1, r2;
+    nrt_rng_seed(&r1, 777 + n);
+    r2 = r1;
+    nrt_dropout_fwd(&r1, x, y, mask, n, pd);
+    const float scale = (float)(1.0 / (1.0 - pd));
+    size_t dropped = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (pd >= 1)
+            rmask[i] = 0.0f;
+        else
+            rmask[i] = nrt_rng_uniform(&r2) < pd ? 0.0f : scale;
+        ry[i] = x[i] * rmask[i];
+        dropped += rmask[i] == 0.0f;
+    }
+    CHECK(!memcmp(mask, rmask, n * sizeof *mask) &&
+              !memcmp(y, ry, n * sizeof *y),
+          "dropout p=%g n=%zu: masks or outputs differ from the reference",
+          pd, n);
+    CHECK(!memcmp(&r1, &r2, sizeof r1),
+          "dropout p=%g n=%zu: generator state differs afterwards", pd, n);
+    if (n >= 10000)
+        CHECK(fabs((double)dropped / n - (pd < 1 ? pd : 1)) < 0.02,
+              "dropout p=%g: dropped %zu of %zu", pd, dropped, n);
+    free(x);
+    free(y);
+    free(mask);
+    free(rmask);
+    free(ry);
+}
+
+static void test_dropout(void)
+{
+    /* 0.6, 0.8, 0.9: (float)(1 / (1 - (double)pf)) would be off by ulps. */
+    static const double ps[] = {0.0, 0.1, 0.5, 1.0, 0.25, 0.6, 0.8,
+                                0.9, 0.111, 0.33, 0.05, 0.999, 1.5};
+    static const size_t ns[] = {0, 1, 7, 1000, 30000};
+    for (size_t i = 0; i < sizeof ps / sizeof *ps; i++)
+        for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
+            check_dropout(ps[i], ns[j]);
+    printf("dropout: %zu probabilities checked\n", sizeof ps / sizeof *ps);
+}
+
+/* ------------------------------------------------- maxpool 2x2 fast path */
+
+static uint32_t float_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float nan_with(uint32_t payload)
+{
+    uint32_t u = 0x7fc00000u | (payload & 0x3fffffu);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* 2x2, stride 2, no padding (the fast path) against ref_maxpool, bit for
+ * bit: ties, -inf, NaN (several per window, with distinct payloads, so
+ * that the last one must win), odd sizes. */
+static void test_maxpool_fast(void)
+{
+    static const int shapes[][4] = {
+        {1, 1, 2, 2},  {1, 1, 3, 3},  {2, 3, 8, 8},   {1, 2, 5, 7},
+        {2, 2, 13, 13}, {1, 1, 2, 31}, {1, 1, 31, 2}, {3, 2, 30, 30},
+        {2, 4, 32, 32}, {1, 1, 1, 4},  {1, 3, 17, 9}, {64, 4, 16, 16}};
+    int runs = 0;
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+        struct pool v = {shapes[t][0], shapes[t][1], shapes[t][2],
+                         shapes[t][3], 2, 2, 0};
+        int oh = out_size(v.h, 2, 2, 0), ow = out_size(v.w, 2, 2, 0);
+        size_t xs = (size_t)v.n * v.c * v.h * v.w;
+        size_t ys = (size_t)v.n * v.c * oh * ow;
+        for (int mode = 0; mode < 6; mode++) {
+            float *x = randv(xs);
+            for (size_t i = 0; i < xs; i++) {
+                uint32_t d = nrt_rng_below(&rng, 8);
+                switch (mode) {
+                case 1: /* ties everywhere */
+                    x[i] = (float)(d & 1);
+                    break;
+                case 2: /* -inf, and windows of nothing but -inf */
+                    x[i] = d < 6 ? -INFINITY : x[i];
+                    break;
+                case 3: /* NaNs, often several in a window */
+                    x[i] = d < 3 ? nan_with((uint32_t)i + 1) : x[i];
+                    break;
+                case 4: /* everything at once, signed zeros included */
+                    x[i] = d == 0   ? nan_with((uint32_t)i + 1)
+                           : d == 1 ? -INFINITY
+                           : d == 2 ? INFINITY
+                           : d == 3 ? -0.0f
+                           : d == 4 ? 0.0f
+                                    : (float)(int)(x[i] * 2.0f);
+                    break;
+                case 5: /* all NaN */
+                    x[i] = nan_with((uint32_t)i + 1);
+                    break;
+                }
+            }
+            float *y = malloc((ys + 1) * sizeof *y);
+            float *ry = malloc((ys + 1) * sizeof *ry);
+            int32_t *arg = malloc((ys + 1) * sizeof *arg);
+            int32_t *rarg = malloc((ys + 1) * sizeof *rarg);
+            nrt_maxpool2d_fwd(x, v.n, v.c, v.h, v.w, 2, 2, 0, oh, ow, y, arg);
+            ref_maxpool(x, v, oh, ow, ry, rarg);
+            int bad = 0;
+            for (size_t i = 0; i < ys; i++)
+                if (float_bits(y[i]) != float_bits(ry[i]) || arg[i] != rarg[i])
+                    bad++;
+            CHECK(bad == 0, "maxpool 2x2 [%d,%d,%d,%d] mode %d: %d outputs "
+                            "wrong", v.n, v.c, v.h, v.w, mode, bad);
+            free(x);
+            free(y);
+            free(ry);
+            free(arg);
+            free(rarg);
+            runs++;
+        }
+    }
+    /* Hand-made: the last NaN wins, and a NaN beats a later +inf. */
+    {
+        float x[4] = {nan_with(1), 5, nan_with(2), INFINITY}, y;
+        int32_t a;
+        nrt_maxpool2d_fwd(x, 1, 1, 2, 2, 2, 2, 0, 1, 1, &y, &a);
+        CHECK(float_bits(y) == float_bits(x[2]) && a == 2,
+              "maxpool 2x2 NaNs: arg %d, want 2", (int)a);
+        float z[4] = {-0.0f, 0.0f, 0.0f, -0.0f};
+        nrt_maxpool2d_fwd(z, 1, 1, 2, 2, 2, 2, 0, 1, 1, &y, &a);
+        CHECK(a == 0 && signbit(y), "maxpool 2x2 signed zeros: arg %d",
+              (int)a);
+    }
+    printf("maxpool 2x2 fast path: %d cases checked\n", runs);
+}
+
+/* avgpool's 2x2 fast paths against the general loop's float sums, in its
+ * order: bit for bit, odd sizes included. */
+static void test_avgpool_fast(void)
+{
+    static const int shapes[][4] = {{1, 1, 2, 2}, {2, 3, 7, 9}, {1, 2, 13, 13},
+                                    {3, 1, 16, 16}, {1, 1, 3, 1}};
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+        int n = shapes[t][0], c = shapes[t][1], h = shapes[t][2];
+        int w = shapes[t][3], oh = h / 2, ow = w / 2;
+        size_t xs = (size_t)n * c * h * w, ys = (size_t)n * c * oh * ow;
+        float *x = randv(xs), *y = malloc((ys + 1) * sizeof *y);
+        float *g = randv(ys), *dx = randv(xs);
+        float *ry = malloc((ys + 1) * sizeof *ry);
+        float *rdx = calloc(xs, sizeof *rdx);
+        nrt_avgpool2d_fwd(x, n, c, h, w, 2, 2, 0, oh, ow, y);
+        nrt_avgpool2d_bwd(g, n, c, h, w, 2, 2, 0, oh, ow, dx);
+        for (int q = 0; q < n * c; q++)
+            for (int oy = 0; oy < oh; oy++)
+                for (int ox = 0; ox < ow; ox++) {
+                    float s = 0.0f;
+                    size_t o = (size_t)q * oh * ow + (size_t)oy * ow + ox;
+                    for (int ki = 0; ki < 2; ki++)
+                        for (int kj = 0; kj < 2; kj++) {
+                            size_t i = (size_t)q * h * w +
+                                       (size_t)(2 * oy + ki) * w + 2 * ox + kj;
+                            s += x[i];
+                            rdx[i] += g[o] / 4.0f;
+                        }
+                    ry[o] = s / 4.0f;
+                }
+        CHECK(!memcmp(y, ry, ys * sizeof *y) && !memcmp(dx, rdx, xs * sizeof *dx),
+              "avgpool 2x2 [%d,%d,%d,%d]: fast path differs from the general "
+              "loop", n, c, h, w);
+        free(x);
+        free(y);
+        free(g);
+        free(dx);
+        free(ry);
+        free(rdx);
+    }
+    printf("avgpool 2x2 fast path: checked\n");
+}
+
 /* ----------------------------------------------------------------- losses */
 
 /* The mean cross-entropy in double, straight from the definition. */
@@ -739,6 +1137,254 @@ static void pause_a_little(void)
 }
 #endif
 
+/* The layer kernels besides sgemm, on cifar10's shapes (batch 64), each
+ * beside what it replaces: nrt_im2col/nrt_col2im once per sample, the
+ * general max pooling loop (a copy of it below), nrt_rng_uniform per
+ * value, plain loops for the sums. */
+
+/* nrt_maxpool2d_fwd as it was before its 2x2 fast path, for comparison. */
+static void old_maxpool2d_fwd(const float *x, int n, int c, int h, int w,
+                              int k, int s, int p, int oh, int ow, float *y,
+                              int32_t *arg)
+{
+    const int planes = n * c;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) \
+    if ((double)planes * oh * ow * k * k >= 65536.0)
+#endif
+    for (int q = 0; q < planes; q++) {
+        const float *xp = x + (size_t)q * h * w;
+        float *yp = y + (size_t)q * oh * ow;
+        int32_t *ap = arg + (size_t)q * oh * ow;
+        for (int oy = 0; oy < oh; oy++) {
+            int y0 = oy * s - p, y1 = y0 + k;
+            y0 = y0 < 0 ? 0 : y0;
+            y1 = y1 > h ? h : y1;
+            for (int ox = 0; ox < ow; ox++) {
+                int x0 = ox * s - p, x1 = x0 + k;
+                x0 = x0 < 0 ? 0 : x0;
+                x1 = x1 > w ? w : x1;
+                float best = -INFINITY;
+                int32_t bi = (y0 < y1 && x0 < x1) ? y0 * w + x0 : -1;
+                for (int iy = y0; iy < y1; iy++)
+                    for (int ix = x0; ix < x1; ix++) {
+                        float v = xp[(size_t)iy * w + ix];
+                        if (v > best || isnan(v)) {
+                            best = v;
+                            bi = iy * w + ix;
+                        }
+                    }
+                yp[(size_t)oy * ow + ox] = best;
+                ap[(size_t)oy * ow + ox] = bi;
+            }
+        }
+    }
+}
+
+enum job_kind {
+    J_IM2COL_LOOP, J_IM2COL_BATCH, J_COL2IM_LOOP, J_COL2IM_BATCH,
+    J_MAXPOOL_OLD, J_MAXPOOL, J_MAXPOOL_BWD, J_AVGPOOL, J_AVGPOOL_BWD,
+    J_ROWSUM_LOOP, J_ROWSUM, J_COLSUM_LOOP, J_COLSUM, J_DROPOUT_LOOP,
+    J_DROPOUT
+};
+
+struct job {
+    int kind;
+    int n, c, h, w, k, p; /* conv and pool shapes; sums: rows n, cols c */
+    const float *in;
+    float *out;
+    int32_t *iout;
+    nrt_rng *r;
+};
+
+static void run_job(const struct job *j)
+{
+    const int n = j->n, c = j->c, h = j->h, w = j->w, k = j->k, p = j->p;
+    const int oh = out_size(h, k, 1, p), ow = out_size(w, k, 1, p);
+    const int ph = h / 2, pw = w / 2; /* 2x2 pool outputs */
+    const size_t plane = (size_t)oh * ow, rows = (size_t)c * k * k;
+    switch (j->kind) {
+    case J_IM2COL_LOOP: /* per-sample [rows, plane] blocks */
+        for (int i = 0; i < n; i++)
+            nrt_im2col(j->in + (size_t)i * c * h * w, c, h, w, k, k, 1, 1, p,
+                       p, oh, ow, j->out + (size_t)i * rows * plane);
+        break;
+    case J_IM2COL_BATCH:
+        nrt_im2col_batch(j->in, n, c, h, w, k, k, 1, 1, p, p, oh, ow, j->out);
+        break;
+    case J_COL2IM_LOOP:
+        memset(j->out, 0, (size_t)n * c * h * w * sizeof *j->out);
+        for (int i = 0; i < n; i++)
+            nrt_col2im(j->in + (size_t)i * rows * plane, c, h, w, k, k, 1, 1,
+                       p, p, oh, ow, j->out + (size_t)i * c * h * w);
+        break;
+    case J_COL2IM_BATCH:
+        nrt_col2im_batch(j->in, n, c, h, w, k, k, 1, 1, p, p, oh, ow, j->out);
+        break;
+    case J_MAXPOOL_OLD:
+        old_maxpool2d_fwd(j->in, n, c, h, w, 2, 2, 0, ph, pw, j->out, j->iout);
+        break;
+    case J_MAXPOOL:
+        nrt_maxpool2d_fwd(j->in, n, c, h, w, 2, 2, 0, ph, pw, j->out, j->iout);
+        break;
+    case J_MAXPOOL_BWD:
+        nrt_maxpool2d_bwd(j->in, j->iout, n, c, h, w, ph, pw, j->out);
+        break;
+    case J_AVGPOOL:
+        nrt_avgpool2d_fwd(j->in, n, c, h, w, 2, 2, 0, ph, pw, j->out);
+        break;
+    case J_AVGPOOL_BWD:
+        nrt_avgpool2d_bwd(j->in, n, c, h, w, 2, 2, 0, ph, pw, j->out);
+        break;
+    case J_ROWSUM_LOOP:
+        for (int r = 0; r < n; r++) {
+            float s = 0.0f;
+            for (int i = 0; i < c; i++)
+                s += j->in[(size_t)r * c + i];
+            j->out[r] = s;
+        }
+        break;
+    case J_ROWSUM:
+        nrt_row_sums(j->in, n, (size_t)c, j->out);
+        break;
+    case J_COLSUM_LOOP:
+        for (int i = 0; i < c; i++) {
+            float s = 0.0f;
+            for (int r = 0; r < n; r++)
+                s += j->in[(size_t)r * c + i];
+            j->out[i] = s;
+        }
+        break;
+    case J_COLSUM:
+        nrt_col_sums(j->in, n, c, j->out);
+        break;
+    case J_DROPOUT_LOOP: /* what netc generated: out = [mask, y] */
+        for (size_t i = 0; i < (size_t)n; i++) {
+            j->out[i] = nrt_rng_uniform(j->r) < 0.5 ? 0.0f : 2.0f;
+            j->out[n + i] = j->in[i] * j->out[i];
+        }
+        break;
+    case J_DROPOUT:
+        nrt_dropout_fwd(j->r, j->in, j->out + n, j->out, (size_t)n, 0.5f);
+        break;
+    }
+}
+
+static size_t round_page(size_t bytes)
+{
+    return (bytes + 4095) / 4096 * 4096;
+}
+
+/* randv on whole pages: the timings below change by half with how the
+ * buffers lie relative to each other (a malloc after the sgemm benchmark's
+ * frees comes from elsewhere than one in a fresh process); generated
+ * programs' buffers are large allocations, page-aligned but for a header. */
+static float *page_randv(size_t n)
+{
+    float *v = aligned_alloc(4096, round_page(n * sizeof *v));
+    if (!v) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand();
+    return v;
+}
+
+/* Best milliseconds of repeated runs, about 0.2 s of them. */
+static double best_ms(const struct job *j)
+{
+    double best = 1e30, start = now();
+    run_job(j); /* warm up */
+    int reps = 0;
+    while (reps < 5 || now() - start < 0.2) {
+        double t0 = now();
+        run_job(j);
+        double dt = now() - t0;
+        if (dt < best)
+            best = dt;
+        reps++;
+    }
+    return best * 1e3;
+}
+
+static void bench_layers(int maxt)
+{
+    static const struct {
+        const char *what;
+        int old, new_; /* job kinds: the old way (-1: none) and the new */
+        int n, c, h, w, k, p;
+    } b[] = {
+        {"im2col 3x32x32 k5 p2", J_IM2COL_LOOP, J_IM2COL_BATCH, 64, 3, 32, 32, 5, 2},
+        {"im2col 32x16x16 k5 p2", J_IM2COL_LOOP, J_IM2COL_BATCH, 64, 32, 16, 16, 5, 2},
+        {"col2im 3x32x32 k5 p2", J_COL2IM_LOOP, J_COL2IM_BATCH, 64, 3, 32, 32, 5, 2},
+        {"col2im 32x16x16 k5 p2", J_COL2IM_LOOP, J_COL2IM_BATCH, 64, 32, 16, 16, 5, 2},
+        {"maxpool 32x32x32 2x2", J_MAXPOOL_OLD, J_MAXPOOL, 64, 32, 32, 32, 0, 0},
+        {"maxpool bwd 32x32x32", -1, J_MAXPOOL_BWD, 64, 32, 32, 32, 0, 0},
+        {"avgpool 32x32x32 2x2", -1, J_AVGPOOL, 64, 32, 32, 32, 0, 0},
+        {"avgpool bwd 32x32x32", -1, J_AVGPOOL_BWD, 64, 32, 32, 32, 0, 0},
+        {"row sums 32 x 65536", J_ROWSUM_LOOP, J_ROWSUM, 32, 65536, 0, 0, 0, 0},
+        {"col sums 64 x 4096", J_COLSUM_LOOP, J_COLSUM, 64, 4096, 0, 0, 0, 0},
+        {"dropout 0.5, 1M values", J_DROPOUT_LOOP, J_DROPOUT, 1 << 20, 0, 0, 0, 0, 0},
+    };
+    printf("\n%-24s | %8s %8s %6s", "ms (batch 64)", "old 1t", "new 1t",
+           "ratio");
+    if (maxt > 1)
+        printf(" | %8s %8s %6s", "old Nt", "new Nt", "ratio");
+    printf("\n");
+    for (size_t s = 0; s < sizeof b / sizeof *b; s++) {
+        struct job j = {0, b[s].n, b[s].c, b[s].h, b[s].w, b[s].k, b[s].p,
+                        NULL, NULL, NULL, NULL};
+        size_t in, out;
+        const int oh = out_size(j.h, j.k, 1, j.p), ow = out_size(j.w, j.k, 1, j.p);
+        const size_t img = (size_t)j.n * j.c * j.h * j.w;
+        const size_t cols = (size_t)j.c * j.k * j.k * j.n * oh * ow;
+        switch (b[s].new_) {
+        case J_IM2COL_BATCH: in = img, out = cols; break;
+        case J_COL2IM_BATCH: in = cols, out = img; break;
+        case J_ROWSUM: case J_COLSUM:
+            in = (size_t)j.n * j.c, out = (size_t)j.n + j.c; break;
+        case J_DROPOUT: in = (size_t)j.n, out = 2 * (size_t)j.n; break;
+        default: in = out = img; break; /* pooling: generous */
+        }
+        float *x = page_randv(in), *y = page_randv(out);
+        int32_t *arg = aligned_alloc(4096, round_page(img * sizeof *arg));
+        nrt_rng r;
+        nrt_rng_seed(&r, 1);
+        j.in = x, j.out = y, j.iout = arg, j.r = &r;
+        if (b[s].new_ == J_MAXPOOL_BWD) { /* needs a real arg */
+            j.kind = J_MAXPOOL;
+            run_job(&j);
+        }
+        double t[2][2] = {{0}};
+        for (int nt = 0; nt < (maxt > 1 ? 2 : 1); nt++) {
+            set_threads(nt ? maxt : 1);
+            for (int v = 0; v < 2; v++) {
+                j.kind = v ? b[s].new_ : b[s].old;
+                if (j.kind >= 0)
+                    t[nt][v] = best_ms(&j);
+            }
+        }
+        printf("%-24s |", b[s].what);
+        for (int nt = 0; nt < (maxt > 1 ? 2 : 1); nt++) {
+            const char *sep = nt || maxt == 1 ? "" : " |";
+            if (b[s].old >= 0)
+                printf(" %8.3f %8.3f %6.2f%s", t[nt][0], t[nt][1],
+                       t[nt][0] / t[nt][1], sep);
+            else
+                printf(" %8s %8.3f %6s%s", "-", t[nt][1], "", sep);
+        }
+        printf("\n");
+        free(x);
+        free(y);
+        free(arg);
+    }
+    set_threads(maxt);
+    printf("(ratio = old / new; old: im2col/col2im once per sample, maxpool's "
+           "general loop,\n nrt_rng_uniform per value, plain loops for the "
+           "sums; Nt = %d threads)\n", maxt);
+}
+
 static int bench(void)
 {
     static const struct {
@@ -825,6 +1471,7 @@ static int bench(void)
         printf("\n");
     }
     printf("(ratio = OpenBLAS / nrt, one thread; Nt = %d threads)\n", maxt);
+    bench_layers(maxt);
     return 0;
 }
 
@@ -838,6 +1485,11 @@ int main(int argc, char **argv)
     test_im2col();
     test_maxpool();
     test_avgpool();
+    test_conv_batch();
+    test_sums();
+    test_dropout();
+    test_maxpool_fast();
+    test_avgpool_fast();
     test_losses();
     printf("test_kernels: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
