@@ -90,7 +90,7 @@ static void scale_c(int m, int n, float beta, float *c, int ldc)
 /* Work (m*n*k) below which packing does not pay. */
 #define SMALL_WORK 4096.0
 /* Work (m*n*k) from which a product is shared out among threads. */
-#define PAR_MIN_GEMM 262144.0
+#define PAR_MIN_GEMM 2097152.0
 
 /* The plain loop for small products. */
 static void gemm_small(int transa, int transb, int m, int n, int k,

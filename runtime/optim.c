@@ -39,41 +39,44 @@ int nrt_optim_init(nrt_optim_state *s, const nrt_optim *h, size_t n,
     return 0;
 }
 
-static void sgd(nrt_optim_state *s, float *p, const float *grad)
+/* The loops take their operands as restrict locals, with the options as
+ * loop-invariant values, so that the compiler vectorises them. */
+static void sgd(nrt_optim_state *s, float *restrict p, const float *restrict grad)
 {
     const nrt_optim *h = &s->h;
-    float lr = h->lr, wd = h->weight_decay, mom = h->momentum;
-    float damp = 1.0f - h->dampening;
-    int first = s->step == 1;
-    for (size_t i = 0; i < s->n; i++) {
-        float g = grad[i];
-        if (wd != 0)
-            g += wd * p[i];
-        if (mom != 0) {
-            float buf = first ? g : mom * s->m[i] + damp * g;
-            s->m[i] = buf;
-            g = h->nesterov ? g + mom * buf : buf;
-        }
-        p[i] -= lr * g;
+    const float lr = h->lr, wd = h->weight_decay, mom = h->momentum;
+    const float damp = 1.0f - h->dampening;
+    const size_t n = s->n;
+    float *restrict m = s->m;
+    if (mom == 0) {
+        for (size_t i = 0; i < n; i++)
+            p[i] -= lr * (grad[i] + wd * p[i]);
+        return;
+    }
+    const int first = s->step == 1, nesterov = h->nesterov;
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] + wd * p[i];
+        float buf = first ? g : mom * m[i] + damp * g;
+        m[i] = buf;
+        p[i] -= lr * (nesterov ? g + mom * buf : buf);
     }
 }
 
-static void adam(nrt_optim_state *s, float *p, const float *grad)
+static void adam(nrt_optim_state *s, float *restrict p, const float *restrict grad)
 {
     const nrt_optim *h = &s->h;
-    float b1 = h->beta1, b2 = h->beta2, wd = h->weight_decay, eps = h->eps;
-    double bc1 = 1.0 - pow(b1, (double)s->step);
-    double bc2 = 1.0 - pow(b2, (double)s->step);
-    float step_size = (float)(h->lr / bc1);
-    float bc2_sqrt = (float)sqrt(bc2);
-    for (size_t i = 0; i < s->n; i++) {
-        float g = grad[i];
-        if (wd != 0)
-            g += wd * p[i];
-        float m = s->m[i] = b1 * s->m[i] + (1.0f - b1) * g;
-        float v = s->v[i] = b2 * s->v[i] + (1.0f - b2) * g * g;
-        float denom = sqrtf(v) / bc2_sqrt + eps;
-        p[i] -= step_size * (m / denom);
+    const float b1 = h->beta1, b2 = h->beta2, wd = h->weight_decay, eps = h->eps;
+    const double bc1 = 1.0 - pow(b1, (double)s->step);
+    const double bc2 = 1.0 - pow(b2, (double)s->step);
+    const float step_size = (float)(h->lr / bc1);
+    const float bc2_sqrt = (float)sqrt(bc2);
+    const size_t n = s->n;
+    float *restrict m = s->m, *restrict v = s->v;
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] + wd * p[i];
+        float mi = m[i] = b1 * m[i] + (1.0f - b1) * g;
+        float vi = v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+        p[i] -= step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
     }
 }
 
