@@ -304,6 +304,54 @@ ukernel_avx2(int kc, const float *a, const float *b, float *c, size_t ldc,
     }
 }
 
+/* The first mr rows (mr < MR) of the micro-kernel's tile, full width,
+ * written straight into C: the bottom edge of a matrix whose row count is
+ * not a multiple of MR (32 and 64 channels are the common case).  Each
+ * element goes through exactly the operations of ukernel_avx2, so the
+ * result is the same bits as computing the whole tile. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+ukernel_rows_avx2(const int mr, int kc, const float *a, const float *b,
+                  float *c, size_t ldc, float alpha, float beta)
+{
+    v8f acc[MR][2];
+    for (int i = 0; i < mr; i++)
+        acc[i][0] = acc[i][1] = (v8f){0};
+    for (int p = 0; p < kc; p++, a += MR, b += NR) {
+        v8f b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        for (int i = 0; i < mr; i++) {
+            v8f x = _mm256_broadcast_ss(a + i);
+            acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
+        }
+    }
+    v8f va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    for (int i = 0; i < mr; i++) {
+        float *ci = c + i * ldc;
+        if (beta == 0.0f) {
+            _mm256_storeu_ps(ci, va * acc[i][0]);
+            _mm256_storeu_ps(ci + 8, va * acc[i][1]);
+        } else {
+            _mm256_storeu_ps(ci, _mm256_fmadd_ps(va, acc[i][0], vb * _mm256_loadu_ps(ci)));
+            _mm256_storeu_ps(ci + 8, _mm256_fmadd_ps(va, acc[i][1], vb * _mm256_loadu_ps(ci + 8)));
+        }
+    }
+}
+
+/* ukernel_rows_avx2 with mr a constant in each case, so that its
+ * accumulators stay in registers. */
+__attribute__((target("avx2,fma"))) static void
+ukernel_part_avx2(int mr, int kc, const float *a, const float *b, float *c,
+                  size_t ldc, float alpha, float beta)
+{
+    switch (mr) {
+    case 1: ukernel_rows_avx2(1, kc, a, b, c, ldc, alpha, beta); break;
+    case 2: ukernel_rows_avx2(2, kc, a, b, c, ldc, alpha, beta); break;
+    case 3: ukernel_rows_avx2(3, kc, a, b, c, ldc, alpha, beta); break;
+    case 4: ukernel_rows_avx2(4, kc, a, b, c, ldc, alpha, beta); break;
+    default: ukernel_rows_avx2(5, kc, a, b, c, ldc, alpha, beta); break;
+    }
+}
+
 /* Transposes the 8x8 block r[0..8) in registers. */
 __attribute__((target("avx2,fma"))) static inline void tr8x8(v8f r[8])
 {
@@ -497,6 +545,12 @@ static int gemm_block(const struct gemm *g, int i0, int m, int j0, int n)
                             g->uk(kc, ta, tb, tc, ldc, g->alpha, beta);
                             continue;
                         }
+#ifdef NRT_X86_AVX2
+                        if (g->avx2 && nr == NR) {
+                            ukernel_part_avx2(mr, kc, ta, tb, tc, ldc, g->alpha, beta);
+                            continue;
+                        }
+#endif
                         /* Edge tile: the same kernel on a padded copy. */
                         float tmp[MR * NR] = {0};
                         if (beta != 0.0f)
