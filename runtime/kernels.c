@@ -60,7 +60,7 @@
 #endif
 
 /* Below this much work (multiply-adds) a loop is not worth a thread team. */
-#define PAR_MIN_WORK 65536.0
+#define PAR_MIN_WORK 262144.0
 
 /* ------------------------------------------------------------------ sgemm */
 

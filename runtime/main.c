@@ -649,9 +649,28 @@ static int choose_device(const char *prog, const char *device, int quiet)
     return -1;
 }
 
+/* OpenMP threads that wait for work by spinning (libgomp's default) are
+ * fast on an idle machine and disastrous on a busy one: a spinning thread
+ * holds a core the thread it waits for needs, and a step gets 5-50 times
+ * slower.  libgomp reads OMP_WAIT_POLICY once, before main, so the program
+ * sets it to passive and starts itself again, unless the user chose. */
+static void prefer_passive_waits(char **argv)
+{
+#if defined(_OPENMP) && defined(__linux__)
+    if (getenv("OMP_WAIT_POLICY") || setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OMP_WAIT_POLICY"); /* no exec: go on as we are */
+#else
+    (void)argv;
+#endif
+}
+
 int nrt_main(const nrt_model *m, int argc, char **argv)
 {
     const char *prog = argc > 0 ? argv[0] : m->name;
+    if (argc > 0)
+        prefer_passive_waits(argv);
     if (m->abi != NETRT_ABI) {
         fail(prog, "compiled for netrt ABI %d, linked with ABI %d", m->abi, NETRT_ABI);
         return 1;
