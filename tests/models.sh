@@ -18,4 +18,12 @@ for model in "$SRC"/models/*.net "$SRC"/tests/gradcheck/*.net; do
     check "compile '$model' '$WORK/$name'" "$name: netc -o failed"
     check "'$WORK/$name' --help | grep -q -- '--max-steps'" "$name: the program's --help is wrong"
 done
+# paths with spaces, quotes and dollars reach the C compiler intact: netc
+# runs it without a shell
+odd="$WORK/a dir with 'quotes' and \$dollars"
+mkdir -p "$odd"
+cp "$SRC/models/boston_linear.net" "$odd/my model.net"
+check "'$NETC' \"\$odd/my model.net\" -o \"\$odd/my program\"" "netc failed on paths with spaces and quotes"
+check "[ -x \"\$odd/my program\" ] && \"\$odd/my program\" --help > /dev/null" "the program built at an odd path does not run"
+check "[ \$(ls -A \"\$odd\" | wc -l) -eq 2 ]" "netc left temporary files beside its output: $(ls -A "$odd")"
 finish
