@@ -188,7 +188,7 @@ static void emit_forward(Emit *e)
     emit_batch_locals(e);
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
-        if (n->absorbed || n->op->is_view)
+        if (n->absorbed || ir_is_view(p, n))
             continue;
         emitf(e, "%s(net, n, %s, %s);", fn_name(e, n, "fwd"), value_expr(e, n->in),
               value_expr(e, last_visible(p, n)->out));
@@ -217,7 +217,7 @@ static void emit_backward(Emit *e)
     emit_batch_locals(e);
     for (int k = 0; k < p->nbwd; k++) {
         const Node *n = &p->nodes[p->bwd[k]];
-        if (n->absorbed || n->op->is_view)
+        if (n->absorbed || ir_is_view(p, n))
             continue;
         int out = last_visible(p, n)->out;
         emitf(e, "%s(net, n, %s, %s, %s, %s);", fn_name(e, n, "bwd"), value_expr(e, n->in),
@@ -242,7 +242,7 @@ void emit_c(FILE *out, const Program *p, const char *source, Arena *a)
     emitf(&e, "#endif");
     emit_blank(&e);
     for (int i = 0; i < p->nnodes; i++)
-        if (!p->nodes[i].absorbed && !p->nodes[i].op->is_view)
+        if (!p->nodes[i].absorbed && !ir_is_view(p, &p->nodes[i]))
             emit_node(&e, &p->nodes[i]);
     emit_forward(&e);
     emit_backward(&e);

@@ -29,20 +29,34 @@ static void fuse(Program *p)
             i++;
         }
     }
-    for (int i = 0; i < p->nnodes; i++)
-        if (p->nodes[i].op->is_view)
-            p->values[p->nodes[i].out].alias = p->nodes[i].in;
+}
+
+/* Layouts: a convolution writes channel first ([C, n, H, W]: its matrix
+ * product's natural order); pooling, activations and dropout work plane
+ * by plane or value by value and keep whatever they get; flatten and
+ * linear want [n, ...], so a flatten of a channel-first value becomes a
+ * transpose, and every other flatten a mere view. */
+static void choose_layouts(Program *p)
+{
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        int rule = n->op->layout;
+        p->values[n->out].cn = rule == LAYOUT_CN || (rule == LAYOUT_KEEP && p->values[n->in].cn);
+        if (ir_is_view(p, n))
+            p->values[n->out].alias = n->in;
+    }
 }
 
 /* Elementwise ops and views can write d x over d y. */
-static bool in_place(const Node *n)
+static bool in_place(const Program *p, const Node *n)
 {
-    return n->op->is_view || n->op->act_fwd || n->op->elementwise;
+    return ir_is_view(p, n) || n->op->act_fwd || n->op->elementwise;
 }
 
 void fuse_and_plan(Program *p)
 {
     fuse(p);
+    choose_layouts(p);
 
     int64_t off = 0, ioff = 0;
     for (int v = 1; v < p->nvalues; v++) {
@@ -70,7 +84,7 @@ void fuse_and_plan(Program *p)
     for (int k = 0; k < p->nbwd; k++) {
         const Node *n = &p->nodes[p->bwd[k]];
         int b = p->values[n->out].grad_buf;
-        p->values[n->in].grad_buf = n->absorbed || in_place(n) ? b : 1 - b;
+        p->values[n->in].grad_buf = n->absorbed || in_place(p, n) ? b : 1 - b;
         if (p->values[n->out].size > p->grad_size)
             p->grad_size = p->values[n->out].size;
     }

@@ -60,3 +60,8 @@ int ir_root(const Program *p, int v)
         v = p->values[v].alias;
     return v;
 }
+
+bool ir_is_view(const Program *p, const Node *n)
+{
+    return n->op->is_view && !p->values[n->in].cn;
+}

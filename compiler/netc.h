@@ -206,7 +206,13 @@ typedef struct OpDef {
     bool is_view;        /* flatten: the output shares the input's memory */
     const char *aux_name;/* what the node keeps for backward: "mask", "cols" */
     bool elementwise;    /* not an activation, but d x can overwrite d y (dropout) */
+    int layout;          /* the layout of its output: LAYOUT_KEEP (as its
+                            input), LAYOUT_CN or LAYOUT_NC */
 } OpDef;
+
+/* How a batch of images lies in memory: [n, C, H, W] (NC, the data's) or
+ * [C, n, H, W] (CN, channel first: what a convolution's product gives). */
+enum { LAYOUT_KEEP = 0, LAYOUT_NC = 1, LAYOUT_CN = 2 };
 
 const OpDef *op_find(const char *name);
 /* The closest of names[0..n) to s when it looks like a typo of it, or NULL. */
@@ -243,6 +249,7 @@ typedef struct IrValue {
     int64_t offset;     /* per-sample offset into the activation buffer;
                            -1 for the input (the batch itself) */
     int grad_buf;       /* which gradient buffer holds d loss / d value */
+    bool cn;            /* laid out [C, n, H, W] (chosen by fuse.c) */
 } IrValue;
 
 struct Node {
@@ -296,6 +303,8 @@ struct Program {
 /* Declares a parameter of node n; returns its index in p->params. */
 int ir_add_param(Program *p, Node *n, const char *suffix, int rank,
                  const int64_t *dim, int fan_in, int fan_out, bool is_bias);
+/* Whether n moves no data: a flatten of an [n, C, H, W] value. */
+bool ir_is_view(const Program *p, const Node *n);
 /* The value whose memory v lives in (following views and fusions). */
 int ir_root(const Program *p, int v);
 /* "[3, 32, 32]" */

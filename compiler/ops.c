@@ -569,10 +569,10 @@ static void linear_bwd(Emit *e, const Node *n)
 
 /* A convolution is one matrix product over the whole batch: the columns of
  * every sample side by side, cols [C*KH*KW, n*P] (P = OH*OW), times the
- * weight W [O, C*KH*KW] gives yt [O, n*P], which the epilogue turns back
- * into y [n, O, P] while adding the bias and the fused activation.  The
- * columns are kept for the backward pass, which works on the same layout:
- * dW = dyt cols^T, dcols = W^T dyt, folded back into dx. */
+ * weight W [O, C*KH*KW] gives y [O, n*P] — the output channel first,
+ * [O, n, OH, OW], which is how it stays (fuse.c's layouts) — and the bias
+ * and a fused activation are applied in place.  The columns are kept for
+ * the backward pass: dW = dy cols^T, dcols = W^T dy, folded back into dx. */
 
 enum { CV_OUT, CV_KERNEL, CV_STRIDE, CV_PAD, CV_BIAS };
 
@@ -609,68 +609,64 @@ static bool conv2d_shape(Program *p, Node *n)
     if (arg(n, CV_BIAS))
         ir_add_param(p, n, "bias", 1, (int64_t[]){O}, fan_in, fan_out, true);
     struct conv c = conv_of(p, n);
-    n->aux_size = c.CKK * c.P;          /* cols, kept for backward */
-    n->scratch = c.O * c.P + c.CKK * c.P; /* yt or dyt, and dcols */
+    n->aux_size = c.CKK * c.P; /* cols, kept for backward */
+    n->scratch = c.CKK * c.P;  /* dcols */
     return true;
 }
 
 #define CONV_GEOMETRY "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld"
 #define CONV_GEOMETRY_ARGS(c) c.C, c.H, c.W, c.KH, c.KW, c.SH, c.SW, c.PH, c.PW, c.OH, c.OW
 
+/* "_cn" when the input is laid out channel first. */
+static const char *layout_suffix(const Emit *e, const Node *n)
+{
+    return e->p->values[n->in].cn ? "_cn" : "";
+}
+
 static void conv2d_fwd(Emit *e, const Node *n)
 {
     struct conv c = conv_of(e->p, n);
-    emitf(e, "float *yt = net->scratch;");
     emitf(e, "const size_t np = (size_t)n * %lld;", c.P);
     emitf(e, "/* cols[%lld, n*%lld]: the batch as columns, kept for backward */", c.CKK, c.P);
-    emitf(e, "nrt_im2col_batch(x, n, " CONV_GEOMETRY ", cols);", CONV_GEOMETRY_ARGS(c));
-    emitf(e, "/* yt[%lld, n*%lld] = W[%lld, %lld] cols */", c.O, c.P, c.O, c.CKK);
-    emitf(e, "nrt_sgemm(0, 0, %lld, (int)np, %lld, 1.0f, W, %lld, cols, (int)np, 0.0f, yt, (int)np);",
+    emitf(e, "nrt_im2col_batch%s(x, n, " CONV_GEOMETRY ", cols);", layout_suffix(e, n),
+          CONV_GEOMETRY_ARGS(c));
+    emitf(e, "/* y[%lld, n*%lld] = W[%lld, %lld] cols: channel first */", c.O, c.P, c.O, c.CKK);
+    emitf(e, "nrt_sgemm(0, 0, %lld, (int)np, %lld, 1.0f, W, %lld, cols, (int)np, 0.0f, y, (int)np);",
           c.O, c.CKK, c.CKK);
     bool bias = n->nparams > 1;
-    const char *v = bias ? "t[k] + b[c]" : "t[k]";
+    if (!bias && !n->fused)
+        return;
     const char *expr = n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v";
-    emitf(e, "/* epilogue: yt back to y[n, %lld, %lld]%s%s%s */", c.O, c.P, bias ? " + bias" : "",
-          n->fused ? " + " : "", n->fused ? n->fused->op->sig.name : "");
-    emitf(e, "for (int i = 0; i < n; i++)");
-    emitf(e, "    for (int c = 0; c < %lld; c++) {", c.O);
-    emitf(e, "        const float *t = yt + (size_t)c * np + (size_t)i * %lld;", c.P);
-    emitf(e, "        float *r = y + ((size_t)i * %lld + c) * %lld;", c.O, c.P);
-    emitf(e, "        for (int k = 0; k < %lld; k++) {", c.P);
-    emitf(e, "            float v = %s;", v);
-    emitf(e, "            r[k] = %s;", expr);
-    emitf(e, "        }");
+    emitf(e, "/* epilogue: %s%s%s */", bias ? "bias" : "", bias && n->fused ? " + " : "",
+          n->fused ? n->fused->op->sig.name : "");
+    emitf(e, "for (int c = 0; c < %lld; c++) {", c.O);
+    emitf(e, "    float *r = y + (size_t)c * np;");
+    emitf(e, "    for (size_t k = 0; k < np; k++) {");
+    emitf(e, "        float v = r[k]%s;", bias ? " + b[c]" : "");
+    emitf(e, "        r[k] = %s;", expr);
     emitf(e, "    }");
+    emitf(e, "}");
 }
 
 static void conv2d_bwd(Emit *e, const Node *n)
 {
     struct conv c = conv_of(e->p, n);
     emitf(e, "(void)x; /* the columns kept by forward stand for it */");
-    emitf(e, "float *dyt = net->scratch;");
-    emitf(e, "float *dcols = net->scratch + (size_t)net->cap * %lld;", c.O * c.P);
     emitf(e, "const size_t np = (size_t)n * %lld;", c.P);
-    emitf(e, "/* dyt[%lld, n*%lld] = dy%s, transposed */", c.O, c.P,
-          n->fused ? arena_printf(e->arena, " through the fused %s", n->fused->op->sig.name) : "");
-    emitf(e, "for (int i = 0; i < n; i++)");
-    emitf(e, "    for (int c = 0; c < %lld; c++) {", c.O);
-    emitf(e, "        const size_t at = ((size_t)i * %lld + c) * %lld;", c.O, c.P);
-    emitf(e, "        float *t = dyt + (size_t)c * np + (size_t)i * %lld;", c.P);
-    emitf(e, "        for (int k = 0; k < %lld; k++)", c.P);
-    emitf(e, "            t[k] = %s;",
-          n->fused ? n->fused->op->act_bwd(e->arena, n->fused, "dy[at + k]", "y[at + k]") : "dy[at + k]");
-    emitf(e, "    }");
+    emit_act_grad(e, n, c.O * c.P);
     if (n->nparams > 1)
-        emitf(e, "nrt_row_sums(dyt, %lld, np, db);", c.O);
-    emitf(e, "/* dW[%lld, %lld] = dyt cols^T */", c.O, c.CKK);
-    emitf(e, "nrt_sgemm(0, 1, %lld, %lld, (int)np, 1.0f, dyt, (int)np, cols, (int)np, 0.0f, dW, %lld);",
+        emitf(e, "nrt_row_sums(dy, %lld, np, db);", c.O);
+    emitf(e, "/* dW[%lld, %lld] = dy cols^T */", c.O, c.CKK);
+    emitf(e, "nrt_sgemm(0, 1, %lld, %lld, (int)np, 1.0f, dy, (int)np, cols, (int)np, 0.0f, dW, %lld);",
           c.O, c.CKK, c.CKK);
     emitf(e, "if (!dx)");
     emitf(e, "    return;");
-    emitf(e, "/* dcols[%lld, n*%lld] = W^T dyt, folded back into dx */", c.CKK, c.P);
-    emitf(e, "nrt_sgemm(1, 0, %lld, (int)np, %lld, 1.0f, W, %lld, dyt, (int)np, 0.0f, dcols, (int)np);",
+    emitf(e, "/* dcols[%lld, n*%lld] = W^T dy, folded back into dx */", c.CKK, c.P);
+    emitf(e, "float *dcols = net->scratch;");
+    emitf(e, "nrt_sgemm(1, 0, %lld, (int)np, %lld, 1.0f, W, %lld, dy, (int)np, 0.0f, dcols, (int)np);",
           c.CKK, c.O, c.CKK);
-    emitf(e, "nrt_col2im_batch(dcols, n, " CONV_GEOMETRY ", dx);", CONV_GEOMETRY_ARGS(c));
+    emitf(e, "nrt_col2im_batch%s(dcols, n, " CONV_GEOMETRY ", dx);", layout_suffix(e, n),
+          CONV_GEOMETRY_ARGS(c));
 }
 
 /* -------------------------------------------------------------- pooling */
@@ -810,9 +806,31 @@ static bool flatten_shape(Program *p, Node *n)
     return true;
 }
 
-static void nothing(Emit *e, const Node *n)
+/* Only reached for a channel-first input (otherwise flatten is a view):
+ * [C, n, HW] -> [n, C*HW], and back for the gradient. */
+static void flatten_fwd(Emit *e, const Node *n)
 {
-    (void)e, (void)n;
+    const Shape *s = &e->p->values[n->in].shape;
+    long long C = s->d[0], HW = s->d[1] * s->d[2];
+    emitf(e, "/* [%lld, n, %lld] (channel first) -> [n, %lld] */", C, HW, C * HW);
+    emitf(e, "for (int c = 0; c < %lld; c++)", C);
+    emitf(e, "    for (int i = 0; i < n; i++)");
+    emitf(e, "        memcpy(y + (size_t)i * %lld + (size_t)c * %lld, x + ((size_t)c * n + i) * %lld,",
+          C * HW, HW, HW);
+    emitf(e, "               sizeof(float) * %lld);", HW);
+}
+
+static void flatten_bwd(Emit *e, const Node *n)
+{
+    const Shape *s = &e->p->values[n->in].shape;
+    long long C = s->d[0], HW = s->d[1] * s->d[2];
+    emitf(e, "if (!dx)");
+    emitf(e, "    return;");
+    emitf(e, "for (int c = 0; c < %lld; c++)", C);
+    emitf(e, "    for (int i = 0; i < n; i++)");
+    emitf(e, "        memcpy(dx + ((size_t)c * n + i) * %lld, dy + (size_t)i * %lld + (size_t)c * %lld,",
+          HW, C * HW, HW);
+    emitf(e, "               sizeof(float) * %lld);", HW);
 }
 
 /* -------------------------------------------------------------- dropout */
@@ -851,35 +869,35 @@ static void dropout_bwd(Emit *e, const Node *n)
 static const OpDef ops[] = {
     {{"linear", "y = x W^T + b (nn.Linear; in_features from the input)",
       {SIZE("out_features"), {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
-     linear_shape, linear_fwd, linear_bwd, NULL, NULL, true, false, NULL, false},
+     linear_shape, linear_fwd, linear_bwd, NULL, NULL, true, false, NULL, false, LAYOUT_NC},
     {{"conv2d", "2-D convolution (nn.Conv2d; in_channels from the input)",
       {SIZE("out_channels"),
        {"kernel", A_PAIR, NULL, 1, 4096, "kernel_size", NULL},
        {"stride", A_PAIR, "1", 1, 4096, NULL, NULL},
        {"padding", A_PAIR, "0", 0, 4096, NULL, NULL},
        {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
-     conv2d_shape, conv2d_fwd, conv2d_bwd, NULL, NULL, true, false, "cols", false},
+     conv2d_shape, conv2d_fwd, conv2d_bwd, NULL, NULL, true, false, "cols", false, LAYOUT_CN},
     {{"maxpool2d", "max pooling (nn.MaxPool2d; stride defaults to kernel)",
       {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
        {"stride", A_INT, "", 1, 4096, NULL, NULL},
        {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
-     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false},
+     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false, LAYOUT_KEEP},
     {{"avgpool2d", "average pooling (nn.AvgPool2d, count_include_pad=True)",
       {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
        {"stride", A_INT, "", 1, 4096, NULL, NULL},
        {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
-     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false},
-    {{"relu", "max(x, 0)", NOARGS}, same_shape, act_fwd, act_bwd, relu_f, relu_b, false, false, NULL, false},
+     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false, LAYOUT_KEEP},
+    {{"relu", "max(x, 0)", NOARGS}, same_shape, act_fwd, act_bwd, relu_f, relu_b, false, false, NULL, false, LAYOUT_KEEP},
     {{"leaky_relu", "x if x > 0 else negative_slope * x",
       {{"negative_slope", A_NUM, "0.01", 0, BIG, NULL, NULL}}},
-     same_shape, act_fwd, act_bwd, leaky_f, leaky_b, false, false, NULL, false},
-    {{"tanh", "tanh(x)", NOARGS}, same_shape, act_fwd, act_bwd, tanh_f, tanh_b, false, false, NULL, false},
-    {{"sigmoid", "1 / (1 + exp(-x))", NOARGS}, same_shape, act_fwd, act_bwd, sigmoid_f, sigmoid_b, false, false, NULL, false},
+     same_shape, act_fwd, act_bwd, leaky_f, leaky_b, false, false, NULL, false, LAYOUT_KEEP},
+    {{"tanh", "tanh(x)", NOARGS}, same_shape, act_fwd, act_bwd, tanh_f, tanh_b, false, false, NULL, false, LAYOUT_KEEP},
+    {{"sigmoid", "1 / (1 + exp(-x))", NOARGS}, same_shape, act_fwd, act_bwd, sigmoid_f, sigmoid_b, false, false, NULL, false, LAYOUT_KEEP},
     {{"flatten", "[C, H, W] -> [C*H*W] (nn.Flatten)", NOARGS},
-     flatten_shape, nothing, nothing, NULL, NULL, false, true, NULL, false},
+     flatten_shape, flatten_fwd, flatten_bwd, NULL, NULL, false, true, NULL, false, LAYOUT_NC},
     {{"dropout", "zeroes each value with probability p in training (nn.Dropout)",
       {{"p", A_NUM, "0.5", 0, 1, NULL, NULL}}},
-     dropout_shape, dropout_fwd, dropout_bwd, NULL, NULL, false, false, "mask", true},
+     dropout_shape, dropout_fwd, dropout_bwd, NULL, NULL, false, false, "mask", true, LAYOUT_KEEP},
 };
 
 const OpDef *op_table(int *n)

@@ -817,14 +817,16 @@ static void im2col_piece(const struct im2col_geom *g,
     }
 }
 
-void nrt_im2col_batch(const float *x, int n, int c, int h, int w, int kh,
-                      int kw, int sh, int sw, int ph, int pw, int oh, int ow,
-                      float *col)
+/* The input plane of sample i, channel ch lies at x + i*ss + ch*cs: ss =
+ * C*H*W, cs = H*W for [N, C, H, W]; ss = H*W, cs = N*H*W for [C, N, H, W]. */
+static void im2col_batch(const float *x, size_t ss, size_t cs, int n, int c,
+                         int h, int w, int kh, int kw, int sh, int sw, int ph,
+                         int pw, int oh, int ow, float *col)
 {
     if (n <= 0 || c <= 0 || kh <= 0 || kw <= 0 || oh <= 0 || ow <= 0)
         return;
     const struct im2col_geom g = {h, w, kh, kw, sh, sw, ph, pw, oh, ow};
-    const size_t plane = (size_t)oh * ow, in = (size_t)h * w;
+    const size_t plane = (size_t)oh * ow;
     const long pieces = (long)c * kh * kw * n;
     /* Each thread fills one contiguous range of pieces, one sequential
      * stream of col: the fastest way found to write it (units of one sample
@@ -844,7 +846,7 @@ void nrt_im2col_batch(const float *x, int n, int c, int h, int w, int kh,
         im2col_span_of(&g, (int)(r % (kh * kw)) / kw, (int)(r % kw), &sp);
         float *piece = col + (size_t)q0 * plane;
         for (long q = q0; q < q1; q++, piece += plane) {
-            im2col_piece(&g, &sp, x + ((size_t)i * c + ch) * in, piece);
+            im2col_piece(&g, &sp, x + (size_t)i * ss + (size_t)ch * cs, piece);
             if (++i == n && q + 1 < q1) {
                 i = 0;
                 r++;
@@ -854,6 +856,22 @@ void nrt_im2col_batch(const float *x, int n, int c, int h, int w, int kh,
             }
         }
     }
+}
+
+void nrt_im2col_batch(const float *x, int n, int c, int h, int w, int kh,
+                      int kw, int sh, int sw, int ph, int pw, int oh, int ow,
+                      float *col)
+{
+    const size_t in = (size_t)h * w;
+    im2col_batch(x, (size_t)c * in, in, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, col);
+}
+
+void nrt_im2col_batch_cn(const float *x, int n, int c, int h, int w, int kh,
+                         int kw, int sh, int sw, int ph, int pw, int oh,
+                         int ow, float *col)
+{
+    const size_t in = (size_t)h * w;
+    im2col_batch(x, in, (size_t)n * in, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, col);
 }
 
 /* The adjoint of im2col_piece: adds the piece back into dc, the channel's
@@ -883,9 +901,10 @@ static void col2im_piece(const struct im2col_geom *g,
 /* How far ahead of its reading nrt_col2im_batch prefetches col, in floats. */
 #define COL_AHEAD 1024
 
-void nrt_col2im_batch(const float *col, int n, int c, int h, int w, int kh,
-                      int kw, int sh, int sw, int ph, int pw, int oh, int ow,
-                      float *dx)
+/* dx's plane of sample i, channel ch at dx + i*ss + ch*cs, as im2col_batch. */
+static void col2im_batch(const float *col, size_t ss, size_t cs, int n, int c,
+                         int h, int w, int kh, int kw, int sh, int sw, int ph,
+                         int pw, int oh, int ow, float *dx)
 {
     if (n <= 0 || c <= 0)
         return;
@@ -922,9 +941,9 @@ void nrt_col2im_batch(const float *col, int n, int c, int h, int w, int kh,
     for (int u = 0; u < units; u++) {
         const int ch = u / nb, i0 = u % nb * bs;
         const int i1 = n - i0 < bs ? n : i0 + bs;
-        float *d = dx + ((size_t)i0 * c + ch) * in;
+        float *d = dx + (size_t)i0 * ss + (size_t)ch * cs;
         for (int i = i0; i < i1; i++)
-            memset(d + (size_t)(i - i0) * c * in, 0, in * sizeof *dx);
+            memset(d + (size_t)(i - i0) * ss, 0, in * sizeof *dx);
         for (int ki = 0; ki < kh; ki++)
             for (int kj = 0; kj < kw; kj++) {
                 struct im2col_span sp;
@@ -932,8 +951,7 @@ void nrt_col2im_batch(const float *col, int n, int c, int h, int w, int kh,
                 size_t at = ((size_t)(ch * kh + ki) * kw + kj) * ld +
                             (size_t)i0 * plane;
                 for (int i = i0; i < i1; i++, at += plane) {
-                    col2im_piece(&g, &sp, col + at,
-                                 d + (size_t)(i - i0) * c * in);
+                    col2im_piece(&g, &sp, col + at, d + (size_t)(i - i0) * ss);
                     /* The hardware's prefetcher stops at page ends, and
                      * runs here are a few pages long: ask for the next
                      * piece's worth a page or so ahead (a quarter faster). */
@@ -943,6 +961,22 @@ void nrt_col2im_batch(const float *col, int n, int c, int h, int w, int kh,
                 }
             }
     }
+}
+
+void nrt_col2im_batch(const float *col, int n, int c, int h, int w, int kh,
+                      int kw, int sh, int sw, int ph, int pw, int oh, int ow,
+                      float *dx)
+{
+    const size_t in = (size_t)h * w;
+    col2im_batch(col, (size_t)c * in, in, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, dx);
+}
+
+void nrt_col2im_batch_cn(const float *col, int n, int c, int h, int w, int kh,
+                         int kw, int sh, int sw, int ph, int pw, int oh,
+                         int ow, float *dx)
+{
+    const size_t in = (size_t)h * w;
+    col2im_batch(col, in, (size_t)n * in, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, dx);
 }
 
 /* ---------------------------------------------------------------- pooling */

@@ -175,6 +175,14 @@ void nrt_im2col_batch(const float *x, int n, int c, int h, int w, int kh,
 void nrt_col2im_batch(const float *col, int n, int c, int h, int w, int kh,
                       int kw, int sh, int sw, int ph, int pw, int oh, int ow,
                       float *dx);
+/* The same for images laid out channel first, x and dx [C, N, H, W]: the
+ * layout a convolution's product gives, kept between layers. */
+void nrt_im2col_batch_cn(const float *x, int n, int c, int h, int w, int kh,
+                         int kw, int sh, int sw, int ph, int pw, int oh,
+                         int ow, float *col);
+void nrt_col2im_batch_cn(const float *col, int n, int c, int h, int w, int kh,
+                         int kw, int sh, int sw, int ph, int pw, int oh,
+                         int ow, float *dx);
 
 /* out[r] = sum of row r of a [rows, cols], in a fixed order. */
 void nrt_row_sums(const float *a, int rows, size_t cols, float *out);

@@ -603,6 +603,37 @@ static void check_conv_batch(int n, struct conv v)
           "differ from nrt_col2im", n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw,
           v.ph, v.pw, bad);
 
+    /* The channel-first layout [C, N, H, W]: the same columns from the
+     * transposed images, and the transpose of the same gradients. */
+    {
+        size_t in = (size_t)v.h * v.w;
+        float *xc = malloc((size_t)n * xs * sizeof *xc);
+        float *colc = malloc(rows * ld * sizeof *colc);
+        float *dxc = malloc((size_t)n * xs * sizeof *dxc);
+        for (int i = 0; i < n; i++)
+            for (int ch = 0; ch < v.c; ch++)
+                memcpy(xc + ((size_t)ch * n + i) * in, x + ((size_t)i * v.c + ch) * in,
+                       in * sizeof *xc);
+        for (size_t i = 0; i < rows * ld; i++)
+            colc[i] = NAN;
+        for (size_t i = 0; i < (size_t)n * xs; i++)
+            dxc[i] = NAN;
+        nrt_im2col_batch_cn(xc, n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw,
+                            oh, ow, colc);
+        nrt_col2im_batch_cn(g, n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw,
+                            oh, ow, dxc);
+        int same = !memcmp(col, colc, rows * ld * sizeof *col);
+        for (int i = 0; i < n; i++)
+            for (int ch = 0; ch < v.c; ch++)
+                same &= !memcmp(dxc + ((size_t)ch * n + i) * in,
+                                dx + ((size_t)i * v.c + ch) * in, in * sizeof *dx);
+        CHECK(same, "im2col/col2im_batch_cn n=%d c=%d %dx%d k=%dx%d: differ from the "
+                    "[N, C, H, W] versions", n, v.c, v.h, v.w, v.kh, v.kw);
+        free(xc);
+        free(colc);
+        free(dxc);
+    }
+
 #ifdef _OPENMP
     /* And the same with one thread as with two and three. */
     int saved = omp_get_max_threads();
