@@ -104,7 +104,7 @@ void emit_driver(Emit *e, const char *source)
     emitf(e, ".device = %s,", c_string(e->arena, p->device));
     emit_source(e, "train", &p->train);
     emit_source(e, "test", &p->test);
-    emitf(e, ".holdout = %.17g,", p->holdout);
+    emitf(e, ".holdout = %s,", c_double(e->arena, p->holdout));
     emitf(e, ".batch = %d,", p->batch);
     emitf(e, ".epochs = %d,", p->epochs);
     emitf(e, ".seed = %lluu,", (unsigned long long)p->seed);

@@ -13,6 +13,7 @@
  */
 #include "netc.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void emitf(Emit *e, const char *fmt, ...)
@@ -38,6 +39,19 @@ const char *c_float(Arena *a, double v)
     if (!strpbrk(buf, ".en"))
         strcat(buf, ".0");
     return arena_printf(a, "%sf", buf);
+}
+
+const char *c_double(Arena *a, double v)
+{
+    char buf[64];
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    if (!strpbrk(buf, ".en"))
+        strcat(buf, ".0");
+    return arena_strdup(a, buf);
 }
 
 const char *value_expr(Emit *e, int v)

@@ -348,6 +348,8 @@ void emit_blank(Emit *e);
 void emit_c(FILE *out, const Program *p, const char *source, Arena *a);
 /* A C float literal for v: "0.01f", "1.0f". */
 const char *c_float(Arena *a, double v);
+/* The shortest C double literal that reads back as v: "0.1", "1.0". */
+const char *c_double(Arena *a, double v);
 /* The C expression of value v's memory, or of its gradient's. */
 const char *value_expr(Emit *e, int v);
 const char *grad_expr(Emit *e, int v);

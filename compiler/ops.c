@@ -851,7 +851,8 @@ static void dropout_fwd(Emit *e, const Node *n)
     emitf(e, "    memcpy(y, x, sizeof(float) * (size_t)n * %lld);", size);
     emitf(e, "    return;");
     emitf(e, "}");
-    emitf(e, "nrt_dropout_fwd(&net->rng, x, y, mask, (size_t)n * %lld, %.17g);", size, arg(n, 0));
+    emitf(e, "nrt_dropout_fwd(&net->rng, x, y, mask, (size_t)n * %lld, %s);", size,
+          c_double(e->arena, arg(n, 0)));
 }
 
 static void dropout_bwd(Emit *e, const Node *n)
