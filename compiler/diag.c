@@ -10,7 +10,9 @@
  *   models/x.net:12:5: note: insert 'flatten' before this layer
  *
  * Passes report and go on, so one run shows every error it can find; the
- * driver writes no output when d->errors is not zero.
+ * driver writes no output when d->errors is not zero.  Errors are held and
+ * printed in the order of their lines by diag_flush, each with its notes,
+ * since the passes find them in an order of their own.
  */
 #include "netc.h"
 
@@ -118,49 +120,93 @@ static bool continuation(char c)
 
 /* The source line, control characters shown as '?', then a caret under the
  * span; columns are bytes, the screen counts characters. */
-static void show_line(Diag *d, Loc loc)
+static void show_line(const Diag *d, FILE *out, Loc loc)
 {
     if (!d->src || loc.first_line < 1)
         return;
     int len;
     const char *text = line_text(d, loc.first_line, &len);
-    fprintf(d->out, "%5d | ", loc.first_line);
+    fprintf(out, "%5d | ", loc.first_line);
     for (int i = 0; i < len; i++) {
         unsigned char c = (unsigned char)text[i];
-        fputc(c < 0x20 && c != '\t' ? '?' : c == 0x7f ? '?' : c, d->out);
+        fputc(c < 0x20 && c != '\t' ? '?' : c == 0x7f ? '?' : c, out);
     }
-    fprintf(d->out, "\n      | ");
+    fprintf(out, "\n      | ");
     int col = loc.first_column < 1 ? 1 : loc.first_column;
     for (int i = 1; i < col && i <= len; i++)
         if (!continuation(text[i - 1]))
-            fputc(text[i - 1] == '\t' ? '\t' : ' ', d->out);
+            fputc(text[i - 1] == '\t' ? '\t' : ' ', out);
     int last = loc.last_line == loc.first_line ? loc.last_column : len + 1;
     if (last > len + 1)
         last = len + 1;
-    fputc('^', d->out);
+    fputc('^', out);
     for (int i = col + 1; i < last; i++)
         if (!continuation(text[i - 1]))
-            fputc('~', d->out);
-    fputc('\n', d->out);
+            fputc('~', out);
+    fputc('\n', out);
 }
 
-static void report(Diag *d, Loc loc, const char *kind, const char *fmt,
-                   va_list ap)
+struct Report {
+    int line;     /* 0: about the whole file */
+    int order;    /* when it was found, to keep equal lines in order */
+    char *text;   /* the error, its source line and caret, its notes */
+    size_t len;
+};
+
+static void out_of_memory(void)
 {
-    fprintf(d->out, "%s:%d:%d: %s: ", d->file, loc.first_line,
-            loc.first_column, kind);
-    vfprintf(d->out, fmt, ap);
-    fputc('\n', d->out);
+    fputs("netc: out of memory\n", stderr);
+    exit(1);
+}
+
+/* Appends the formatted message (and for errors the source line) to the
+ * current report, or to a new one. */
+static void add(Diag *d, bool new_report, int line, Loc loc, bool located,
+                const char *kind, const char *fmt, va_list ap)
+{
+    if (new_report || d->nreports == 0) {
+        if (d->nreports == d->cap) {
+            d->cap = d->cap ? 2 * d->cap : 16;
+            d->reports = realloc(d->reports, sizeof *d->reports * (size_t)d->cap);
+            if (!d->reports)
+                out_of_memory();
+        }
+        d->reports[d->nreports] = (Report){line, d->nreports, NULL, 0};
+        d->nreports++;
+    }
+    Report *r = &d->reports[d->nreports - 1];
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m)
+        out_of_memory();
+    if (located)
+        fprintf(m, "%s:%d:%d: %s: ", d->file, loc.first_line, loc.first_column, kind);
+    else
+        fprintf(m, "%s: %s: ", d->file, kind);
+    vfprintf(m, fmt, ap);
+    fputc('\n', m);
+    if (new_report && located)
+        show_line(d, m, loc);
+    if (fclose(m) != 0)
+        out_of_memory();
+    char *text = realloc(r->text, r->len + len + 1);
+    if (!text)
+        out_of_memory();
+    memcpy(text + r->len, buf, len + 1);
+    r->text = text;
+    r->len += len;
+    free(buf);
 }
 
 void diag_error(Diag *d, Loc loc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    report(d, loc, "error", fmt, ap);
+    add(d, true, loc.first_line, loc, true, "error", fmt, ap);
     va_end(ap);
-    show_line(d, loc);
     if (++d->errors >= MAX_ERRORS) {
+        diag_flush(d);
         fprintf(d->out, "%s: too many errors; stopping\n", d->file);
         exit(1);
     }
@@ -170,7 +216,7 @@ void diag_note(Diag *d, Loc loc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    report(d, loc, "note", fmt, ap);
+    add(d, false, 0, loc, true, "note", fmt, ap);
     va_end(ap);
 }
 
@@ -178,11 +224,31 @@ void diag_file_error(Diag *d, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(d->out, "%s: error: ", d->file);
-    vfprintf(d->out, fmt, ap);
-    fputc('\n', d->out);
+    Loc none = {0, 0, 0, 0};
+    add(d, true, 0, none, false, "error", fmt, ap);
     va_end(ap);
     d->errors++;
+}
+
+static int by_line(const void *a, const void *b)
+{
+    const Report *x = a, *y = b;
+    if (x->line != y->line)
+        return x->line < y->line ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+void diag_flush(Diag *d)
+{
+    if (d->nreports)
+        qsort(d->reports, (size_t)d->nreports, sizeof *d->reports, by_line);
+    for (int i = 0; i < d->nreports; i++) {
+        fputs(d->reports[i].text, d->out);
+        free(d->reports[i].text);
+    }
+    free(d->reports);
+    d->reports = NULL;
+    d->nreports = d->cap = 0;
 }
 
 /* Length of the UTF-8 sequence at s (at most n bytes), or 0 if invalid:

@@ -220,7 +220,7 @@ int main(int argc, char **argv)
     if (!src)
         return 1;
     Arena *arena = arena_new();
-    Diag d = {model_path, src, len, 0, stderr};
+    Diag d = {model_path, src, len, 0, stderr, NULL, 0, 0};
     int status = 1;
     Model *m = NULL;
     Program *p = NULL;
@@ -228,6 +228,7 @@ int main(int argc, char **argv)
         m = parse_model(&d, arena);
     if (m && d.errors == 0)
         p = sema_check(&d, arena, m);
+    diag_flush(&d);
     if (!p || d.errors) {
         if (d.errors > 1)
             fprintf(stderr, "%d errors\n", d.errors);

@@ -55,12 +55,16 @@ void arena_free(Arena *a);
 
 /* ------------------------------------------------------------------ diag.c */
 
+typedef struct Report Report;
+
 typedef struct Diag {
     const char *file;   /* as given on the command line */
     const char *src;    /* the whole file */
     size_t len;
     int errors;
     FILE *out;          /* stderr */
+    Report *reports;    /* held until diag_flush, to print in line order */
+    int nreports, cap;
 } Diag;
 
 void diag_error(Diag *d, Loc loc, const char *fmt, ...)
@@ -72,6 +76,9 @@ void diag_file_error(Diag *d, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Checks that src is UTF-8 without NUL bytes; reports the first bad byte. */
 bool diag_check_utf8(Diag *d);
+/* Prints the held errors, each with its notes, in the order of their lines
+ * (passes find them in their own order), and forgets them. */
+void diag_flush(Diag *d);
 
 /* -------------------------------------------------------------- AST (parser.y) */
 
