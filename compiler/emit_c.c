@@ -110,8 +110,10 @@ static void header_comment(Emit *e, const Node *n)
               source_line(e, n->fused->stmt), n->fused->stmt->loc.first_line);
         out = &p->values[n->fused->out].shape;
     }
-    emitf(e, " * %s -> %s", shape_str(e->arena, &p->values[n->in].shape),
-          shape_str(e->arena, out));
+    /* where a batch lies channel first, say so: [C, n, H, W] */
+    bool in_cn = p->values[n->in].cn, out_cn = p->values[n->out].cn;
+    emitf(e, " * %s%s -> %s%s", shape_str(e->arena, &p->values[n->in].shape),
+          in_cn ? " (channel first)" : "", shape_str(e->arena, out), out_cn ? " (channel first)" : "");
     for (int k = 0; k < n->nparams; k++) {
         const Param *prm = &p->params[n->param0 + k];
         char dims[64] = "";
