@@ -177,9 +177,8 @@ static void emit_node(Emit *e, const Node *n)
 }
 
 /* The node whose output a (possibly fused) node writes. */
-static const Node *last_visible(const Program *p, const Node *n)
+static const Node *last_visible(const Node *n)
 {
-    (void)p;
     return n->fused ? n->fused : n;
 }
 
@@ -207,7 +206,7 @@ static void emit_forward(Emit *e)
         if (n->absorbed || ir_is_view(p, n))
             continue;
         emitf(e, "%s(net, n, %s, %s);", fn_name(e, n, "fwd"), value_expr(e, n->in),
-              value_expr(e, last_visible(p, n)->out));
+              value_expr(e, last_visible(n)->out));
     }
     int last = p->nvalues - 1;
     emitf(e, "*out = %s;", value_expr(e, last));
@@ -235,7 +234,7 @@ static void emit_backward(Emit *e)
         const Node *n = &p->nodes[p->bwd[k]];
         if (n->absorbed || ir_is_view(p, n))
             continue;
-        int out = last_visible(p, n)->out;
+        int out = last_visible(n)->out;
         emitf(e, "%s(net, n, %s, %s, %s, %s);", fn_name(e, n, "bwd"), value_expr(e, n->in),
               value_expr(e, out), grad_expr(e, out), grad_expr(e, n->in));
     }

@@ -239,8 +239,7 @@ bool bind_init(Program *p, const Value *v, nrt_init *out);
 
 typedef struct Param {
     const char *name;   /* "0.weight" */
-    Shape shape;        /* full shape (rank up to 4 in dim) */
-    int rank;
+    int rank;           /* up to 4: a conv2d weight is [O, C, KH, KW] */
     int64_t dim[4];
     size_t offset, size;
     int fan_in, fan_out;

@@ -10,15 +10,17 @@
  *
  * Emitted code conventions.  A forward pass function sees
  *     int n;            the batch size (the only thing known at run time)
- *     const float *x;   the input  [n, in shape]
- *     float *y;         the output [n, out shape]
+ *     const float *x;   the input  [n, in shape] (or [C, n, H, W]: see the
+ *                       layouts in fuse.c)
+ *     float *y;         the output, likewise
  *     const float *W, *b;   the weight and bias, if the op has them
- * and a backward pass function sees x, y, W, b and
+ * and a backward pass function sees x, y, W (not b) and
  *     float *dy;        d loss / d y; the pass may overwrite it
  *     float *dx;        d loss / d x to be written, or NULL when not needed
  *     float *dW, *db;   d loss / d W and d b, to be overwritten
- * plus `mask` (float, aux_size per sample), `arg` (int32, iaux_size per
- * sample) and `col`, `dcol` (scratch) where the op asked for them.
+ * plus what the node keeps for backward (aux_size floats per sample, named
+ * by OpDef.aux_name: `mask`, `cols`) and `arg` (int32, iaux_size per
+ * sample); an op takes its scratch from net->scratch itself.
  */
 #include "netc.h"
 

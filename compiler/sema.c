@@ -164,7 +164,7 @@ static bool check_name(Program *p, const Stmt *s, int index)
     return true;
 }
 
-static bool build_layers(Program *p, const Stmt *first, int nlayers,
+static void build_layers(Program *p, const Stmt *first, int nlayers,
                          const Inits *inits, int ninits)
 {
     p->nodes = arena_alloc(p->arena, sizeof *p->nodes * (size_t)(nlayers + 1));
@@ -240,7 +240,6 @@ static bool build_layers(Program *p, const Stmt *first, int nlayers,
     }
     p->values[0].size = shape_size(&p->input);
     p->values[0].alias = -1;
-    return ok;
 }
 
 /* ------------------------------------------------------ loss and target */
