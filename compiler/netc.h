@@ -211,7 +211,7 @@ typedef struct OpDef {
                            const char *y);
     bool takes_epilogue; /* linear, conv2d: can absorb a following activation */
     bool is_view;        /* flatten: the output shares the input's memory */
-    const char *aux_name;/* what the node keeps for backward: "mask", "cols" */
+    const char *aux_name;/* what the node keeps for backward: "mask", "xp" */
     bool elementwise;    /* not an activation, but d x can overwrite d y (dropout) */
     int layout;          /* the layout of its output: LAYOUT_KEEP (as its
                             input), LAYOUT_CN or LAYOUT_NC */

@@ -19,7 +19,7 @@
  *     float *dx;        d loss / d x to be written, or NULL when not needed
  *     float *dW, *db;   d loss / d W and d b, to be overwritten
  * plus what the node keeps for backward (aux_size floats per sample, named
- * by OpDef.aux_name: `mask`, `cols`) and `arg` (int32, iaux_size per
+ * by OpDef.aux_name: `mask`, `xp`) and `arg` (int32, iaux_size per
  * sample); an op takes its scratch from net->scratch itself.
  */
 #include "netc.h"
@@ -569,12 +569,15 @@ static void linear_bwd(Emit *e, const Node *n)
 
 /* --------------------------------------------------------------- conv2d */
 
-/* A convolution is one matrix product over the whole batch: the columns of
- * every sample side by side, cols [C*KH*KW, n*P] (P = OH*OW), times the
- * weight W [O, C*KH*KW] gives y [O, n*P] — the output channel first,
+/* A convolution is one matrix product over the whole batch: the weight W
+ * [O, C*KH*KW] times cols [C*KH*KW, n*P] (P = OH*OW), the columns of every
+ * sample side by side, gives y [O, n*P] — the output channel first,
  * [O, n, OH, OW], which is how it stays (fuse.c's layouts) — and the bias
- * and a fused activation are applied in place.  The columns are kept for
- * the backward pass: dW = dy cols^T, dcols = W^T dy, folded back into dx. */
+ * and a fused activation are applied in place.  cols is never stored: the
+ * runtime's product reads it from xp, the input zero-padded and channel
+ * first, which forward keeps for the backward pass: dW = dy cols^T.  dx is,
+ * for stride 1, the convolution of dy with W flipped (nrt_conv2d_dx);
+ * otherwise dcols = W^T dy, folded back into dx with col2im. */
 
 enum { CV_OUT, CV_KERNEL, CV_STRIDE, CV_PAD, CV_BIAS };
 
@@ -594,6 +597,12 @@ static struct conv conv_of(const Program *p, const Node *n)
     return c;
 }
 
+/* dx as a convolution of dy (nrt_conv2d_dx) */
+static bool conv_dx_direct(struct conv c)
+{
+    return c.SH == 1 && c.SW == 1 && c.PH < c.KH && c.PW < c.KW;
+}
+
 static bool conv2d_shape(Program *p, Node *n)
 {
     if (!need_image(p, n))
@@ -611,36 +620,47 @@ static bool conv2d_shape(Program *p, Node *n)
     if (arg(n, CV_BIAS))
         ir_add_param(p, n, "bias", 1, (int64_t[]){O}, fan_in, fan_out, true);
     struct conv c = conv_of(p, n);
-    n->aux_size = c.CKK * c.P; /* cols, kept for backward */
-    n->scratch = c.CKK * c.P;  /* dcols */
+    n->aux_size = c.C * (c.H + 2 * c.PH) * (c.W + 2 * c.PW); /* xp, kept for backward */
+    if (conv_dx_direct(c)) /* dy padded (and dx, if not channel first) */
+        n->scratch = c.O * (c.OH + 2 * (c.KH - 1 - c.PH)) * (c.OW + 2 * (c.KW - 1 - c.PW)) +
+                     c.C * c.H * c.W;
+    else
+        n->scratch = c.CKK * c.P; /* dcols */
     return true;
 }
 
-#define CONV_GEOMETRY "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld"
-#define CONV_GEOMETRY_ARGS(c) c.C, c.H, c.W, c.KH, c.KW, c.SH, c.SW, c.PH, c.PW, c.OH, c.OW
-
-/* "_cn" when the input is laid out channel first. */
-static const char *layout_suffix(const Emit *e, const Node *n)
+/* The geometry as the runtime takes it, a constant in each pass. */
+static void conv_geometry(Emit *e, struct conv c)
 {
-    return e->p->values[n->in].cn ? "_cn" : "";
+    emitf(e, "static const nrt_conv g = {.c = %lld, .h = %lld, .w = %lld, .o = %lld, .oh = %lld, "
+          ".ow = %lld,", c.C, c.H, c.W, c.O, c.OH, c.OW);
+    emitf(e, "                           .kh = %lld, .kw = %lld, .sh = %lld, .sw = %lld, .ph = %lld, "
+          ".pw = %lld};", c.KH, c.KW, c.SH, c.SW, c.PH, c.PW);
+}
+
+/* 1 when the input is laid out channel first, else 0 */
+static int input_cn(const Emit *e, const Node *n)
+{
+    return e->p->values[n->in].cn ? 1 : 0;
 }
 
 static void conv2d_fwd(Emit *e, const Node *n)
 {
     struct conv c = conv_of(e->p, n);
-    emitf(e, "const size_t np = (size_t)n * %lld;", c.P);
-    emitf(e, "/* cols[%lld, n*%lld]: the batch as columns, kept for backward */", c.CKK, c.P);
-    emitf(e, "nrt_im2col_batch%s(x, n, " CONV_GEOMETRY ", cols);", layout_suffix(e, n),
-          CONV_GEOMETRY_ARGS(c));
-    emitf(e, "/* y[%lld, n*%lld] = W[%lld, %lld] cols: channel first */", c.O, c.P, c.O, c.CKK);
-    emitf(e, "nrt_sgemm(0, 0, %lld, (int)np, %lld, 1.0f, W, %lld, cols, (int)np, 0.0f, y, (int)np);",
-          c.O, c.CKK, c.CKK);
+    conv_geometry(e, c);
+    emitf(e, "/* xp[%lld, n, %lld, %lld]: the input padded, channel first, kept for backward */",
+          c.C, c.H + 2 * c.PH, c.W + 2 * c.PW);
+    emitf(e, "nrt_conv2d_pad(&g, n, %d, x, xp);", input_cn(e, n));
+    emitf(e, "/* y[%lld, n*%lld] = W[%lld, %lld] cols[%lld, n*%lld], the columns read from xp */",
+          c.O, c.P, c.O, c.CKK, c.CKK, c.P);
+    emitf(e, "nrt_conv2d_fwd(&g, n, W, xp, y);");
     bool bias = n->nparams > 1;
     if (!bias && !n->fused)
         return;
     const char *expr = n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v";
     emitf(e, "/* epilogue: %s%s%s */", bias ? "bias" : "", bias && n->fused ? " + " : "",
           n->fused ? n->fused->op->sig.name : "");
+    emitf(e, "const size_t np = (size_t)n * %lld;", c.P);
     emitf(e, "for (int c = 0; c < %lld; c++) {", c.O);
     emitf(e, "    float *r = y + (size_t)c * np;");
     emitf(e, "    for (size_t k = 0; k < np; k++) {");
@@ -653,22 +673,28 @@ static void conv2d_fwd(Emit *e, const Node *n)
 static void conv2d_bwd(Emit *e, const Node *n)
 {
     struct conv c = conv_of(e->p, n);
-    emitf(e, "(void)x; /* the columns kept by forward stand for it */");
-    emitf(e, "const size_t np = (size_t)n * %lld;", c.P);
+    conv_geometry(e, c);
+    emitf(e, "(void)x; /* xp, kept by forward, stands for it */");
     emit_act_grad(e, n, c.O * c.P);
     if (n->nparams > 1)
-        emitf(e, "nrt_row_sums(dy, %lld, np, db);", c.O);
+        emitf(e, "nrt_row_sums(dy, %lld, (size_t)n * %lld, db);", c.O, c.P);
     emitf(e, "/* dW[%lld, %lld] = dy cols^T */", c.O, c.CKK);
-    emitf(e, "nrt_sgemm(0, 1, %lld, %lld, (int)np, 1.0f, dy, (int)np, cols, (int)np, 0.0f, dW, %lld);",
-          c.O, c.CKK, c.CKK);
+    emitf(e, "nrt_conv2d_dw(&g, n, dy, xp, dW);");
     emitf(e, "if (!dx)");
     emitf(e, "    return;");
+    if (conv_dx_direct(c)) {
+        emitf(e, "/* dx = dy convolved with W turned half round (stride 1) */");
+        emitf(e, "nrt_conv2d_dx(&g, n, %d, W, dy, net->scratch, dx);", input_cn(e, n));
+        return;
+    }
     emitf(e, "/* dcols[%lld, n*%lld] = W^T dy, folded back into dx */", c.CKK, c.P);
     emitf(e, "float *dcols = net->scratch;");
-    emitf(e, "nrt_sgemm(1, 0, %lld, (int)np, %lld, 1.0f, W, %lld, dy, (int)np, 0.0f, dcols, (int)np);",
+    emitf(e, "const int np = n * %lld;", c.P);
+    emitf(e, "nrt_sgemm(1, 0, %lld, np, %lld, 1.0f, W, %lld, dy, np, 0.0f, dcols, np);",
           c.CKK, c.O, c.CKK);
-    emitf(e, "nrt_col2im_batch%s(dcols, n, " CONV_GEOMETRY ", dx);", layout_suffix(e, n),
-          CONV_GEOMETRY_ARGS(c));
+    emitf(e, "nrt_col2im_batch%s(dcols, n, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+          "%lld, %lld, dx);", input_cn(e, n) ? "_cn" : "", c.C, c.H, c.W, c.KH, c.KW, c.SH,
+          c.SW, c.PH, c.PW, c.OH, c.OW);
 }
 
 /* -------------------------------------------------------------- pooling */
@@ -879,7 +905,7 @@ static const OpDef ops[] = {
        {"stride", A_PAIR, "1", 1, 4096, NULL, NULL},
        {"padding", A_PAIR, "0", 0, 4096, NULL, NULL},
        {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
-     conv2d_shape, conv2d_fwd, conv2d_bwd, NULL, NULL, true, false, "cols", false, LAYOUT_CN},
+     conv2d_shape, conv2d_fwd, conv2d_bwd, NULL, NULL, true, false, "xp", false, LAYOUT_CN},
     {{"maxpool2d", "max pooling (nn.MaxPool2d; stride defaults to kernel)",
       {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
        {"stride", A_INT, "", 1, 4096, NULL, NULL},

@@ -1,8 +1,9 @@
 /*
  * kernels.c — the numeric kernels every generated program calls: the matrix
- * product, the im2col/col2im pair that turns convolutions into matrix
- * products (one image, or a whole batch into one matrix), pooling, the row
- * and column sums of bias gradients, dropout, and the losses.
+ * product, convolutions as matrix products (over the whole batch, the
+ * columns read straight from the padded input), col2im for the strided
+ * ones' input gradient, pooling, the row and column sums of bias gradients,
+ * dropout, and the losses.
  *
  * Almost all of a training run's time is spent in nrt_sgemm, so it is the one
  * function here written for speed.  With OpenBLAS (NETRT_HAVE_OPENBLAS) it is
@@ -79,8 +80,6 @@ static void scale_c(int m, int n, float beta, float *c, int ldc)
     }
 }
 
-#ifndef NETRT_HAVE_OPENBLAS
-
 #define MR 6      /* micro-tile rows */
 #define NR 16     /* micro-tile columns */
 #define KC 256    /* largest K block: a 16-wide panel of B, 16 KiB, in L1 */
@@ -92,6 +91,7 @@ static void scale_c(int m, int n, float beta, float *c, int ldc)
 /* Work (m*n*k) from which a product is shared out among threads. */
 #define PAR_MIN_GEMM 2097152.0
 
+#ifndef NETRT_HAVE_OPENBLAS
 /* The plain loop for small products. */
 static void gemm_small(int transa, int transb, int m, int n, int k,
                        float alpha, const float *a, int lda, const float *b,
@@ -110,6 +110,7 @@ static void gemm_small(int transa, int transb, int m, int n, int k,
         }
     }
 }
+#endif
 
 /* Packs rows [i0, i0+mr) x columns [p0, p0+kc) of op(A) as kc groups of MR
  * floats (a column of the tile each); rows past mr are zeros. */
@@ -403,31 +404,40 @@ pack_a_avx2(const float *a, int lda, int i0, int mr, int p0, int kc,
             dst[(size_t)p * MR + i] = row[i][p];
 }
 
-/* pack_b for a transposed B: eight rows of B (columns of the panel) at a
- * time, eight columns of B per register transpose.  Eight rows, not all
- * sixteen, are read together so that rows a page apart do not evict each
- * other from the 8-way L1 cache. */
+/* dst[q*NR + j] = row[j][q] for q < len, j < NR: sixteen rows made one
+ * panel, eight rows at a time, eight columns per register transpose.  Eight
+ * rows, not all sixteen, are read together so that rows a page apart do not
+ * evict each other from the 8-way L1 cache.  Rows past the edge point at
+ * `zeros` (len <= KC). */
 __attribute__((target("avx2,fma"))) static void
-pack_bt_avx2(const float *b, int ldb, int p0, int kc, int j0, int nr,
-             float *restrict dst)
+transpose_rows_avx2(const float *const row[NR], int len, float *restrict dst)
 {
     for (int h = 0; h < NR; h += 8) {
-        const float *row[8];
-        for (int j = 0; j < 8; j++)
-            row[j] = h + j < nr ? b + (size_t)(j0 + h + j) * ldb + p0 : zeros;
+        const float *const *r8 = row + h;
         int p = 0;
-        for (; p + 8 <= kc; p += 8) {
+        for (; p + 8 <= len; p += 8) {
             v8f r[8];
             for (int j = 0; j < 8; j++)
-                r[j] = _mm256_loadu_ps(row[j] + p);
+                r[j] = _mm256_loadu_ps(r8[j] + p);
             tr8x8(r);
             for (int q = 0; q < 8; q++)
                 _mm256_storeu_ps(dst + (size_t)(p + q) * NR + h, r[q]);
         }
-        for (; p < kc; p++)
+        for (; p < len; p++)
             for (int j = 0; j < 8; j++)
-                dst[(size_t)p * NR + h + j] = row[j][p];
+                dst[(size_t)p * NR + h + j] = r8[j][p];
     }
+}
+
+/* pack_b_cols through transpose_rows_avx2: the same values. */
+__attribute__((target("avx2,fma"))) static void
+pack_bt_avx2(const float *b, int ldb, int p0, int kc, int j0, int nr,
+             float *restrict dst)
+{
+    const float *row[NR];
+    for (int j = 0; j < NR; j++)
+        row[j] = j < nr ? b + (size_t)(j0 + j) * ldb + p0 : zeros;
+    transpose_rows_avx2(row, kc, dst);
 }
 #endif
 
@@ -463,16 +473,163 @@ static int block_size(int len, int max, int unit)
     return (int)round_up((size_t)((len + nb - 1) / nb), (size_t)unit);
 }
 
-/* One product, with the operands as nrt_sgemm received them. */
+/* A convolution's input seen as a matrix that is never stored: im2col's
+ * cols [K, N], K = C*KH*KW rows (channel, kernel row, kernel column), N =
+ * n*OH*OW columns (sample, output row, output column), element (k, j) the
+ * input value kernel offset k sees at output position j.  The input is xp,
+ * zero-padded and channel first, [C, n, HP, WP], so that no element needs a
+ * bounds test: element (k, j) is xp[conv_pos(j) + conv_row(k)]. */
+struct conv_src {
+    const float *xp;
+    int kh, kw, sw, oh, ow;
+    size_t wp, sh_wp, hw, cs; /* WP, SH*WP, HP*WP (a sample), n*HP*WP (a channel) */
+};
+
+/* Where row k of cols reads, from a position's window origin. */
+static size_t conv_row(const struct conv_src *s, int k)
+{
+    const int kk = s->kh * s->kw, r = k % kk;
+    return (size_t)(k / kk) * s->cs + (size_t)(r / s->kw) * s->wp + (size_t)(r % s->kw);
+}
+
+/* The window origin of position j; *run: the positions from j on in its
+ * output row (which lie sw apart in xp). */
+static size_t conv_pos(const struct conv_src *s, int j, int *run)
+{
+    const int plane = s->oh * s->ow, r = j % plane, ox = r % s->ow;
+    *run = s->ow - ox;
+    return (size_t)(j / plane) * s->hw + (size_t)(r / s->ow) * s->sh_wp + (size_t)ox * s->sw;
+}
+
+/* One product C = alpha op(A) op(B) + beta C.  Normally the operands are
+ * as nrt_sgemm received them; for a convolution, op(B) is cols (or cols^T
+ * when transb) and b is unused, and op(A) may be a convolution weight
+ * [O, C, KH, KW] read as [C, O*KH*KW] with each kernel turned half round
+ * (flip = KH*KW): the weight of the transposed convolution. */
 struct gemm {
     int transa, transb, k;
     float alpha, beta;
     const float *a, *b;
     float *c;
     int lda, ldb, ldc;
+    const struct conv_src *cv;
+    int flip;
     ukernel_fn uk;
     int avx2; /* the AVX2 packing routines may be used */
 };
+
+/* op(A)[i][p] and op(B)[p][j], one at a time. */
+static float a_at(const struct gemm *g, int i, int p)
+{
+    if (g->flip)
+        return g->a[(size_t)(p / g->flip) * g->lda + (size_t)i * g->flip + (g->flip - 1 - p % g->flip)];
+    return g->transa ? g->a[(size_t)p * g->lda + i] : g->a[(size_t)i * g->lda + p];
+}
+
+static float b_at(const struct gemm *g, int p, int j)
+{
+    int run;
+    if (g->cv)
+        return g->transb ? g->cv->xp[conv_pos(g->cv, p, &run) + conv_row(g->cv, j)]
+                         : g->cv->xp[conv_pos(g->cv, j, &run) + conv_row(g->cv, p)];
+    return g->transb ? g->b[(size_t)j * g->ldb + p] : g->b[(size_t)p * g->ldb + j];
+}
+
+/* The block C[i0, i0+m) x [j0, j0+n) of g by the definition: what a
+ * product falls back to when there is no memory to pack into. */
+static void gemm_naive(const struct gemm *g, int i0, int m, int j0, int n)
+{
+    for (int i = i0; i < i0 + m; i++)
+        for (int j = j0; j < j0 + n; j++) {
+            float s = 0.0f, *c = g->c + (size_t)i * g->ldc + j;
+            for (int p = 0; p < g->k; p++)
+                s += a_at(g, i, p) * b_at(g, p, j);
+            *c = g->beta == 0.0f ? g->alpha * s : g->alpha * s + g->beta * *c;
+        }
+}
+
+/* Packs rows [p0, p0+kc) x columns [j0, j0+nc) of a convolution's cols as
+ * pack_b_rows packs B, reading the padded input: each panel's sixteen
+ * positions are one or more runs along output rows, and each row of the
+ * panel is those runs copied from where kernel offset p0+p looks. */
+static void pack_conv(const struct conv_src *s, int p0, int kc, int j0,
+                      int nc, float *restrict dst)
+{
+    size_t roff[KC];
+    for (int p = 0; p < kc; p++)
+        roff[p] = conv_row(s, p0 + p);
+    const size_t sw = (size_t)s->sw;
+    for (int jp = 0; jp * NR < nc; jp++) {
+        const int nr = nc - jp * NR < NR ? nc - jp * NR : NR;
+        float *d = dst + (size_t)jp * NR * kc;
+        size_t at[NR];
+        int len[NR], nrun = 0;
+        for (int t = 0; t < nr; t += len[nrun++]) {
+            at[nrun] = conv_pos(s, j0 + jp * NR + t, &len[nrun]);
+            if (len[nrun] > nr - t)
+                len[nrun] = nr - t;
+        }
+        if (sw == 1 && nrun == 1 && nr == NR) { /* one whole run: 16 floats a row */
+            for (int p = 0; p < kc; p++)
+                memcpy(d + (size_t)p * NR, s->xp + at[0] + roff[p], NR * sizeof *d);
+            continue;
+        }
+        for (int p = 0; p < kc; p++) {
+            float *restrict dp = d + (size_t)p * NR;
+            int t = 0;
+            for (int r = 0; r < nrun; t += len[r++]) {
+                const float *src = s->xp + at[r] + roff[p];
+                if (sw == 1 && len[r] == 8)
+                    memcpy(dp + t, src, 8 * sizeof *dp);
+                else
+                    for (int q = 0; q < len[r]; q++)
+                        dp[t + q] = src[q * sw];
+            }
+            for (; t < NR; t++)
+                dp[t] = 0.0f;
+        }
+    }
+}
+
+/* Packs rows [p0, p0+kc) x columns [j0, j0+nr) of cols^T (positions down,
+ * kernel offsets across) as one panel: for each run of positions along an
+ * output row, nr rows of cols, transposed. */
+static void pack_conv_t(const struct gemm *g, int p0, int kc, int j0, int nr,
+                        float *restrict dst)
+{
+    const struct conv_src *s = g->cv;
+    size_t joff[NR];
+    for (int j = 0; j < nr; j++)
+        joff[j] = conv_row(s, j0 + j);
+    for (int t = 0, run; t < kc; t += run) {
+        const size_t at = conv_pos(s, p0 + t, &run);
+        if (run > kc - t)
+            run = kc - t;
+        float *d = dst + (size_t)t * NR;
+#ifdef NRT_X86_AVX2
+        if (g->avx2 && s->sw == 1) {
+            const float *row[NR];
+            for (int j = 0; j < NR; j++)
+                row[j] = j < nr ? s->xp + at + joff[j] : zeros;
+            transpose_rows_avx2(row, run, d);
+            continue;
+        }
+#endif
+        for (int q = 0; q < run; q++)
+            for (int j = 0; j < NR; j++)
+                d[(size_t)q * NR + j] =
+                    j < nr ? s->xp[at + joff[j] + (size_t)q * s->sw] : 0.0f;
+    }
+}
+
+/* pack_a for an op(A) read through a_at (the flipped convolution weight). */
+static void pack_a_any(const struct gemm *g, int i0, int mr, int p0, int kc,
+                       float *restrict dst)
+{
+    for (int p = 0; p < kc; p++)
+        for (int i = 0; i < MR; i++)
+            dst[(size_t)p * MR + i] = i < mr ? a_at(g, i0 + i, p0 + p) : 0.0f;
+}
 
 static float *alloc_floats(size_t n)
 {
@@ -506,12 +663,18 @@ static int gemm_block(const struct gemm *g, int i0, int m, int j0, int n)
         for (int pc = 0; pc < k; pc += kcb) {
             const int kc = k - pc < kcb ? k - pc : kcb;
             const float beta = pc == 0 ? g->beta : 1.0f;
-            if (!g->transb)
+            if (!g->transb && g->cv)
+                pack_conv(g->cv, pc, kc, j0 + jc, nc, pb);
+            else if (!g->transb)
                 pack_b_rows(g->b, g->ldb, pc, kc, j0 + jc, nc, pb);
             else
                 for (int jp = 0; jp < npanel; jp++) {
                     int j = jc + jp * NR, nr = n - j < NR ? n - j : NR;
                     float *d = pb + (size_t)jp * NR * kc;
+                    if (g->cv) {
+                        pack_conv_t(g, pc, kc, j0 + j, nr, d);
+                        continue;
+                    }
 #ifdef NRT_X86_AVX2
                     if (g->avx2) {
                         pack_bt_avx2(g->b, g->ldb, pc, kc, j0 + j, nr, d);
@@ -526,6 +689,10 @@ static int gemm_block(const struct gemm *g, int i0, int m, int j0, int n)
                 for (int it = 0; it < ntile; it++) {
                     int i = ic + it * MR, mr = m - i < MR ? m - i : MR;
                     float *d = pa + (size_t)it * MR * kc;
+                    if (g->flip) {
+                        pack_a_any(g, i0 + i, mr, pc, kc, d);
+                        continue;
+                    }
 #ifdef NRT_X86_AVX2
                     if (g->avx2 && !g->transa) {
                         pack_a_avx2(g->a, g->lda, i0 + i, mr, pc, kc, d);
@@ -601,22 +768,19 @@ static void gemm_share(int m, int n, int k, int t, int nt, int *i0, int *mm,
     *nn = (int)(hi * NR < n ? hi * NR : n) - *j0;
 }
 
-static void gemm_blocked(int transa, int transb, int m, int n, int k,
-                         float alpha, const float *a, int lda, const float *b,
-                         int ldb, float beta, float *c, int ldc)
+/* Computes g's C [m, n], on threads when it is big enough. */
+static void gemm_run(struct gemm *g, int m, int n)
 {
-    const int avx2 = have_avx2();
-    const struct gemm g = {transa, transb, k, alpha, beta, a, b, c, lda, ldb,
-                           ldc, pick_ukernel(avx2), avx2};
+    g->avx2 = have_avx2();
+    g->uk = pick_ukernel(g->avx2);
     int nt = 1;
 #ifdef _OPENMP
-    if ((double)m * n * k >= PAR_MIN_GEMM && !omp_in_parallel())
+    if ((double)m * n * g->k >= PAR_MIN_GEMM && !omp_in_parallel())
         nt = omp_get_max_threads();
 #endif
     if (nt <= 1) {
-        if (gemm_block(&g, 0, m, 0, n) != 0)
-            gemm_small(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta,
-                       c, ldc);
+        if (gemm_block(g, 0, m, 0, n) != 0)
+            gemm_naive(g, 0, m, 0, n);
         return;
     }
     /* No barrier anywhere: each thread packs what it needs and computes its
@@ -629,16 +793,11 @@ static void gemm_blocked(int transa, int transb, int m, int n, int k,
         team = omp_get_num_threads();
 #endif
         int i0, mm, j0, nn;
-        gemm_share(m, n, k, t, team, &i0, &mm, &j0, &nn);
-        if (mm > 0 && nn > 0 && gemm_block(&g, i0, mm, j0, nn) != 0)
-            gemm_small(transa, transb, mm, nn, k, alpha,
-                       a + (transa ? (size_t)i0 : (size_t)i0 * lda), lda,
-                       b + (transb ? (size_t)j0 * ldb : (size_t)j0), ldb,
-                       beta, c + (size_t)i0 * ldc + j0, ldc);
+        gemm_share(m, n, g->k, t, team, &i0, &mm, &j0, &nn);
+        if (mm > 0 && nn > 0 && gemm_block(g, i0, mm, j0, nn) != 0)
+            gemm_naive(g, i0, mm, j0, nn);
     }
 }
-
-#endif /* !NETRT_HAVE_OPENBLAS */
 
 void nrt_sgemm(int transa, int transb, int m, int n, int k, float alpha,
                const float *a, int lda, const float *b, int ldb, float beta,
@@ -655,12 +814,14 @@ void nrt_sgemm(int transa, int transb, int m, int n, int k, float alpha,
                 transb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
                 b, ldb, beta, c, ldc);
 #else
-    if ((double)m * n * k < SMALL_WORK)
+    if ((double)m * n * k < SMALL_WORK) {
         gemm_small(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c,
                    ldc);
-    else
-        gemm_blocked(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c,
-                     ldc);
+        return;
+    }
+    struct gemm g = {transa, transb, k, alpha, beta, a, b, c, lda, ldb, ldc,
+                     NULL, 0, NULL, 0};
+    gemm_run(&g, m, n);
 #endif
 }
 
@@ -750,10 +911,10 @@ void nrt_col2im(const float *col, int c, int h, int w, int kh, int kw,
     }
 }
 
-/* nrt_im2col_batch's col, row r = (ch*kh + ki)*kw + kj, holds for each
- * sample i in turn the OH*OW values that kernel offset (ki, kj) sees of
- * channel ch of sample i: a "piece".  Read in order, col is a sequence of
- * pieces, piece q = r*N + i at q*OH*OW. */
+/* nrt_col2im_batch's col [C*KH*KW, N*OH*OW], row r = (ch*kh + ki)*kw + kj,
+ * holds for each sample i in turn the OH*OW values that kernel offset
+ * (ki, kj) sees of channel ch of sample i: a "piece".  Read in order, col is
+ * a sequence of pieces, piece q = r*N + i at q*OH*OW. */
 struct im2col_geom {
     int h, w, kh, kw, sh, sw, ph, pw, oh, ow;
 };
@@ -776,106 +937,9 @@ static void im2col_span_of(const struct im2col_geom *g, int ki, int kj,
         sp->ylo = sp->yhi = 0; /* no column is real: all padding */
 }
 
-/* One piece: OH*OW floats from xc, the channel's input plane.  Output rows
- * that fall in the vertical padding are zeroed in one go, and of the others
- * only the margins [0, xlo) and [xhi, OW); the rest is copied, with no test
- * per element. */
-static void im2col_piece(const struct im2col_geom *g,
-                         const struct im2col_span *sp,
-                         const float *restrict xc, float *restrict piece)
-{
-    const int ow = g->ow, w = g->w, sw = g->sw;
-    const int ylo = sp->ylo, yhi = sp->yhi, xlo = sp->xlo, xhi = sp->xhi;
-    const int off = sp->off;
-    const size_t ows = (size_t)ow;
-    if (ylo > 0)
-        memset(piece, 0, (size_t)ylo * ows * sizeof *piece);
-    if (yhi < g->oh)
-        memset(piece + (size_t)yhi * ows, 0,
-               (size_t)(g->oh - yhi) * ows * sizeof *piece);
-    if (ylo >= yhi)
-        return;
-    if (sw == 1 && g->sh == 1 && ow == w && xlo == 0 && xhi == ow) {
-        /* (off is 0.)  Rows [ylo, yhi) are one block of the input. */
-        memcpy(piece + (size_t)ylo * ows, xc + (size_t)(ylo - g->ph + sp->ki) * w,
-               (size_t)(yhi - ylo) * ows * sizeof *piece);
-        return;
-    }
-    const float *xr = xc + (size_t)(ylo * g->sh - g->ph + sp->ki) * w;
-    const size_t xstep = (size_t)g->sh * w;
-    for (int oy = ylo; oy < yhi; oy++, xr += xstep) {
-        float *restrict r = piece + (size_t)oy * ows;
-        for (int ox = 0; ox < xlo; ox++)
-            r[ox] = 0.0f;
-        if (sw == 1)
-            memcpy(r + xlo, xr + (xlo + off), (size_t)(xhi - xlo) * sizeof *r);
-        else
-            for (int ox = xlo; ox < xhi; ox++)
-                r[ox] = xr[ox * sw + off];
-        for (int ox = xhi; ox < ow; ox++)
-            r[ox] = 0.0f;
-    }
-}
-
-/* The input plane of sample i, channel ch lies at x + i*ss + ch*cs: ss =
- * C*H*W, cs = H*W for [N, C, H, W]; ss = H*W, cs = N*H*W for [C, N, H, W]. */
-static void im2col_batch(const float *x, size_t ss, size_t cs, int n, int c,
-                         int h, int w, int kh, int kw, int sh, int sw, int ph,
-                         int pw, int oh, int ow, float *col)
-{
-    if (n <= 0 || c <= 0 || kh <= 0 || kw <= 0 || oh <= 0 || ow <= 0)
-        return;
-    const struct im2col_geom g = {h, w, kh, kw, sh, sw, ph, pw, oh, ow};
-    const size_t plane = (size_t)oh * ow;
-    const long pieces = (long)c * kh * kw * n;
-    /* Each thread fills one contiguous range of pieces, one sequential
-     * stream of col: the fastest way found to write it (units of one sample
-     * and one channel, kh*kw pieces N*OH*OW apart, were half as fast at
-     * 16x16; software prefetching gained nothing here). */
-    NRT_OMP(omp parallel if ((double)pieces * plane >= PAR_MIN_WORK))
-    {
-        long q0 = 0, q1 = pieces;
-#ifdef _OPENMP
-        const long t = omp_get_thread_num(), nt = omp_get_num_threads();
-        q0 = pieces * t / nt;
-        q1 = pieces * (t + 1) / nt;
-#endif
-        long r = q0 / n; /* the row, and i the sample, of piece q */
-        int i = (int)(q0 % n), ch = (int)(r / (kh * kw));
-        struct im2col_span sp;
-        im2col_span_of(&g, (int)(r % (kh * kw)) / kw, (int)(r % kw), &sp);
-        float *piece = col + (size_t)q0 * plane;
-        for (long q = q0; q < q1; q++, piece += plane) {
-            im2col_piece(&g, &sp, x + (size_t)i * ss + (size_t)ch * cs, piece);
-            if (++i == n && q + 1 < q1) {
-                i = 0;
-                r++;
-                ch = (int)(r / (kh * kw));
-                im2col_span_of(&g, (int)(r % (kh * kw)) / kw, (int)(r % kw),
-                               &sp);
-            }
-        }
-    }
-}
-
-void nrt_im2col_batch(const float *x, int n, int c, int h, int w, int kh,
-                      int kw, int sh, int sw, int ph, int pw, int oh, int ow,
-                      float *col)
-{
-    const size_t in = (size_t)h * w;
-    im2col_batch(x, (size_t)c * in, in, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, col);
-}
-
-void nrt_im2col_batch_cn(const float *x, int n, int c, int h, int w, int kh,
-                         int kw, int sh, int sw, int ph, int pw, int oh,
-                         int ow, float *col)
-{
-    const size_t in = (size_t)h * w;
-    im2col_batch(x, in, (size_t)n * in, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, col);
-}
-
-/* The adjoint of im2col_piece: adds the piece back into dc, the channel's
- * plane of dx.  For one kernel offset each cell of dc gets at most one
+/* Adds a piece back into dc, the channel's plane of dx: output rows
+ * [ylo, yhi) and columns [xlo, xhi) of the piece land on the input, the rest
+ * on padding.  For one kernel offset each cell of dc gets at most one
  * value. */
 static void col2im_piece(const struct im2col_geom *g,
                          const struct im2col_span *sp,
@@ -901,7 +965,8 @@ static void col2im_piece(const struct im2col_geom *g,
 /* How far ahead of its reading nrt_col2im_batch prefetches col, in floats. */
 #define COL_AHEAD 1024
 
-/* dx's plane of sample i, channel ch at dx + i*ss + ch*cs, as im2col_batch. */
+/* dx's plane of sample i, channel ch at dx + i*ss + ch*cs: ss = C*H*W,
+ * cs = H*W for [N, C, H, W]; ss = H*W, cs = N*H*W for [C, N, H, W]. */
 static void col2im_batch(const float *col, size_t ss, size_t cs, int n, int c,
                          int h, int w, int kh, int kw, int sh, int sw, int ph,
                          int pw, int oh, int ow, float *dx)
@@ -977,6 +1042,97 @@ void nrt_col2im_batch_cn(const float *col, int n, int c, int h, int w, int kh,
 {
     const size_t in = (size_t)h * w;
     col2im_batch(col, in, (size_t)n * in, n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, dx);
+}
+
+/* ------------------------------------------------------------ convolution */
+
+/* A convolution is three products over the whole batch, all on cols, the
+ * batch's im2col matrix [C*KH*KW, n*OH*OW] — which is never written out:
+ * the products pack their panels of it straight from the padded input
+ * (struct conv_src), so the columns cost no memory traffic beyond the
+ * input itself.  Forward: y = W cols.  Backward: dW = dy cols^T; and for
+ * stride 1, dx = the convolution of dy, padded by KH-1-PH and KW-1-PW, with
+ * the weight flipped and its two channel axes swapped (a transposed
+ * convolution is a convolution), so that dx too is one product. */
+
+static struct conv_src conv_src_of(const nrt_conv *g, int n, const float *xp)
+{
+    const size_t hp = (size_t)g->h + 2 * (size_t)g->ph, wp = (size_t)g->w + 2 * (size_t)g->pw;
+    return (struct conv_src){xp, g->kh, g->kw, g->sw, g->oh, g->ow,
+                             wp, (size_t)g->sh * wp, hp * wp, (size_t)n * hp * wp};
+}
+
+void nrt_conv2d_pad(const nrt_conv *g, int n, int cn, const float *x, float *xp)
+{
+    const int h = g->h, w = g->w, ph = g->ph, pw = g->pw;
+    const size_t hp = (size_t)h + 2 * (size_t)ph, wp = (size_t)w + 2 * (size_t)pw;
+    const long planes = (long)g->c * n;
+    NRT_OMP(omp parallel for schedule(static)
+                if ((double)planes * hp * wp >= 4 * PAR_MIN_WORK))
+    for (long q = 0; q < planes; q++) {
+        const long ch = q / n, i = q % n;
+        const float *src = x + (size_t)(cn ? q : i * g->c + ch) * h * w;
+        float *dst = xp + (size_t)q * hp * wp;
+        memset(dst, 0, (size_t)ph * wp * sizeof *dst);
+        dst += (size_t)ph * wp;
+        for (int y = 0; y < h; y++, dst += wp, src += w) {
+            memset(dst, 0, (size_t)pw * sizeof *dst);
+            memcpy(dst + pw, src, (size_t)w * sizeof *dst);
+            memset(dst + pw + w, 0, (size_t)pw * sizeof *dst);
+        }
+        memset(dst, 0, (size_t)ph * wp * sizeof *dst);
+    }
+}
+
+void nrt_conv2d_fwd(const nrt_conv *g, int n, const float *w, const float *xp,
+                    float *y)
+{
+    const struct conv_src s = conv_src_of(g, n, xp);
+    const int k = g->c * g->kh * g->kw, np = n * g->oh * g->ow;
+    struct gemm gm = {0, 0, k, 1.0f, 0.0f, w, NULL, y, k, 0, np, &s, 0, NULL, 0};
+    if (g->o > 0 && np > 0)
+        gemm_run(&gm, g->o, np);
+}
+
+void nrt_conv2d_dw(const nrt_conv *g, int n, const float *dy, const float *xp,
+                   float *dw)
+{
+    const struct conv_src s = conv_src_of(g, n, xp);
+    const int k = g->c * g->kh * g->kw, np = n * g->oh * g->ow;
+    struct gemm gm = {0, 1, np, 1.0f, 0.0f, dy, NULL, dw, np, 0, k, &s, 0, NULL, 0};
+    if (g->o > 0 && k > 0)
+        gemm_run(&gm, g->o, k);
+}
+
+size_t nrt_conv2d_dx_scratch(const nrt_conv *g)
+{
+    const size_t hp = (size_t)g->oh + 2 * (size_t)(g->kh - 1 - g->ph);
+    const size_t wp = (size_t)g->ow + 2 * (size_t)(g->kw - 1 - g->pw);
+    return (size_t)g->o * hp * wp + (size_t)g->c * g->h * g->w;
+}
+
+void nrt_conv2d_dx(const nrt_conv *g, int n, int cn, const float *w,
+                   const float *dy, float *scratch, float *dx)
+{
+    /* The transposed convolution: dy's channels in, x's out. */
+    const nrt_conv t = {g->o, g->oh, g->ow, g->c, g->h, g->w, g->kh, g->kw,
+                        1, 1, g->kh - 1 - g->ph, g->kw - 1 - g->pw};
+    float *dyp = scratch;
+    nrt_conv2d_pad(&t, n, 1, dy, dyp);
+    const struct conv_src s = conv_src_of(&t, n, dyp);
+    const int kk = g->kh * g->kw, np = n * g->h * g->w;
+    /* channel first: straight into dx; else into scratch, then transposed */
+    float *out = cn ? dx : scratch + (size_t)n * (nrt_conv2d_dx_scratch(g) - (size_t)g->c * g->h * g->w);
+    struct gemm gm = {0, 0, g->o * kk, 1.0f, 0.0f, w, NULL, out, g->c * kk, 0, np, &s, kk, NULL, 0};
+    if (g->c <= 0 || np <= 0)
+        return;
+    gemm_run(&gm, g->c, np);
+    if (cn)
+        return;
+    const size_t hw = (size_t)g->h * g->w;
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < g->c; ch++)
+            memcpy(dx + ((size_t)i * g->c + ch) * hw, out + ((size_t)ch * n + i) * hw, hw * sizeof *dx);
 }
 
 /* ---------------------------------------------------------------- pooling */

@@ -28,7 +28,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 2
+#define NETRT_ABI 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -158,6 +158,32 @@ void nrt_sgemm(int transa, int transb, int m, int n, int k, float alpha,
                const float *a, int lda, const float *b, int ldb, float beta,
                float *c, int ldc);
 
+/* A 2-D convolution's geometry: input [C, H, W], output [O, OH, OW], kernel
+ * KH x KW, stride SH, SW, zero padding PH, PW (PyTorch's nn.Conv2d). */
+typedef struct nrt_conv {
+    int c, h, w;
+    int o, oh, ow;
+    int kh, kw, sh, sw, ph, pw;
+} nrt_conv;
+
+/* A batch x, [N, C, H, W] or channel first [C, N, H, W] (cn = 1), to xp
+ * [C, N, H+2PH, W+2PW]: zero-padded and channel first. */
+void nrt_conv2d_pad(const nrt_conv *g, int n, int cn, const float *x, float *xp);
+/* y [O, N*OH*OW] = w [O, C*KH*KW] cols(xp), cols being the batch's im2col
+ * matrix [C*KH*KW, N*OH*OW], read from xp and never stored. */
+void nrt_conv2d_fwd(const nrt_conv *g, int n, const float *w, const float *xp,
+                    float *y);
+/* dw [O, C*KH*KW] = dy [O, N*OH*OW] cols(xp)^T. */
+void nrt_conv2d_dw(const nrt_conv *g, int n, const float *dy, const float *xp,
+                   float *dw);
+/* For stride 1 and PH < KH, PW < KW: dx (overwritten; [N, C, H, W], or
+ * [C, N, H, W] if cn) from dy [O, N*OH*OW] and w, as one convolution of dy
+ * (the transposed convolution).  scratch holds N * nrt_conv2d_dx_scratch(g)
+ * floats. */
+void nrt_conv2d_dx(const nrt_conv *g, int n, int cn, const float *w,
+                   const float *dy, float *scratch, float *dx);
+size_t nrt_conv2d_dx_scratch(const nrt_conv *g);
+
 /* One image x [C, H, W] to columns col [C*KH*KW, OH*OW]; zero padding. */
 void nrt_im2col(const float *x, int c, int h, int w, int kh, int kw, int sh,
                 int sw, int ph, int pw, int oh, int ow, float *col);
@@ -165,21 +191,13 @@ void nrt_im2col(const float *x, int c, int h, int w, int kh, int kw, int sh,
 void nrt_col2im(const float *col, int c, int h, int w, int kh, int kw,
                 int sh, int sw, int ph, int pw, int oh, int ow, float *dx);
 
-/* A batch of images x [N, C, H, W] to columns col [C*KH*KW, N*OH*OW]:
- * sample i's columns are i*OH*OW .. (i+1)*OH*OW - 1, so that one matrix
- * product handles the whole batch. */
-void nrt_im2col_batch(const float *x, int n, int c, int h, int w, int kh,
-                      int kw, int sh, int sw, int ph, int pw, int oh, int ow,
-                      float *col);
-/* The adjoint: dx [N, C, H, W] (overwritten) from col [C*KH*KW, N*OH*OW]. */
+/* The adjoint of im2col over a batch: dx [N, C, H, W] (overwritten) from
+ * col [C*KH*KW, N*OH*OW], sample i's columns being i*OH*OW ..
+ * (i+1)*OH*OW - 1 — the input gradient of a strided convolution. */
 void nrt_col2im_batch(const float *col, int n, int c, int h, int w, int kh,
                       int kw, int sh, int sw, int ph, int pw, int oh, int ow,
                       float *dx);
-/* The same for images laid out channel first, x and dx [C, N, H, W]: the
- * layout a convolution's product gives, kept between layers. */
-void nrt_im2col_batch_cn(const float *x, int n, int c, int h, int w, int kh,
-                         int kw, int sh, int sw, int ph, int pw, int oh,
-                         int ow, float *col);
+/* The same into dx laid out channel first, [C, N, H, W]. */
 void nrt_col2im_batch_cn(const float *col, int n, int c, int h, int w, int kh,
                          int kw, int sh, int sw, int ph, int pw, int oh,
                          int ow, float *dx);

@@ -54,6 +54,8 @@ run_check conv1x1.net "$WORK/x48c3.csv"
 run_check dropout.net "$WORK/x6c3.csv"
 random_csv 8 72 class 3 8 > "$WORK/x72c3.csv"
 run_check layouts.net "$WORK/x72c3.csv"
+random_csv 8 60 class 3 9 > "$WORK/x60c3.csv"
+run_check conv_paths.net "$WORK/x60c3.csv"
 
 # relu at exactly 0: half the inputs are 0.  PyTorch defines relu'(0) = 0,
 # the left derivative, and so must netc: every kink reports analytic == left.

@@ -554,41 +554,23 @@ static void test_avgpool(void)
 
 /* ------------------------------------------------- batched im2col/col2im */
 
-/* The batched pair against nrt_im2col/nrt_col2im one sample at a time:
- * bit for bit, since the same values are copied and the same sums made in
- * the same order.  col2im_batch overwrites dx, so dx starts as garbage. */
-static void check_conv_batch(int n, struct conv v)
+/* nrt_col2im_batch against nrt_col2im one sample at a time: bit for bit,
+ * since the same sums are made in the same order.  It overwrites dx, so dx
+ * starts as garbage. */
+static void check_col2im_batch(int n, struct conv v)
 {
     int oh = out_size(v.h, v.kh, v.sh, v.ph);
     int ow = out_size(v.w, v.kw, v.sw, v.pw);
     size_t rows = (size_t)v.c * v.kh * v.kw, plane = (size_t)oh * ow;
     size_t ld = (size_t)n * plane, xs = (size_t)v.c * v.h * v.w;
-    float *x = randv((size_t)n * xs), *col = randv(rows * ld);
     float *one = malloc(rows * plane * sizeof *one);
-    for (size_t i = 0; i < rows * ld; i++)
-        col[i] = NAN; /* every entry must be written */
-    nrt_im2col_batch(x, n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw,
-                     oh, ow, col);
-    int bad = 0;
-    for (int i = 0; i < n; i++) {
-        nrt_im2col(x + (size_t)i * xs, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw,
-                   v.ph, v.pw, oh, ow, one);
-        for (size_t r = 0; r < rows; r++)
-            bad += memcmp(col + r * ld + (size_t)i * plane, one + r * plane,
-                          plane * sizeof *one) != 0;
-    }
-    CHECK(bad == 0,
-          "im2col_batch n=%d c=%d %dx%d k=%dx%d s=%d,%d p=%d,%d: %d rows "
-          "differ from nrt_im2col", n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw,
-          v.ph, v.pw, bad);
-
     float *g = randv(rows * ld), *dx = malloc((size_t)n * xs * sizeof *dx);
     float *ref = malloc(xs * sizeof *ref);
     for (size_t i = 0; i < (size_t)n * xs; i++)
         dx[i] = (i & 1) ? NAN : 1e30f;
     nrt_col2im_batch(g, n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw,
                      oh, ow, dx);
-    bad = 0;
+    int bad = 0;
     for (int i = 0; i < n; i++) {
         for (size_t r = 0; r < rows; r++)
             memcpy(one + r * plane, g + r * ld + (size_t)i * plane,
@@ -603,64 +585,157 @@ static void check_conv_batch(int n, struct conv v)
           "differ from nrt_col2im", n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw,
           v.ph, v.pw, bad);
 
-    /* The channel-first layout [C, N, H, W]: the same columns from the
-     * transposed images, and the transpose of the same gradients. */
+    /* The channel-first layout [C, N, H, W]: the transpose of the same
+     * gradients. */
     {
         size_t in = (size_t)v.h * v.w;
-        float *xc = malloc((size_t)n * xs * sizeof *xc);
-        float *colc = malloc(rows * ld * sizeof *colc);
         float *dxc = malloc((size_t)n * xs * sizeof *dxc);
-        for (int i = 0; i < n; i++)
-            for (int ch = 0; ch < v.c; ch++)
-                memcpy(xc + ((size_t)ch * n + i) * in, x + ((size_t)i * v.c + ch) * in,
-                       in * sizeof *xc);
-        for (size_t i = 0; i < rows * ld; i++)
-            colc[i] = NAN;
         for (size_t i = 0; i < (size_t)n * xs; i++)
             dxc[i] = NAN;
-        nrt_im2col_batch_cn(xc, n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw,
-                            oh, ow, colc);
         nrt_col2im_batch_cn(g, n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw,
                             oh, ow, dxc);
-        int same = !memcmp(col, colc, rows * ld * sizeof *col);
+        int same = 1;
         for (int i = 0; i < n; i++)
             for (int ch = 0; ch < v.c; ch++)
                 same &= !memcmp(dxc + ((size_t)ch * n + i) * in,
                                 dx + ((size_t)i * v.c + ch) * in, in * sizeof *dx);
-        CHECK(same, "im2col/col2im_batch_cn n=%d c=%d %dx%d k=%dx%d: differ from the "
-                    "[N, C, H, W] versions", n, v.c, v.h, v.w, v.kh, v.kw);
-        free(xc);
-        free(colc);
+        CHECK(same, "col2im_batch_cn n=%d c=%d %dx%d k=%dx%d: differs from the "
+                    "[N, C, H, W] version", n, v.c, v.h, v.w, v.kh, v.kw);
         free(dxc);
     }
 
 #ifdef _OPENMP
     /* And the same with one thread as with two and three. */
     int saved = omp_get_max_threads();
-    float *col1 = malloc(rows * ld * sizeof *col1);
     float *dx1 = malloc((size_t)n * xs * sizeof *dx1);
     int same = 1;
     for (int t = 1; t <= 3; t++) {
         omp_set_num_threads(t);
-        nrt_im2col_batch(x, n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw, v.ph,
-                         v.pw, oh, ow, col1);
         nrt_col2im_batch(g, n, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw, v.ph,
                          v.pw, oh, ow, dx1);
-        same &= !memcmp(col, col1, rows * ld * sizeof *col) &&
-                !memcmp(dx, dx1, (size_t)n * xs * sizeof *dx);
+        same &= !memcmp(dx, dx1, (size_t)n * xs * sizeof *dx);
     }
     omp_set_num_threads(saved);
-    CHECK(same, "im2col/col2im_batch n=%d c=%d %dx%d: threads change the "
-                "result", n, v.c, v.h, v.w);
-    free(col1);
+    CHECK(same, "col2im_batch n=%d c=%d %dx%d: threads change the result", n,
+          v.c, v.h, v.w);
     free(dx1);
 #endif
-    free(x);
-    free(col);
     free(one);
     free(g);
     free(dx);
     free(ref);
+}
+
+/* The relative error of got against ref, each entry measured against the
+ * sum of the magnitudes of the terms it adds up (scale). */
+static double worst_error(const float *got, const double *ref,
+                          const double *scale, size_t n)
+{
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - ref[i]) / (scale[i] + 1e-30);
+        if (!(e <= worst)) /* NaN too */
+            worst = e;
+    }
+    return worst;
+}
+
+/* nrt_conv2d_pad/fwd/dw/dx against the convolution's definition, in
+ * double: y = W * x, dW and dx from a random dy; x given [N, C, H, W] and
+ * channel first; dx computed when the geometry allows (stride 1, padding
+ * below the kernel), in both layouts; and every result the same, bit for
+ * bit, with 1, 2 and 3 threads. */
+static void check_conv2d(int n, struct conv v, int o)
+{
+    const int oh = out_size(v.h, v.kh, v.sh, v.ph), ow = out_size(v.w, v.kw, v.sw, v.pw);
+    const nrt_conv g = {v.c, v.h, v.w, o, oh, ow, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw};
+    const size_t in = (size_t)v.h * v.w, xs = (size_t)n * v.c * in;
+    const size_t ys = (size_t)o * n * oh * ow, ws = (size_t)o * v.c * v.kh * v.kw;
+    const size_t xps = (size_t)v.c * n * (v.h + 2 * v.ph) * (v.w + 2 * v.pw);
+    float *x = randv(xs), *xc = malloc(xs * sizeof *xc), *w = randv(ws), *dy = randv(ys);
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < v.c; ch++)
+            memcpy(xc + ((size_t)ch * n + i) * in, x + ((size_t)i * v.c + ch) * in,
+                   in * sizeof *x);
+    double *yr = calloc(ys, sizeof *yr), *ya = calloc(ys, sizeof *ya);
+    double *dwr = calloc(ws, sizeof *dwr), *dwa = calloc(ws, sizeof *dwa);
+    double *dxr = calloc(xs, sizeof *dxr), *dxa = calloc(xs, sizeof *dxa);
+    for (int co = 0; co < o; co++)
+        for (int i = 0; i < n; i++)
+            for (int oy = 0; oy < oh; oy++)
+                for (int ox = 0; ox < ow; ox++) {
+                    size_t yi = (((size_t)co * n + i) * oh + oy) * ow + ox;
+                    for (int ch = 0; ch < v.c; ch++)
+                        for (int ki = 0; ki < v.kh; ki++)
+                            for (int kj = 0; kj < v.kw; kj++) {
+                                int iy = oy * v.sh - v.ph + ki, ix = ox * v.sw - v.pw + kj;
+                                if (iy < 0 || iy >= v.h || ix < 0 || ix >= v.w)
+                                    continue;
+                                size_t xi = ((size_t)i * v.c + ch) * in + (size_t)iy * v.w + ix;
+                                size_t wi = (((size_t)co * v.c + ch) * v.kh + ki) * v.kw + kj;
+                                yr[yi] += (double)w[wi] * x[xi];
+                                ya[yi] += fabs((double)w[wi] * x[xi]);
+                                dwr[wi] += (double)dy[yi] * x[xi];
+                                dwa[wi] += fabs((double)dy[yi] * x[xi]);
+                                dxr[xi] += (double)dy[yi] * w[wi];
+                                dxa[xi] += fabs((double)dy[yi] * w[wi]);
+                            }
+                }
+    const int dx_ok = v.sh == 1 && v.sw == 1 && v.ph < v.kh && v.pw < v.kw;
+    float *xp = malloc(xps * sizeof *xp), *xp2 = malloc(xps * sizeof *xp2);
+    float *y = malloc(ys * sizeof *y), *dw = malloc(ws * sizeof *dw);
+    float *dx = malloc(xs * sizeof *dx), *dxc = malloc(xs * sizeof *dxc);
+    float *scratch = malloc((size_t)n * nrt_conv2d_dx_scratch(&g) * sizeof *scratch);
+    for (size_t i = 0; i < xps; i++)
+        xp[i] = xp2[i] = NAN; /* every entry must be written */
+    nrt_conv2d_pad(&g, n, 0, x, xp);
+    nrt_conv2d_pad(&g, n, 1, xc, xp2);
+    CHECK(!memcmp(xp, xp2, xps * sizeof *xp),
+          "conv2d_pad n=%d c=%d %dx%d p=%d,%d: the two layouts pad differently", n,
+          v.c, v.h, v.w, v.ph, v.pw);
+    nrt_conv2d_fwd(&g, n, w, xp, y);
+    nrt_conv2d_dw(&g, n, dy, xp, dw);
+    double ey = worst_error(y, yr, ya, ys), edw = worst_error(dw, dwr, dwa, ws), edx = 0.0;
+    if (dx_ok) {
+        nrt_conv2d_dx(&g, n, 0, w, dy, scratch, dx);
+        nrt_conv2d_dx(&g, n, 1, w, dy, scratch, dxc);
+        edx = worst_error(dx, dxr, dxa, xs);
+        int same = 1;
+        for (int i = 0; i < n; i++)
+            for (int ch = 0; ch < v.c; ch++)
+                same &= !memcmp(dxc + ((size_t)ch * n + i) * in,
+                                dx + ((size_t)i * v.c + ch) * in, in * sizeof *dx);
+        CHECK(same, "conv2d_dx n=%d c=%d %dx%d: the two layouts differ", n, v.c, v.h, v.w);
+    }
+    CHECK(ey < 1e-5 && edw < 1e-5 && edx < 1e-5,
+          "conv2d n=%d c=%d %dx%d o=%d k=%dx%d s=%d,%d p=%d,%d: relative errors y %g, "
+          "dW %g, dx %g", n, v.c, v.h, v.w, o, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw, ey, edw, edx);
+#ifdef _OPENMP
+    int saved = omp_get_max_threads(), same = 1;
+    float *y1 = malloc(ys * sizeof *y1), *dw1 = malloc(ws * sizeof *dw1);
+    float *dx1 = malloc(xs * sizeof *dx1);
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        nrt_conv2d_pad(&g, n, 0, x, xp2);
+        nrt_conv2d_fwd(&g, n, w, xp2, y1);
+        nrt_conv2d_dw(&g, n, dy, xp2, dw1);
+        same &= !memcmp(xp, xp2, xps * sizeof *xp) && !memcmp(y, y1, ys * sizeof *y) &&
+                !memcmp(dw, dw1, ws * sizeof *dw);
+        if (dx_ok) {
+            nrt_conv2d_dx(&g, n, 0, w, dy, scratch, dx1);
+            same &= !memcmp(dx, dx1, xs * sizeof *dx);
+        }
+    }
+    omp_set_num_threads(saved);
+    CHECK(same, "conv2d n=%d c=%d %dx%d o=%d: threads change the result", n, v.c, v.h,
+          v.w, o);
+    free(y1);
+    free(dw1);
+    free(dx1);
+#endif
+    free(x), free(xc), free(w), free(dy), free(xp), free(xp2), free(y), free(dw);
+    free(dx), free(dxc), free(scratch);
+    free(yr), free(ya), free(dwr), free(dwa), free(dxr), free(dxa);
 }
 
 static void test_conv_batch(void)
@@ -679,17 +754,21 @@ static void test_conv_batch(void)
         {2, 5, 5, 3, 3, 1, 1, 4, 4},   /* rows and columns of padding only */
         {3, 32, 32, 5, 5, 1, 1, 2, 2}, /* cifar10 conv1 */
         {8, 16, 16, 5, 5, 1, 1, 2, 2}, /* cifar10 conv2, fewer channels */
-        {4, 13, 13, 3, 3, 1, 1, 0, 0}};
+        {4, 13, 13, 3, 3, 1, 1, 0, 0},
+        {32, 8, 8, 5, 5, 1, 1, 2, 2},  /* cifar10 conv3: runs of 8 */
+        {3, 30, 30, 3, 3, 1, 1, 0, 0}, /* cnn101 conv1: runs of 28 */
+        {2, 3, 5, 2, 2, 1, 1, 1, 0}};  /* positions of 16 spanning samples */
     static const int ns[] = {1, 2, 3, 5};
     int runs = 0;
     for (size_t t = 0; t < sizeof cs / sizeof *cs; t++)
         for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
             if (cs[t].h * cs[t].w > 200 && ns[i] > 3)
                 continue;
-            check_conv_batch(ns[i], cs[t]);
+            check_col2im_batch(ns[i], cs[t]);
+            check_conv2d(ns[i], cs[t], 1 + (int)(t + i) % 7);
             runs++;
         }
-    printf("im2col/col2im_batch: %d batches checked\n", runs);
+    printf("col2im_batch and conv2d: %d batches checked\n", runs);
 }
 
 /* ------------------------------------------------------------------ sums */
@@ -1213,7 +1292,7 @@ static void old_maxpool2d_fwd(const float *x, int n, int c, int h, int w,
 }
 
 enum job_kind {
-    J_IM2COL_LOOP, J_IM2COL_BATCH, J_COL2IM_LOOP, J_COL2IM_BATCH,
+    J_CONV_FWD, J_CONV_DW, J_CONV_DX, J_COL2IM_LOOP, J_COL2IM_BATCH,
     J_MAXPOOL_OLD, J_MAXPOOL, J_MAXPOOL_BWD, J_AVGPOOL, J_AVGPOOL_BWD,
     J_ROWSUM_LOOP, J_ROWSUM, J_COLSUM_LOOP, J_COLSUM, J_DROPOUT_LOOP,
     J_DROPOUT
@@ -1226,6 +1305,8 @@ struct job {
     float *out;
     int32_t *iout;
     nrt_rng *r;
+    const float *wt; /* convolutions: a weight [c, c, k, k] */
+    float *tmp;      /* and the padded input (or dx's scratch) */
 };
 
 static void run_job(const struct job *j)
@@ -1235,14 +1316,22 @@ static void run_job(const struct job *j)
     const int ph = h / 2, pw = w / 2; /* 2x2 pool outputs */
     const size_t plane = (size_t)oh * ow, rows = (size_t)c * k * k;
     switch (j->kind) {
-    case J_IM2COL_LOOP: /* per-sample [rows, plane] blocks */
-        for (int i = 0; i < n; i++)
-            nrt_im2col(j->in + (size_t)i * c * h * w, c, h, w, k, k, 1, 1, p,
-                       p, oh, ow, j->out + (size_t)i * rows * plane);
+    case J_CONV_FWD: { /* c channels in and out; in: x, out: y */
+        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p};
+        nrt_conv2d_pad(&g, n, 1, j->in, j->tmp);
+        nrt_conv2d_fwd(&g, n, j->wt, j->tmp, j->out);
         break;
-    case J_IM2COL_BATCH:
-        nrt_im2col_batch(j->in, n, c, h, w, k, k, 1, 1, p, p, oh, ow, j->out);
+    }
+    case J_CONV_DW: { /* in: dy, tmp: the padded input, out: dW */
+        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p};
+        nrt_conv2d_dw(&g, n, j->in, j->tmp, j->out);
         break;
+    }
+    case J_CONV_DX: { /* in: dy, out: dx */
+        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p};
+        nrt_conv2d_dx(&g, n, 1, j->wt, j->in, j->tmp, j->out);
+        break;
+    }
     case J_COL2IM_LOOP:
         memset(j->out, 0, (size_t)n * c * h * w * sizeof *j->out);
         for (int i = 0; i < n; i++)
@@ -1346,8 +1435,10 @@ static void bench_layers(int maxt)
         int old, new_; /* job kinds: the old way (-1: none) and the new */
         int n, c, h, w, k, p;
     } b[] = {
-        {"im2col 3x32x32 k5 p2", J_IM2COL_LOOP, J_IM2COL_BATCH, 64, 3, 32, 32, 5, 2},
-        {"im2col 32x16x16 k5 p2", J_IM2COL_LOOP, J_IM2COL_BATCH, 64, 32, 16, 16, 5, 2},
+        {"conv 32x16x16 k5 p2 fwd", -1, J_CONV_FWD, 64, 32, 16, 16, 5, 2},
+        {"conv 32x16x16 k5 p2 dW", -1, J_CONV_DW, 64, 32, 16, 16, 5, 2},
+        {"conv 32x16x16 k5 p2 dx", -1, J_CONV_DX, 64, 32, 16, 16, 5, 2},
+        {"conv 64x8x8 k5 p2 fwd", -1, J_CONV_FWD, 64, 64, 8, 8, 5, 2},
         {"col2im 3x32x32 k5 p2", J_COL2IM_LOOP, J_COL2IM_BATCH, 64, 3, 32, 32, 5, 2},
         {"col2im 32x16x16 k5 p2", J_COL2IM_LOOP, J_COL2IM_BATCH, 64, 32, 16, 16, 5, 2},
         {"maxpool 32x32x32 2x2", J_MAXPOOL_OLD, J_MAXPOOL, 64, 32, 32, 32, 0, 0},
@@ -1365,13 +1456,14 @@ static void bench_layers(int maxt)
     printf("\n");
     for (size_t s = 0; s < sizeof b / sizeof *b; s++) {
         struct job j = {0, b[s].n, b[s].c, b[s].h, b[s].w, b[s].k, b[s].p,
-                        NULL, NULL, NULL, NULL};
+                        NULL, NULL, NULL, NULL, NULL, NULL};
         size_t in, out;
         const int oh = out_size(j.h, j.k, 1, j.p), ow = out_size(j.w, j.k, 1, j.p);
         const size_t img = (size_t)j.n * j.c * j.h * j.w;
         const size_t cols = (size_t)j.c * j.k * j.k * j.n * oh * ow;
         switch (b[s].new_) {
-        case J_IM2COL_BATCH: in = img, out = cols; break;
+        case J_CONV_FWD: case J_CONV_DX: in = out = img; break;
+        case J_CONV_DW: in = img, out = (size_t)j.c * j.c * j.k * j.k; break;
         case J_COL2IM_BATCH: in = cols, out = img; break;
         case J_ROWSUM: case J_COLSUM:
             in = (size_t)j.n * j.c, out = (size_t)j.n + j.c; break;
@@ -1382,7 +1474,9 @@ static void bench_layers(int maxt)
         int32_t *arg = aligned_alloc(4096, round_page(img * sizeof *arg));
         nrt_rng r;
         nrt_rng_seed(&r, 1);
-        j.in = x, j.out = y, j.iout = arg, j.r = &r;
+        float *wt = page_randv((size_t)j.c * j.c * j.k * j.k);
+        float *tmp = page_randv(4 * img); /* generous: padded input, scratch */
+        j.in = x, j.out = y, j.iout = arg, j.r = &r, j.wt = wt, j.tmp = tmp;
         if (b[s].new_ == J_MAXPOOL_BWD) { /* needs a real arg */
             j.kind = J_MAXPOOL;
             run_job(&j);
@@ -1409,9 +1503,11 @@ static void bench_layers(int maxt)
         free(x);
         free(y);
         free(arg);
+        free(wt);
+        free(tmp);
     }
     set_threads(maxt);
-    printf("(ratio = old / new; old: im2col/col2im once per sample, maxpool's "
+    printf("(ratio = old / new; old: col2im once per sample, maxpool's "
            "general loop,\n nrt_rng_uniform per value, plain loops for the "
            "sums; Nt = %d threads)\n", maxt);
 }
