@@ -85,6 +85,7 @@ static void scale_c(int m, int n, float beta, float *c, int ldc)
 #define KC 256    /* largest K block: a 16-wide panel of B, 16 KiB, in L1 */
 #define MC 144    /* largest M block (multiple of MR): packed A in L2 */
 #define NC 4080   /* largest N block (multiple of NR) */
+#define SMALL_PACK 16384 /* packed operands up to this many floats: on the stack */
 
 /* Work (m*n*k) below which packing does not pay. */
 #define SMALL_WORK 4096.0
@@ -121,6 +122,10 @@ static void pack_a(int transa, const float *a, int lda, int i0, int mr,
         for (int p = 0; p < kc; p++) {
             const float *src = a + (size_t)(p0 + p) * lda + i0;
             float *d = dst + (size_t)p * MR;
+            if (mr == MR) { /* a fixed size: moves, not a call to memcpy */
+                memcpy(d, src, MR * sizeof *d);
+                continue;
+            }
             int i = 0;
             for (; i < mr; i++)
                 d[i] = src[i];
@@ -439,6 +444,41 @@ pack_bt_avx2(const float *b, int ldb, int p0, int kc, int j0, int nr,
         row[j] = j < nr ? b + (size_t)(j0 + j) * ldb + p0 : zeros;
     transpose_rows_avx2(row, kc, dst);
 }
+
+/* The rows of one panel of a convolution's cols (pack_conv), its sixteen
+ * positions being nrun runs at xp + at[r] of len[r] floats: each row is
+ * zeroed, then each run is copied in pieces of up to eight, read with a
+ * mask (never past the run) and stored whole.  A store's lanes past its
+ * piece hold zeros and land on the next piece or row, written later, or on
+ * the zeroed end of the row — or, for the very last row, up to 7 floats
+ * past the panel, which gemm_block leaves room for. */
+__attribute__((target("avx2,fma"))) static void
+pack_conv_rows_avx2(const float *xp, const size_t *roff, int kc,
+                    const size_t *at, const int *len, int nrun, float *d)
+{
+    struct {
+        size_t src;
+        int dst;
+        __m256i mask;
+    } piece[NR];
+    int npiece = 0;
+    for (int r = 0, t = 0; r < nrun; t += len[r++])
+        for (int c = 0; c < len[r]; c += 8, npiece++) {
+            const int n = len[r] - c < 8 ? len[r] - c : 8;
+            piece[npiece].src = at[r] + (size_t)c;
+            piece[npiece].dst = t + c;
+            piece[npiece].mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+                                                    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        }
+    const v8f zero = _mm256_setzero_ps();
+    for (int p = 0; p < kc; p++, d += NR) {
+        _mm256_storeu_ps(d, zero);
+        _mm256_storeu_ps(d + 8, zero);
+        for (int q = 0; q < npiece; q++)
+            _mm256_storeu_ps(d + piece[q].dst,
+                             _mm256_maskload_ps(xp + piece[q].src + roff[p], piece[q].mask));
+    }
+}
 #endif
 
 static int have_avx2(void)
@@ -552,13 +592,14 @@ static void gemm_naive(const struct gemm *g, int i0, int m, int j0, int n)
  * pack_b_rows packs B, reading the padded input: each panel's sixteen
  * positions are one or more runs along output rows, and each row of the
  * panel is those runs copied from where kernel offset p0+p looks. */
-static void pack_conv(const struct conv_src *s, int p0, int kc, int j0,
-                      int nc, float *restrict dst)
+static void pack_conv(const struct conv_src *s, int avx2, int p0, int kc,
+                      int j0, int nc, float *restrict dst)
 {
     size_t roff[KC];
     for (int p = 0; p < kc; p++)
         roff[p] = conv_row(s, p0 + p);
     const size_t sw = (size_t)s->sw;
+    (void)avx2;
     for (int jp = 0; jp * NR < nc; jp++) {
         const int nr = nc - jp * NR < NR ? nc - jp * NR : NR;
         float *d = dst + (size_t)jp * NR * kc;
@@ -574,16 +615,19 @@ static void pack_conv(const struct conv_src *s, int p0, int kc, int j0,
                 memcpy(d + (size_t)p * NR, s->xp + at[0] + roff[p], NR * sizeof *d);
             continue;
         }
+#ifdef NRT_X86_AVX2
+        if (avx2 && sw == 1) {
+            pack_conv_rows_avx2(s->xp, roff, kc, at, len, nrun, d);
+            continue;
+        }
+#endif
         for (int p = 0; p < kc; p++) {
             float *restrict dp = d + (size_t)p * NR;
             int t = 0;
             for (int r = 0; r < nrun; t += len[r++]) {
                 const float *src = s->xp + at[r] + roff[p];
-                if (sw == 1 && len[r] == 8)
-                    memcpy(dp + t, src, 8 * sizeof *dp);
-                else
-                    for (int q = 0; q < len[r]; q++)
-                        dp[t + q] = src[q * sw];
+                for (int q = 0; q < len[r]; q++)
+                    dp[t + q] = src[q * sw];
             }
             for (; t < NR; t++)
                 dp[t] = 0.0f;
@@ -646,7 +690,7 @@ static int gemm_block(const struct gemm *g, int i0, int m, int j0, int n)
     const int mcb = block_size(m, MC, MR);
     const int ncb = block_size(n, NC, NR);
     float *pa = alloc_floats((size_t)mcb * kcb);
-    float *pb = alloc_floats((size_t)ncb * kcb);
+    float *pb = alloc_floats((size_t)ncb * kcb + 8); /* + pack_conv_rows_avx2's spill */
     if (!pa || !pb) {
         free(pa);
         free(pb);
@@ -664,7 +708,7 @@ static int gemm_block(const struct gemm *g, int i0, int m, int j0, int n)
             const int kc = k - pc < kcb ? k - pc : kcb;
             const float beta = pc == 0 ? g->beta : 1.0f;
             if (!g->transb && g->cv)
-                pack_conv(g->cv, pc, kc, j0 + jc, nc, pb);
+                pack_conv(g->cv, g->avx2, pc, kc, j0 + jc, nc, pb);
             else if (!g->transb)
                 pack_b_rows(g->b, g->ldb, pc, kc, j0 + jc, nc, pb);
             else
@@ -1394,45 +1438,99 @@ void nrt_col_sums(const float *a, int rows, int cols, float *out)
     }
 }
 
-static inline uint64_t rotl64(uint64_t x, int k)
+typedef uint64_t v4u __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float v8s __attribute__((vector_size(32)));
+
+/* (a macro: a function returning a 32-byte vector has an ABI of its own) */
+#define ROTL4(x, k) (((x) << (k)) | ((x) >> (64 - (k))))
+
+/* Four xoshiro256** generators side by side in vector lanes (the steps of
+ * rng.c's nrt_rng_next; x * 5 and x * 9 as shifts and adds).  Step t gives
+ * four 64-bit outputs, read as eight 32-bit integers u (lane L's low half,
+ * then its high half), which decide values 8t .. 8t+7 in that order: value
+ * i is dropped when u_i < cut.  The lanes do not depend on each other and
+ * the eight values are decided by one vector compare: no branch, and not
+ * one generator's chain of dependent steps per value. */
+static inline __attribute__((always_inline)) void
+dropout_lanes(v4u s[4], uint32_t cut, float scale, const float *x, float *y,
+              float *mask, size_t n)
 {
-    return (x << k) | (x >> (64 - k));
+    v4u s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3];
+    int32_t sb;
+    memcpy(&sb, &scale, sizeof sb);
+    for (size_t i = 0; i < n; i += 8) {
+        const v4u a = (s1 << 2) + s1, b = ROTL4(a, 7), next = (b << 3) + b;
+        const v4u t = s1 << 17;
+        s2 ^= s0;
+        s3 ^= s1;
+        s1 ^= s2;
+        s0 ^= s3;
+        s2 ^= t;
+        s3 = ROTL4(s3, 45);
+        const v8i keep = (v8i)((v8u)next >= cut); /* -1 or 0 */
+        const v8s m = (v8s)(keep & sb);
+        if (n - i >= 8) {
+            v8s xv;
+            memcpy(&xv, x + i, sizeof xv);
+            const v8s yv = xv * m;
+            memcpy(mask + i, &m, sizeof m);
+            memcpy(y + i, &yv, sizeof yv);
+        } else {
+            for (size_t q = 0; q < n - i; q++) {
+                mask[i + q] = m[q];
+                y[i + q] = x[i + q] * m[q];
+            }
+        }
+    }
+    s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+}
+
+#ifdef NRT_X86_AVX2
+__attribute__((target("avx2"))) static void
+dropout_avx2(v4u s[4], uint32_t cut, float scale, const float *x, float *y,
+             float *mask, size_t n)
+{
+    dropout_lanes(s, cut, scale, x, y, mask, n);
+}
+#endif
+
+static void dropout_generic(v4u s[4], uint32_t cut, float scale,
+                            const float *x, float *y, float *mask, size_t n)
+{
+    dropout_lanes(s, cut, scale, x, y, mask, n);
 }
 
 void nrt_dropout_fwd(nrt_rng *r, const float *x, float *y, float *mask,
                      size_t n, double p)
 {
-    if (p >= 1.0) { /* everything dropped, and nothing drawn */
+    /* A value is dropped when its 32 random bits, as an integer, are below
+     * ceil(p * 2^32): probability p to within 2^-32.  Lane L starts from
+     * nrt_rng_seed with the L-th of four draws from r. */
+    const double cut = ceil(p * 4294967296.0);
+    if (cut > 4294967295.0) { /* everything dropped, and nothing drawn */
         for (size_t i = 0; i < n; i++) {
             mask[i] = 0.0f;
             y[i] = x[i] * 0.0f;
         }
         return;
     }
-    const double pd = p;
-    const float scale = (float)(1.0 / (1.0 - pd));
-    /* nrt_rng_uniform inlined on a local copy of the state: the same
-     * xoshiro256** steps as rng.c's nrt_rng_next, the same
-     * (next >> 11) * 2^-53, one per value in order. */
-    uint64_t s0 = r->s[0], s1 = r->s[1], s2 = r->s[2], s3 = r->s[3];
-    for (size_t i = 0; i < n; i++) {
-        const uint64_t next = rotl64(s1 * 5, 7) * 9;
-        const uint64_t t = s1 << 17;
-        s2 ^= s0;
-        s3 ^= s1;
-        s1 ^= s2;
-        s0 ^= s3;
-        s2 ^= t;
-        s3 = rotl64(s3, 45);
-        const double u = (double)(next >> 11) * 0x1.0p-53;
-        const float m = (float)!(u < pd) * scale; /* no branch */
-        mask[i] = m;
-        y[i] = x[i] * m;
+    const float scale = (float)(1.0 / (1.0 - p));
+    v4u s[4];
+    for (int l = 0; l < 4; l++) {
+        nrt_rng lane;
+        nrt_rng_seed(&lane, nrt_rng_next(r));
+        for (int w = 0; w < 4; w++)
+            s[w][l] = lane.s[w];
     }
-    r->s[0] = s0;
-    r->s[1] = s1;
-    r->s[2] = s2;
-    r->s[3] = s3;
+#ifdef NRT_X86_AVX2
+    if (have_avx2()) {
+        dropout_avx2(s, (uint32_t)cut, scale, x, y, mask, n);
+        return;
+    }
+#endif
+    dropout_generic(s, (uint32_t)cut, scale, x, y, mask, n);
 }
 
 /* ----------------------------------------------------------------- losses */
@@ -1449,20 +1547,22 @@ float nrt_xent(const float *logits, const int32_t *label, int n, int k,
         for (int j = 1; j < k; j++)
             if (x[j] > mx || isnan(x[j]))
                 mx = x[j];
+        /* exp(x - max), kept in the gradient's row until the sum is known */
+        float *d = dlogits ? dlogits + (size_t)i * k : NULL;
         double sum = 0.0;
-        for (int j = 0; j < k; j++)
-            sum += exp((double)x[j] - mx);
+        for (int j = 0; j < k; j++) {
+            double e = exp((double)x[j] - mx);
+            sum += e;
+            if (d)
+                d[j] = (float)e;
+        }
         int32_t l = label[i];
         double lse = log(sum);
         /* A label out of range is the caller's bug; make it visible. */
         loss += (l >= 0 && l < k) ? lse - ((double)x[l] - mx) : NAN;
-        if (dlogits) {
-            float *d = dlogits + (size_t)i * k;
-            for (int j = 0; j < k; j++) {
-                double sm = exp((double)x[j] - mx) / sum;
-                d[j] = (float)((sm - (j == l ? 1.0 : 0.0)) / n);
-            }
-        }
+        if (d)
+            for (int j = 0; j < k; j++)
+                d[j] = (float)(((double)d[j] / sum - (j == l ? 1.0 : 0.0)) / n);
     }
     return (float)(loss / n);
 }

@@ -5,10 +5,9 @@
  * definition (in double where rounding matters), and the gradients against
  * the adjoint identity or central finite differences.  nrt_sgemm is also
  * checked to give bit-identical results with 1, 2 and 3 OpenMP threads, and
- * so are the batched im2col/col2im and the sums.  Where a kernel has a
- * second, faster form of another (the batched im2col/col2im, the 2x2 pools,
- * dropout against the loop netc used to generate), the two must agree bit
- * for bit.
+ * so are the batched col2im, the convolutions and the sums.  Where a kernel has a
+ * second, faster form of another (the batched col2im, the 2x2 pools), the
+ * two must agree bit for bit.
  *
  *   test_kernels          run the tests: failures to stderr, a summary to
  *                         stdout, exit status 0 if all passed
@@ -863,9 +862,11 @@ static void test_sums(void)
 
 /* --------------------------------------------------------------- dropout */
 
-/* nrt_dropout_fwd against the loop netc generated before it existed:
- *   mask[i] = nrt_rng_uniform(&net->rng) < P ? 0.0f : SCALEf;
- * with P the model's p as a double literal and SCALE = (float)(1/(1-P)). */
+/* nrt_dropout_fwd against its definition: four generators (lanes), lane
+ * L seeded with the L-th of four draws from r; value i is decided by
+ * 32 bits u of lane (i mod 8) / 2's output number i / 8 (its low half for
+ * even i, its high half for odd i): dropped when u / 2^32 < p.  A kept
+ * value is scaled by (float)(1/(1-p)). */
 static void check_dropout(double pd, size_t n)
 {
     float *x = randv(n), *y = malloc((n + 1) * sizeof *y);
@@ -880,11 +881,21 @@ static void check_dropout(double pd, size_t n)
     nrt_dropout_fwd(&r1, x, y, mask, n, pd);
     const float scale = (float)(1.0 / (1.0 - pd));
     size_t dropped = 0;
+    nrt_rng lane[4];
+    uint64_t out[4] = {0};
+    if (pd < 1)
+        for (int l = 0; l < 4; l++)
+            nrt_rng_seed(&lane[l], nrt_rng_next(&r2));
     for (size_t i = 0; i < n; i++) {
+        if (pd < 1 && i % 8 == 0)
+            for (int l = 0; l < 4; l++)
+                out[l] = nrt_rng_next(&lane[l]);
+        uint64_t draw = out[i % 8 / 2];
+        uint32_t u = (uint32_t)(i % 2 ? draw >> 32 : draw);
         if (pd >= 1)
             rmask[i] = 0.0f;
         else
-            rmask[i] = nrt_rng_uniform(&r2) < pd ? 0.0f : scale;
+            rmask[i] = (double)u / 4294967296.0 < pd ? 0.0f : scale;
         ry[i] = x[i] * rmask[i];
         dropped += rmask[i] == 0.0f;
     }
