@@ -621,7 +621,8 @@ static bool conv2d_shape(Program *p, Node *n)
         ir_add_param(p, n, "bias", 1, (int64_t[]){O}, fan_in, fan_out, true);
     struct conv c = conv_of(p, n);
     n->aux_size = c.C * (c.H + 2 * c.PH) * (c.W + 2 * c.PW); /* xp, kept for backward */
-    if (conv_dx_direct(c)) /* dy padded (and dx, if not channel first) */
+    if (conv_dx_direct(c)) /* dy padded, and dx if not channel first: what
+                              nrt_conv2d_dx_scratch says, per sample */
         n->scratch = c.O * (c.OH + 2 * (c.KH - 1 - c.PH)) * (c.OW + 2 * (c.KW - 1 - c.PW)) +
                      c.C * c.H * c.W;
     else
