@@ -1535,36 +1535,171 @@ void nrt_dropout_fwd(nrt_rng *r, const float *x, float *y, float *mask,
 
 /* ----------------------------------------------------------------- losses */
 
-float nrt_xent(const float *logits, const int32_t *label, int n, int k,
-               float *dlogits)
+/* e[j] = exp(z[j]) for z[j] <= 0, eight at a time, as Cephes' expf:
+ * z = n ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two parts, so that n ln 2 is
+ * exact), e^r from a degree-7 polynomial, 2^n put in the exponent bits.
+ * Relative error below 2e-7.  Below -87.3 the result would be subnormal
+ * and is 0 instead: next to the row's maximum, whose exponential is 1, it
+ * is lost in the sum anyway.  The same operations in the same order, in
+ * vectors or not, give the same bits: no FMA, no contraction.  (In place:
+ * a function returning a 32-byte vector has an ABI of its own.) */
+static inline __attribute__((always_inline)) void exp_nonpos(v8s *zp)
 {
-    if (n <= 0 || k <= 0)
-        return 0.0f;
+    v8s z = *zp;
+    const v8s lo = (v8s){0} - 87.3f;
+    const v8i live = z >= lo;
+    z = (v8s)((live & (v8i)z) | (~live & (v8i)lo));
+    const v8s magic = (v8s){0} + 12582912.0f; /* 1.5 * 2^23: rounds to integer */
+    const v8s t = z * 1.44269504088896341f + magic;
+    const v8s n = t - magic;
+    const v8s r = z - n * 0.693359375f - n * -2.12194440e-4f;
+    v8s p = (v8s){0} + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    const v8i two_n = (((v8i)t - (v8i)magic) + 127) << 23;
+    *zp = (v8s)((v8i)(p * (v8s)two_n) & live);
+}
+
+/* e[i] = exp(e[i]) in place for m values <= 0, eight at a time; the
+ * iterations are independent, so the polynomials of several vectors are in
+ * flight at once. */
+static inline __attribute__((always_inline)) void exp_flat(float *e, size_t m)
+{
+    size_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+        v8s z;
+        memcpy(&z, e + i, sizeof z);
+        exp_nonpos(&z);
+        memcpy(e + i, &z, sizeof z);
+    }
+    if (i < m) {
+        v8s z = {0};
+        memcpy(&z, e + i, (m - i) * sizeof *e);
+        exp_nonpos(&z);
+        memcpy(e + i, &z, (m - i) * sizeof *e);
+    }
+}
+
+/* Rows whose shifted logits z = x - max(x) are in e (rows * k values):
+ * their exponentials, and if grad, their gradients in place.  Returns the
+ * sum of the rows' log-sum-exp. */
+static inline __attribute__((always_inline)) double
+xent_finish(float *e, const int32_t *label, int rows, int k, int n, int grad)
+{
+    exp_flat(e, (size_t)rows * k);
+    double lse = 0.0;
+    for (int r = 0; r < rows; r++) {
+        float *er = e + (size_t)r * k;
+        double sum = 0.0;
+        for (int j = 0; j < k; j++)
+            sum += er[j];
+        lse += log(sum);
+        if (grad) {
+            const float g = (float)(1.0 / (sum * n));
+            for (int j = 0; j < k; j++)
+                er[j] *= g;
+            if (label[r] >= 0 && label[r] < k)
+                er[label[r]] -= (float)(1.0 / n);
+        }
+    }
+    return lse;
+}
+
+/* One row through libm, in double: for rows holding NaN or infinity, and
+ * evaluation rows too long for xent_rows' buffer. */
+static double xent_row_libm(const float *x, float mx, int32_t l, int k, int n,
+                            float *d)
+{
+    double sum = 0.0;
+    for (int j = 0; j < k; j++) {
+        double e = exp((double)x[j] - mx);
+        sum += e;
+        if (d)
+            d[j] = (float)e;
+    }
+    if (d)
+        for (int j = 0; j < k; j++)
+            d[j] = (float)((d[j] / sum - (j == l ? 1.0 : 0.0)) / n);
+    return log(sum);
+}
+
+enum { XENT_BUF = 2048 }; /* floats of exponentials on the stack, in evaluation */
+
+/* Mean cross-entropy of n rows of k logits (log-softmax fused), times n;
+ * and if dlogits is not NULL its gradient, (softmax - one-hot) / n.  The
+ * shifted logits of as many rows as fit go to the gradient (or a buffer on
+ * the stack), all their exponentials are taken in one go, then each row's
+ * sum and its log in double. */
+static inline __attribute__((always_inline)) double
+xent_rows(const float *logits, const int32_t *label, int n, int k,
+          float *dlogits)
+{
+    float buf[XENT_BUF];
     double loss = 0.0;
+    int p0 = 0, pend = 0; /* rows p0 .. p0 + pend - 1 await their exponentials */
+#define XENT_FLUSH()                                                        \
+    (loss += xent_finish(dlogits ? dlogits + (size_t)p0 * k : buf,          \
+                         label + p0, pend, k, n, dlogits != NULL),          \
+     pend = 0)
     for (int i = 0; i < n; i++) {
         const float *x = logits + (size_t)i * k;
         float mx = x[0];
         for (int j = 1; j < k; j++)
             if (x[j] > mx || isnan(x[j]))
                 mx = x[j];
-        /* exp(x - max), kept in the gradient's row until the sum is known */
-        float *d = dlogits ? dlogits + (size_t)i * k : NULL;
-        double sum = 0.0;
-        for (int j = 0; j < k; j++) {
-            double e = exp((double)x[j] - mx);
-            sum += e;
-            if (d)
-                d[j] = (float)e;
-        }
-        int32_t l = label[i];
-        double lse = log(sum);
+        const int32_t l = label[i];
         /* A label out of range is the caller's bug; make it visible. */
-        loss += (l >= 0 && l < k) ? lse - ((double)x[l] - mx) : NAN;
-        if (d)
-            for (int j = 0; j < k; j++)
-                d[j] = (float)(((double)d[j] / sum - (j == l ? 1.0 : 0.0)) / n);
+        loss -= (l >= 0 && l < k) ? (double)x[l] - mx : NAN;
+        float *d = dlogits ? dlogits + (size_t)i * k : NULL;
+        if (!isfinite(mx) || (!d && k > XENT_BUF)) {
+            XENT_FLUSH();
+            loss += xent_row_libm(x, mx, l, k, n, d);
+            p0 = i + 1;
+            continue;
+        }
+        if (!d && (size_t)(pend + 1) * k > XENT_BUF) {
+            XENT_FLUSH();
+            p0 = i;
+        }
+        float *z = d ? d : buf + (size_t)pend * k;
+        for (int j = 0; j < k; j++)
+            z[j] = x[j] - mx;
+        pend++;
     }
-    return (float)(loss / n);
+    XENT_FLUSH();
+#undef XENT_FLUSH
+    return loss;
+}
+
+#ifdef NRT_X86_AVX2
+__attribute__((target("avx2"))) static double
+xent_avx2(const float *logits, const int32_t *label, int n, int k,
+          float *dlogits)
+{
+    return xent_rows(logits, label, n, k, dlogits);
+}
+#endif
+
+static double xent_generic(const float *logits, const int32_t *label, int n,
+                           int k, float *dlogits)
+{
+    return xent_rows(logits, label, n, k, dlogits);
+}
+
+float nrt_xent(const float *logits, const int32_t *label, int n, int k,
+               float *dlogits)
+{
+    if (n <= 0 || k <= 0)
+        return 0.0f;
+#ifdef NRT_X86_AVX2
+    if (have_avx2())
+        return (float)(xent_avx2(logits, label, n, k, dlogits) / n);
+#endif
+    return (float)(xent_generic(logits, label, n, k, dlogits) / n);
 }
 
 float nrt_mse(const float *y, const float *t, int n, int d, float *dy)

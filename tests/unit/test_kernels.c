@@ -1166,6 +1166,94 @@ static void test_losses(void)
         CHECK(worst < 1e-6, "xent gradient off by %g from finite differences",
               worst);
     }
+    /* The exponential across its whole range: with logits [0, z] and
+     * label 0, the gradient's second value is e^z / (1 + e^z).  Below
+     * -87.3 the exponential is flushed to 0. */
+    {
+        double worst = 0.0;
+        int zeros_ok = 1;
+        for (double t = 0.0; t < 100.0; t += 0.0173) {
+            float z[2] = {0.0f, (float)-t}, d[2];
+            int32_t l = 0;
+            nrt_xent(z, &l, 1, 2, d);
+            double e = exp((double)z[1]);
+            if (z[1] >= -87.3f) {
+                double r = fabs(d[1] - e / (1 + e)) / (e / (1 + e));
+                if (r > worst)
+                    worst = r;
+            } else if (d[1] != 0.0f)
+                zeros_ok = 0;
+        }
+        CHECK(worst < 4e-7, "xent softmax of [0, -t] off by %g relative",
+              worst);
+        CHECK(zeros_ok, "xent exp(z) for z < -87.3 is not 0");
+    }
+    /* Many rows: with the gradient (all rows in it at once) and without
+     * (rows in stack-sized blocks); long rows without the gradient (libm);
+     * and rows holding NaN or infinity between ordinary rows. */
+    {
+        static const int shapes[][2] = {{300, 13}, {700, 10}, {2, 3000},
+                                        {3, 2048}, {1, 1}};
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+            const int n = shapes[s][0], k = shapes[s][1];
+            float *z = randv((size_t)n * k), *d = randv((size_t)n * k);
+            double *zd = malloc(sizeof *zd * (size_t)n * k);
+            int32_t *l = malloc(sizeof *l * (size_t)n);
+            for (size_t i = 0; i < (size_t)n * k; i++)
+                zd[i] = z[i] *= 8.0f;
+            for (int i = 0; i < n; i++)
+                l[i] = (int32_t)nrt_rng_below(&rng, (uint32_t)k);
+            double want = ref_xent(zd, l, n, k);
+            float with = nrt_xent(z, l, n, k, d);
+            float without = nrt_xent(z, l, n, k, NULL);
+            CHECK(fabs(with - want) < 1e-6 * (1 + fabs(want)) &&
+                      fabs(without - want) < 1e-6 * (1 + fabs(want)),
+                  "xent %dx%d = %.9g / %.9g (without gradient), want %.9g",
+                  n, k, with, without, want);
+            double worst = 0.0;
+            for (int i = 0; i < n; i++) {
+                double mx = zd[(size_t)i * k], sum = 0.0;
+                for (int j = 1; j < k; j++)
+                    mx = fmax(mx, zd[(size_t)i * k + j]);
+                for (int j = 0; j < k; j++)
+                    sum += exp(zd[(size_t)i * k + j] - mx);
+                for (int j = 0; j < k; j++) {
+                    double p = exp(zd[(size_t)i * k + j] - mx) / sum;
+                    double g = (p - (j == l[i])) / n;
+                    /* softmax values, in [0, 1], to within 5e-7 */
+                    double e = fabs(d[(size_t)i * k + j] - g) * n;
+                    if (e > worst)
+                        worst = e;
+                }
+            }
+            CHECK(worst < 5e-7, "xent %dx%d gradient off by %g (times n)", n,
+                  k, worst);
+            if (n >= 3) { /* row 1 holds a NaN, row 2 an infinity */
+                z[(size_t)1 * k + k / 2] = NAN;
+                z[(size_t)2 * k] = INFINITY;
+                float loss = nrt_xent(z, l, n, k, d);
+                int rows_ok = 1;
+                for (int j = 0; j < k; j++)
+                    rows_ok &= isnan(d[(size_t)1 * k + j]) &&
+                               isnan(d[(size_t)2 * k + j]);
+                /* the rows after them are as before */
+                float *d2 = randv((size_t)(n - 3) * k);
+                nrt_xent(z + (size_t)3 * k, l + 3, n - 3, k, d2);
+                for (size_t i = 0; i < (size_t)(n - 3) * k; i++)
+                    rows_ok &= d2[i] * (n - 3) / n == d[(size_t)3 * k + i] ||
+                               fabs(d2[i] * (n - 3) / n -
+                                    d[(size_t)3 * k + i]) < 1e-7f;
+                CHECK(isnan(loss) && rows_ok,
+                      "xent %dx%d with NaN and inf rows: loss %g, gradients "
+                      "%s", n, k, loss, rows_ok ? "right" : "wrong");
+                free(d2);
+            }
+            free(z);
+            free(d);
+            free(zd);
+            free(l);
+        }
+    }
     {
         enum { N = 4, D = 6 };
         float y[N * D], t[N * D], d[N * D];
