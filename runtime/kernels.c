@@ -681,21 +681,16 @@ static float *alloc_floats(size_t n)
     return aligned_alloc(64, round_up(n * sizeof(float), 64));
 }
 
-/* The block C[i0, i0+m) x [j0, j0+n) of g, by one thread; returns -1
- * (having done nothing) if out of memory. */
-static int gemm_block(const struct gemm *g, int i0, int m, int j0, int n)
+/* The block C[i0, i0+m) x [j0, j0+n) of g, by one thread, packing into
+ * pa and pb (gemm_block's sizes). */
+static __attribute__((noinline)) void
+gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
+              float *pb)
 {
     const int k = g->k;
     const int kcb = block_size(k, KC, 1); /* from k alone: see below */
     const int mcb = block_size(m, MC, MR);
     const int ncb = block_size(n, NC, NR);
-    float *pa = alloc_floats((size_t)mcb * kcb);
-    float *pb = alloc_floats((size_t)ncb * kcb + 8); /* + pack_conv_rows_avx2's spill */
-    if (!pa || !pb) {
-        free(pa);
-        free(pb);
-        return -1;
-    }
     const size_t ldc = (size_t)g->ldc;
     /* Every element of C gets: acc = the sum over one K block, in order;
      * c = alpha * acc + beta * c on the first block, alpha * acc + c on
@@ -777,9 +772,30 @@ static int gemm_block(const struct gemm *g, int i0, int m, int j0, int n)
             }
         }
     }
+}
+
+/* Packing space up to this many floats comes from the stack: small
+ * products (an MLP's, at every step) then call no allocator. */
+enum { PACK_STACK = 16384 };
+
+/* The block C[i0, i0+m) x [j0, j0+n) of g, by one thread; returns -1
+ * (having done nothing) if out of memory. */
+static int gemm_block(const struct gemm *g, int i0, int m, int j0, int n)
+{
+    const int kcb = block_size(g->k, KC, 1);
+    const size_t na = (size_t)block_size(m, MC, MR) * kcb;
+    const size_t nb = (size_t)block_size(n, NC, NR) * kcb + 8; /* + pack_conv_rows_avx2's spill */
+    if (round_up(na, 16) + nb <= PACK_STACK) {
+        _Alignas(64) float buf[PACK_STACK];
+        gemm_block_in(g, i0, m, j0, n, buf, buf + round_up(na, 16));
+        return 0;
+    }
+    float *pa = alloc_floats(na), *pb = alloc_floats(nb);
+    if (pa && pb)
+        gemm_block_in(g, i0, m, j0, n, pa, pb);
     free(pa);
     free(pb);
-    return 0;
+    return pa && pb ? 0 : -1;
 }
 
 /* Thread t of nt's share of C: the tiles of C form a grid of mt x np
