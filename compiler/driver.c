@@ -48,9 +48,14 @@ static void emit_source(Emit *e, const char *field, const nrt_source *s)
           c_float(e->arena, s->scale ? s->scale : 1.0), s->standardize);
 }
 
-void emit_driver(Emit *e, const char *source)
+void emit_driver(Emit *e, const char *source, bool cuda)
 {
     const Program *p = e->p;
+    if (cuda) {
+        emitf(e, "/* The CUDA passes, in the .cu file built with this one. */");
+        emitf(e, "extern const nrt_cuda_model netc_cuda_model;");
+        emit_blank(e);
+    }
     emitf(e, "/* The parameters, in one flat buffer, in the order and with the names");
     emitf(e, " * of PyTorch's state_dict for the same nn.Sequential. */");
     emitf(e, "static const nrt_param params[] = {");
@@ -110,6 +115,8 @@ void emit_driver(Emit *e, const char *source)
     emitf(e, ".seed = %lluu,", (unsigned long long)p->seed);
     emitf(e, ".forward = forward,");
     emitf(e, ".backward = backward,");
+    if (cuda)
+        emitf(e, ".cuda = &netc_cuda_model,");
     e->indent--;
     emitf(e, "};");
     emit_blank(e);

@@ -58,18 +58,18 @@ const char *value_expr(Emit *e, int v)
 {
     int r = ir_root(e->p, v);
     if (r == 0)
-        return "b->x";
+        return e->cuda ? "net->x" : "b->x";
     return arena_printf(e->arena, "a%d", r);
 }
 
 const char *grad_expr(Emit *e, int v)
 {
     if (ir_root(e->p, v) == 0)
-        return "net->dinput";
+        return e->cuda ? "NULL" : "net->dinput";
     return arena_printf(e->arena, "net->gbuf[%d]", e->p->values[v].grad_buf);
 }
 
-static const char *fn_name(Emit *e, const Node *n, const char *pass)
+const char *pass_name(Emit *e, const Node *n, const char *pass)
 {
     return arena_printf(e->arena, "%s_%s_%s", n->op->sig.name, n->name, pass);
 }
@@ -98,7 +98,7 @@ static const char *source_line(Emit *e, const Stmt *s)
     return text;
 }
 
-static void header_comment(Emit *e, const Node *n)
+void emit_layer_comment(Emit *e, const Node *n)
 {
     const Program *p = e->p;
     emitf(e, "/*");
@@ -127,7 +127,7 @@ static void header_comment(Emit *e, const Node *n)
 }
 
 /* Declarations every pass function of n starts with. */
-static void pass_locals(Emit *e, const Node *n, bool bwd)
+void emit_pass_locals(Emit *e, const Node *n, bool bwd)
 {
     const Program *p = e->p;
     for (int k = 0; k < n->nparams; k++) {
@@ -138,7 +138,8 @@ static void pass_locals(Emit *e, const Node *n, bool bwd)
         if (bwd)
             emitf(e, "float *d%s = net->grad + %zu;", w, prm->offset);
     }
-    if (n->aux_size)
+    /* (the GPU's convolutions read x itself, not the cpu's padded copy) */
+    if (n->aux_size && !(e->cuda && !strcmp(n->op->aux_name, "xp")))
         emitf(e, "float *%s = net->act + (size_t)net->cap * %lld;", n->op->aux_name,
               (long long)n->aux_offset);
     if (n->iaux_size)
@@ -147,20 +148,20 @@ static void pass_locals(Emit *e, const Node *n, bool bwd)
 
 static void emit_node(Emit *e, const Node *n)
 {
-    header_comment(e, n);
-    emitf(e, "static void %s(nrt_net *net, int n, const float *x, float *y)", fn_name(e, n, "fwd"));
+    emit_layer_comment(e, n);
+    emitf(e, "static void %s(nrt_net *net, int n, const float *x, float *y)", pass_name(e, n, "fwd"));
     emitf(e, "{");
     e->indent++;
     bool uses_net = n->nparams || n->aux_size || n->iaux_size || n->scratch;
     if (!uses_net)
         emitf(e, "(void)net;");
-    pass_locals(e, n, false);
+    emit_pass_locals(e, n, false);
     n->op->emit_fwd(e, n);
     e->indent--;
     emitf(e, "}");
     emit_blank(e);
     emitf(e, "static void %s(nrt_net *net, int n, const float *x, const float *y, float *dy, float *dx)",
-          fn_name(e, n, "bwd"));
+          pass_name(e, n, "bwd"));
     emitf(e, "{");
     e->indent++;
     if (!uses_net)
@@ -169,7 +170,7 @@ static void emit_node(Emit *e, const Node *n)
         emitf(e, "(void)x;");
     if (!n->op->act_fwd && !n->fused)
         emitf(e, "(void)y;");
-    pass_locals(e, n, true);
+    emit_pass_locals(e, n, true);
     n->op->emit_bwd(e, n);
     e->indent--;
     emitf(e, "}");
@@ -177,16 +178,14 @@ static void emit_node(Emit *e, const Node *n)
 }
 
 /* The node whose output a (possibly fused) node writes. */
-static const Node *last_visible(const Node *n)
+const Node *last_visible(const Node *n)
 {
     return n->fused ? n->fused : n;
 }
 
-/* The batch size and one pointer per value of the memory plan. */
-static void emit_batch_locals(Emit *e)
+void emit_value_locals(Emit *e)
 {
     const Program *p = e->p;
-    emitf(e, "int n = b->n;");
     for (int v = 1; v < p->nvalues; v++)
         if (p->values[v].alias < 0)
             emitf(e, "float *a%d = net->act + (size_t)net->cap * %lld; /* %s */", v,
@@ -200,12 +199,13 @@ static void emit_forward(Emit *e)
     emitf(e, "static float forward(nrt_net *net, const nrt_batch *b, const float **out)");
     emitf(e, "{");
     e->indent++;
-    emit_batch_locals(e);
+    emitf(e, "int n = b->n;");
+    emit_value_locals(e);
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
         if (n->absorbed || ir_is_view(p, n))
             continue;
-        emitf(e, "%s(net, n, %s, %s);", fn_name(e, n, "fwd"), value_expr(e, n->in),
+        emitf(e, "%s(net, n, %s, %s);", pass_name(e, n, "fwd"), value_expr(e, n->in),
               value_expr(e, last_visible(n)->out));
     }
     int last = p->nvalues - 1;
@@ -229,13 +229,14 @@ static void emit_backward(Emit *e)
     emitf(e, "static void backward(nrt_net *net, const nrt_batch *b)");
     emitf(e, "{");
     e->indent++;
-    emit_batch_locals(e);
+    emitf(e, "int n = b->n;");
+    emit_value_locals(e);
     for (int k = 0; k < p->nbwd; k++) {
         const Node *n = &p->nodes[p->bwd[k]];
         if (n->absorbed || ir_is_view(p, n))
             continue;
         int out = last_visible(n)->out;
-        emitf(e, "%s(net, n, %s, %s, %s, %s);", fn_name(e, n, "bwd"), value_expr(e, n->in),
+        emitf(e, "%s(net, n, %s, %s, %s, %s);", pass_name(e, n, "bwd"), value_expr(e, n->in),
               value_expr(e, out), grad_expr(e, out), grad_expr(e, n->in));
     }
     e->indent--;
@@ -243,9 +244,9 @@ static void emit_backward(Emit *e)
     emit_blank(e);
 }
 
-void emit_c(FILE *out, const Program *p, const char *source, Arena *a)
+void emit_c(FILE *out, const Program *p, const char *source, Arena *a, bool cuda)
 {
-    Emit e = {out, p, a, 0};
+    Emit e = {out, p, a, 0, false};
     emitf(&e, "/* Generated by netc %s from %s. Do not edit. */", NETC_VERSION, source);
     emitf(&e, "#include <math.h>");
     emitf(&e, "#include <string.h>");
@@ -261,5 +262,5 @@ void emit_c(FILE *out, const Program *p, const char *source, Arena *a)
             emit_node(&e, &p->nodes[i]);
     emit_forward(&e);
     emit_backward(&e);
-    emit_driver(&e, source);
+    emit_driver(&e, source, cuda);
 }

@@ -28,14 +28,19 @@ static void usage(FILE *out)
           "                  default: the model's file name without .net\n"
           "  --emit=c        write the generated C instead of a program (to stdout\n"
           "                  without -o)\n"
+          "  --emit=cuda     write the generated CUDA passes (.cu), fusion groups in\n"
+          "                  comments\n"
+          "  --no-cuda       build a cpu-only program (default: with the CUDA backend\n"
+          "                  when netc was configured with CUDA)\n"
           "  --check         check the model and print its summary: each layer, its\n"
           "                  output shape and parameter count, and the totals\n"
-          "  -v, --verbose   show the C compiler's command line\n"
+          "  -v, --verbose   show the compilers' command lines\n"
           "  --version       print netc's version\n"
           "  --help          print this help\n"
           "\n"
           "Environment: NETC_CC (C compiler), NETC_CFLAGS (default -O3 -fno-math-errno),\n"
-          "NETC_INCLUDE_DIR and NETC_LIB_DIR (where netrt.h and libnetrt.a are).\n"
+          "NETC_INCLUDE_DIR and NETC_LIB_DIR (where netrt.h and libnetrt.a are),\n"
+          "NETC_NVCC (CUDA's compiler), NETC_CUDA=no (as --no-cuda).\n"
           "The language and the generated program's flags are described in README.md.\n",
           out);
 }
@@ -91,6 +96,14 @@ static char *read_file(const char *path, size_t *len)
     return buf;
 }
 
+enum { EMIT_C, EMIT_C_FOR_CUDA, EMIT_CUDA };
+
+#ifdef NETC_HAVE_CUDA
+#define NETC_WITH_CUDA true
+#else
+#define NETC_WITH_CUDA false
+#endif
+
 /* "models/digits.net" -> "digits" */
 static char *default_output(Arena *a, const char *model)
 {
@@ -116,11 +129,20 @@ static const char *source_name(const char *path)
     return base + 1;
 }
 
-/* Writes the C program to path atomically, or to stdout if path is NULL. */
-static int write_c(const Program *p, const char *source, const char *path, Arena *a)
+/* What netc writes: the C program, or the CUDA passes (.cu). */
+static void emit_kind(FILE *f, const Program *p, const char *source, Arena *a, int kind)
+{
+    if (kind == EMIT_CUDA)
+        emit_cuda(f, p, source, a);
+    else
+        emit_c(f, p, source, a, kind == EMIT_C_FOR_CUDA);
+}
+
+/* Writes the output to path atomically, or to stdout if path is NULL. */
+static int write_out(const Program *p, const char *source, const char *path, Arena *a, int kind)
 {
     if (!path) {
-        emit_c(stdout, p, source, a);
+        emit_kind(stdout, p, source, a, kind);
         return fflush(stdout) == 0 ? 0 : -1;
     }
     char *tmp = arena_printf(a, "%s.netc-XXXXXX", path);
@@ -134,7 +156,7 @@ static int write_c(const Program *p, const char *source, const char *path, Arena
         }
         return -1;
     }
-    emit_c(f, p, source, a);
+    emit_kind(f, p, source, a, kind);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad || chmod(tmp, 0644) != 0 || rename(tmp, path) != 0) {
         fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
@@ -142,6 +164,31 @@ static int write_c(const Program *p, const char *source, const char *path, Arena
         return -1;
     }
     return 0;
+}
+
+/* A temporary file TMPDIR/netc-XXXXXX.SUFFIX holding one output kind;
+ * NULL (with the error said) on failure. */
+static char *write_temp(const Program *p, const char *source, Arena *a, int kind, const char *suffix)
+{
+    const char *tmpdir = getenv("TMPDIR");
+    char *path = arena_printf(a, "%s/netc-XXXXXX%s", tmpdir && *tmpdir ? tmpdir : "/tmp", suffix);
+    int fd = mkstemps(path, (int)strlen(suffix));
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        fprintf(stderr, "netc: error: cannot create a temporary file: %s\n", strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(path);
+        }
+        return NULL;
+    }
+    emit_kind(f, p, source, a, kind);
+    if (ferror(f) | (fclose(f) != 0)) {
+        fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
+        unlink(path);
+        return NULL;
+    }
+    return path;
 }
 
 /* Where the runtime is: the environment, else the build tree when netc
@@ -173,7 +220,8 @@ static void find_runtime(BuildOptions *o)
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *out = NULL;
-    bool check = false, emit = false, verbose = false;
+    bool check = false, emit = false, verbose = false, no_cuda = false;
+    int kind = EMIT_C;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -187,9 +235,15 @@ int main(int argc, char **argv)
             check = true;
         } else if (!strcmp(a, "--emit=c")) {
             emit = true;
+            kind = EMIT_C;
+        } else if (!strcmp(a, "--emit=cuda")) {
+            emit = true;
+            kind = EMIT_CUDA;
         } else if (!strncmp(a, "--emit=", 7)) {
-            fprintf(stderr, "netc: error: unknown output kind '%s' (this version emits: c)\n", a + 7);
+            fprintf(stderr, "netc: error: unknown output kind '%s' (expected c or cuda)\n", a + 7);
             return 2;
+        } else if (!strcmp(a, "--no-cuda")) {
+            no_cuda = true;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             verbose = true;
         } else if (!strcmp(a, "-o")) {
@@ -244,7 +298,7 @@ int main(int argc, char **argv)
 
     const char *source = source_name(model_path);
     if (emit) {
-        status = write_c(p, source, out, arena) == 0 ? 0 : 1;
+        status = write_out(p, source, out, arena, kind) == 0 ? 0 : 1;
         goto done;
     }
 
@@ -253,26 +307,18 @@ int main(int argc, char **argv)
     BuildOptions bo = {0};
     find_runtime(&bo);
     bo.verbose = verbose;
-    const char *tmpdir = getenv("TMPDIR");
-    char *csrc = arena_printf(arena, "%s/netc-XXXXXX.c", tmpdir && *tmpdir ? tmpdir : "/tmp");
-    int fd = mkstemps(csrc, 2);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f) {
-        fprintf(stderr, "netc: error: cannot create a temporary file: %s\n", strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-            unlink(csrc);
-        }
-        goto done;
-    }
-    emit_c(f, p, source, arena);
-    if (ferror(f) | (fclose(f) != 0)) {
-        fprintf(stderr, "netc: error: cannot write '%s': %s\n", csrc, strerror(errno));
+    /* CUDA when this netc was built with it, unless --no-cuda or
+     * NETC_CUDA=no (the test suite's cpu tests) */
+    const char *env_cuda = getenv("NETC_CUDA");
+    bool cuda = NETC_WITH_CUDA && !no_cuda && !(env_cuda && !strcmp(env_cuda, "no"));
+    char *csrc = write_temp(p, source, arena, cuda ? EMIT_C_FOR_CUDA : EMIT_C, ".c");
+    char *cusrc = cuda && csrc ? write_temp(p, source, arena, EMIT_CUDA, ".cu") : NULL;
+    if (csrc && (!cuda || cusrc))
+        status = build_program(&bo, csrc, cusrc, out) == 0 ? 0 : 1;
+    if (csrc)
         unlink(csrc);
-        goto done;
-    }
-    status = build_program(&bo, csrc, out) == 0 ? 0 : 1;
-    unlink(csrc);
+    if (cusrc)
+        unlink(cusrc);
 
 done:
     arena_free(arena);

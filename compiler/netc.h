@@ -215,6 +215,10 @@ typedef struct OpDef {
     bool elementwise;    /* not an activation, but d x can overwrite d y (dropout) */
     int layout;          /* the layout of its output: LAYOUT_KEEP (as its
                             input), LAYOUT_CN or LAYOUT_NC */
+    /* The CUDA statements of the two passes (emit_cuda.c): calls of
+     * netrt_cuda.cuh's kernels and elementwise device lambdas. */
+    void (*cu_fwd)(Emit *e, const Node *n);
+    void (*cu_bwd)(Emit *e, const Node *n);
 } OpDef;
 
 /* How a batch of images lies in memory: [n, C, H, W] (NC, the data's) or
@@ -344,14 +348,16 @@ struct Emit {
     const Program *p;
     Arena *arena;
     int indent;
+    bool cuda;          /* emitting the .cu file (emit_cuda.c) */
 };
 
 /* Prints one line of C at the current indentation. */
 void emitf(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void emit_blank(Emit *e);
 /* Writes the whole C program: layer passes (emit_c.c), then the model
- * descriptor and main (driver.c). */
-void emit_c(FILE *out, const Program *p, const char *source, Arena *a);
+ * descriptor and main (driver.c).  cuda: the descriptor points at the
+ * passes of the .cu file emit_cuda writes beside it. */
+void emit_c(FILE *out, const Program *p, const char *source, Arena *a, bool cuda);
 /* A C float literal for v: "0.01f", "1.0f". */
 const char *c_float(Arena *a, double v);
 /* The shortest C double literal that reads back as v: "0.1", "1.0". */
@@ -359,10 +365,25 @@ const char *c_double(Arena *a, double v);
 /* The C expression of value v's memory, or of its gradient's. */
 const char *value_expr(Emit *e, int v);
 const char *grad_expr(Emit *e, int v);
+/* Shared with emit_cuda.c: a pass's function name (linear_0_fwd), the
+ * comment above a layer's passes, the locals its passes start with (W, b,
+ * dW, db, mask, arg), the node whose output a fused node writes, and one
+ * pointer per value of the memory plan (a1, a2, …). */
+const char *pass_name(Emit *e, const Node *n, const char *pass);
+void emit_layer_comment(Emit *e, const Node *n);
+void emit_pass_locals(Emit *e, const Node *n, bool bwd);
+const Node *last_visible(const Node *n);
+void emit_value_locals(Emit *e);
+
+/* ------------------------------------------------------------- emit_cuda.c */
+
+/* Writes the CUDA passes of the program (a .cu file) and the descriptor
+ * entry that names them: netc_cuda_model. */
+void emit_cuda(FILE *out, const Program *p, const char *source, Arena *a);
 
 /* ---------------------------------------------------------------- driver.c */
 
-void emit_driver(Emit *e, const char *source);
+void emit_driver(Emit *e, const char *source, bool cuda);
 
 /* ---------------------------------------------------------------- build.c */
 
@@ -373,7 +394,8 @@ typedef struct BuildOptions {
     bool verbose;
 } BuildOptions;
 
-/* Compiles the C file csrc into the executable out, atomically. */
-int build_program(const BuildOptions *o, const char *csrc, const char *out);
+/* Compiles the C file csrc, and the CUDA file cusrc unless it is NULL,
+ * into the executable out, atomically. */
+int build_program(const BuildOptions *o, const char *csrc, const char *cusrc, const char *out);
 
 #endif /* NETC_H */

@@ -892,6 +892,188 @@ static void dropout_bwd(Emit *e, const Node *n)
     emitf(e, "    dx[i] = dy[i] * mask[i];");
 }
 
+/* ------------------------------------------------------------ CUDA passes */
+
+/* The same passes for the GPU (emit_cuda.c): kernels of the runtime's
+ * netrt_cuda.cuh with the shapes as template arguments, and elementwise
+ * work (epilogues, activations) as device lambdas written here, over the
+ * same memory plan.  Each call returns nonzero on a CUDA error; TRY
+ * returns it. */
+
+/* for_each over count values: the lambda's body, one statement a line. */
+static void cu_each(Emit *e, const char *count, const char *const *body, int nbody)
+{
+    emitf(e, "TRY(nrt_cu::for_each(net, %s, [=] __device__(size_t i) {", count);
+    for (int k = 0; k < nbody; k++)
+        emitf(e, "    %s", body[k]);
+    emitf(e, "}, err));");
+}
+
+static void cu_epilogue(Emit *e, const Node *n, const char *count, const char *bias_index)
+{
+    bool bias = n->nparams > 1;
+    if (!bias && !n->fused)
+        return;
+    emitf(e, "/* epilogue: %s%s%s */", bias ? "bias" : "", bias && n->fused ? " + " : "",
+          n->fused ? n->fused->op->sig.name : "");
+    const char *body[2] = {
+        arena_printf(e->arena, "float v = y[i]%s;",
+                     bias ? arena_printf(e->arena, " + b[%s]", bias_index) : ""),
+        arena_printf(e->arena, "y[i] = %s;",
+                     n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v")};
+    cu_each(e, count, body, 2);
+}
+
+static void cu_act_grad(Emit *e, const Node *n, const char *count)
+{
+    if (!n->fused)
+        return;
+    emitf(e, "/* through the fused %s */", n->fused->op->sig.name);
+    const char *body[1] = {arena_printf(e->arena, "dy[i] = %s;",
+                                        n->fused->op->act_bwd(e->arena, n->fused, "dy[i]", "y[i]"))};
+    cu_each(e, count, body, 1);
+}
+
+static void linear_cu_fwd(Emit *e, const Node *n)
+{
+    const Program *p = e->p;
+    long long K = p->values[n->in].shape.d[0], M = p->values[n->out].shape.d[0];
+    emitf(e, "/* y[n, %lld] = x[n, %lld] W^T (cuBLAS) */", M, K);
+    emitf(e, "TRY(nrt_cu::gemm(net, 0, 1, n, %lld, %lld, 1.0f, x, %lld, W, %lld, 0.0f, y, %lld, err));",
+          M, K, K, K, M);
+    cu_epilogue(e, n, arena_printf(e->arena, "(size_t)n * %lld", M),
+                arena_printf(e->arena, "i %% %lld", M));
+}
+
+static void linear_cu_bwd(Emit *e, const Node *n)
+{
+    const Program *p = e->p;
+    long long K = p->values[n->in].shape.d[0], M = p->values[n->out].shape.d[0];
+    cu_act_grad(e, n, arena_printf(e->arena, "(size_t)n * %lld", M));
+    emitf(e, "/* dW[%lld, %lld] = dy^T x */", M, K);
+    emitf(e, "TRY(nrt_cu::gemm(net, 1, 0, %lld, %lld, n, 1.0f, dy, %lld, x, %lld, 0.0f, dW, %lld, err));",
+          M, K, M, K, K);
+    if (n->nparams > 1)
+        emitf(e, "TRY(nrt_cu::col_sums(net, dy, n, %lld, db, err));", M);
+    emitf(e, "/* dx[n, %lld] = dy W */", K);
+    emitf(e, "if (dx)");
+    emitf(e, "    TRY(nrt_cu::gemm(net, 0, 0, n, %lld, %lld, 1.0f, dy, %lld, W, %lld, 0.0f, dx, %lld, err));",
+          K, M, M, K, K);
+}
+
+/* conv2d's template arguments: C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW */
+static const char *conv_targs(Emit *e, struct conv c)
+{
+    return arena_printf(e->arena, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld",
+                        c.C, c.H, c.W, c.O, c.OH, c.OW, c.KH, c.KW, c.SH, c.SW, c.PH, c.PW);
+}
+
+static void conv2d_cu_fwd(Emit *e, const Node *n)
+{
+    struct conv c = conv_of(e->p, n);
+    const char *cn = input_cn(e, n) ? "true" : "false";
+    emitf(e, "/* y[%lld, n*%lld] = W[%lld, %lld] cols(x): implicit GEMM, no columns stored */",
+          c.O, c.P, c.O, c.CKK);
+    emitf(e, "TRY((nrt_cu::conv2d_fwd<%s, %s>(net, n, x, W, y, err)));", conv_targs(e, c), cn);
+    if (n->fused || n->nparams > 1)
+        emitf(e, "const size_t np = (size_t)n * %lld;", c.P);
+    cu_epilogue(e, n, arena_printf(e->arena, "(size_t)%lld * np", c.O), "i / np");
+}
+
+static void conv2d_cu_bwd(Emit *e, const Node *n)
+{
+    struct conv c = conv_of(e->p, n);
+    const char *cn = input_cn(e, n) ? "true" : "false";
+    if (n->fused || n->nparams > 1)
+        emitf(e, "const size_t np = (size_t)n * %lld;", c.P);
+    cu_act_grad(e, n, arena_printf(e->arena, "(size_t)%lld * np", c.O));
+    if (n->nparams > 1)
+        emitf(e, "TRY(nrt_cu::row_sums(net, dy, %lld, np, db, err));", c.O);
+    emitf(e, "/* dW[%lld, %lld] = dy cols(x)^T */", c.O, c.CKK);
+    emitf(e, "TRY((nrt_cu::conv2d_dw<%s, %s>(net, n, x, dy, dW, err)));", conv_targs(e, c), cn);
+    emitf(e, "if (dx)");
+    emitf(e, "    TRY((nrt_cu::conv2d_dx<%s, %s>(net, n, W, dy, dx, err)));", conv_targs(e, c), cn);
+}
+
+static const char *pool_targs(Emit *e, const Node *n)
+{
+    const Shape *i = &e->p->values[n->in].shape, *o = &e->p->values[n->out].shape;
+    return arena_printf(e->arena, "%lld, %lld, %lld, %lld, %d, %d, %d", (long long)i->d[1],
+                        (long long)i->d[2], (long long)o->d[1], (long long)o->d[2],
+                        (int)arg(n, PL_KERNEL), (int)arg(n, PL_STRIDE), (int)arg(n, PL_PAD));
+}
+
+static void pool_cu_fwd(Emit *e, const Node *n)
+{
+    long long C = e->p->values[n->in].shape.d[0];
+    bool max = n->iaux_size > 0;
+    emitf(e, "TRY((nrt_cu::%s_fwd<%s>(net, n * %lld, x, y%s, err)));", n->op->sig.name,
+          pool_targs(e, n), C, max ? ", arg" : "");
+}
+
+static void pool_cu_bwd(Emit *e, const Node *n)
+{
+    long long C = e->p->values[n->in].shape.d[0];
+    bool max = n->iaux_size > 0;
+    emitf(e, "if (dx)");
+    emitf(e, "    TRY((nrt_cu::%s_bwd<%s>(net, n * %lld, dy%s, dx, err)));", n->op->sig.name,
+          pool_targs(e, n), C, max ? ", arg" : "");
+}
+
+static void act_cu_fwd(Emit *e, const Node *n)
+{
+    const char *body[1] = {arena_printf(e->arena, "y[i] = %s;", n->op->act_fwd(e->arena, n, "x[i]"))};
+    cu_each(e, arena_printf(e->arena, "(size_t)n * %lld", (long long)value_size(e, n)), body, 1);
+}
+
+static void act_cu_bwd(Emit *e, const Node *n)
+{
+    emitf(e, "if (!dx)");
+    emitf(e, "    return 0;");
+    const char *body[1] = {arena_printf(e->arena, "dx[i] = %s;",
+                                        n->op->act_bwd(e->arena, n, "dy[i]", "y[i]"))};
+    cu_each(e, arena_printf(e->arena, "(size_t)n * %lld", (long long)value_size(e, n)), body, 1);
+}
+
+static void flatten_cu_fwd(Emit *e, const Node *n)
+{
+    const Shape *s = &e->p->values[n->in].shape;
+    long long C = s->d[0], HW = s->d[1] * s->d[2];
+    emitf(e, "/* [%lld, n, %lld] (channel first) -> [n, %lld] */", C, HW, C * HW);
+    emitf(e, "TRY((nrt_cu::cn_to_nc<%lld, %lld>(net, n, x, y, err)));", C, HW);
+}
+
+static void flatten_cu_bwd(Emit *e, const Node *n)
+{
+    const Shape *s = &e->p->values[n->in].shape;
+    long long C = s->d[0], HW = s->d[1] * s->d[2];
+    emitf(e, "if (dx)");
+    emitf(e, "    TRY((nrt_cu::nc_to_cn<%lld, %lld>(net, n, dy, dx, err)));", C, HW);
+}
+
+static void dropout_cu_fwd(Emit *e, const Node *n)
+{
+    const char *count = arena_printf(e->arena, "(size_t)n * %lld", (long long)value_size(e, n));
+    emitf(e, "if (!net->training) {");
+    e->indent++;
+    const char *body[1] = {"y[i] = x[i];"};
+    cu_each(e, count, body, 1);
+    emitf(e, "return 0;");
+    e->indent--;
+    emitf(e, "}");
+    emitf(e, "/* masks from Philox (the seed, the step counter on the device, the position) */");
+    emitf(e, "TRY(nrt_cu::dropout_fwd(net, x, y, mask, %s, %s, err));", count,
+          c_double(e->arena, arg(n, 0)));
+}
+
+static void dropout_cu_bwd(Emit *e, const Node *n)
+{
+    emitf(e, "if (!dx)");
+    emitf(e, "    return 0;");
+    const char *body[1] = {"dx[i] = dy[i] * mask[i];"};
+    cu_each(e, arena_printf(e->arena, "(size_t)n * %lld", (long long)value_size(e, n)), body, 1);
+}
+
 /* ------------------------------------------------------------ the table */
 
 #define NOARGS {{0}}
@@ -899,35 +1081,45 @@ static void dropout_bwd(Emit *e, const Node *n)
 static const OpDef ops[] = {
     {{"linear", "y = x W^T + b (nn.Linear; in_features from the input)",
       {SIZE("out_features"), {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
-     linear_shape, linear_fwd, linear_bwd, NULL, NULL, true, false, NULL, false, LAYOUT_NC},
+     linear_shape, linear_fwd, linear_bwd, NULL, NULL, true, false, NULL, false, LAYOUT_NC,
+     linear_cu_fwd, linear_cu_bwd},
     {{"conv2d", "2-D convolution (nn.Conv2d; in_channels from the input)",
       {SIZE("out_channels"),
        {"kernel", A_PAIR, NULL, 1, 4096, "kernel_size", NULL},
        {"stride", A_PAIR, "1", 1, 4096, NULL, NULL},
        {"padding", A_PAIR, "0", 0, 4096, NULL, NULL},
        {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
-     conv2d_shape, conv2d_fwd, conv2d_bwd, NULL, NULL, true, false, "xp", false, LAYOUT_CN},
+     conv2d_shape, conv2d_fwd, conv2d_bwd, NULL, NULL, true, false, "xp", false, LAYOUT_CN,
+     conv2d_cu_fwd, conv2d_cu_bwd},
     {{"maxpool2d", "max pooling (nn.MaxPool2d; stride defaults to kernel)",
       {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
        {"stride", A_INT, "", 1, 4096, NULL, NULL},
        {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
-     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false, LAYOUT_KEEP},
+     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false, LAYOUT_KEEP,
+     pool_cu_fwd, pool_cu_bwd},
     {{"avgpool2d", "average pooling (nn.AvgPool2d, count_include_pad=True)",
       {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
        {"stride", A_INT, "", 1, 4096, NULL, NULL},
        {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
-     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false, LAYOUT_KEEP},
-    {{"relu", "max(x, 0)", NOARGS}, same_shape, act_fwd, act_bwd, relu_f, relu_b, false, false, NULL, false, LAYOUT_KEEP},
+     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false, LAYOUT_KEEP,
+     pool_cu_fwd, pool_cu_bwd},
+    {{"relu", "max(x, 0)", NOARGS}, same_shape, act_fwd, act_bwd, relu_f, relu_b, false, false, NULL, false, LAYOUT_KEEP,
+     act_cu_fwd, act_cu_bwd},
     {{"leaky_relu", "x if x > 0 else negative_slope * x",
       {{"negative_slope", A_NUM, "0.01", 0, BIG, NULL, NULL}}},
-     same_shape, act_fwd, act_bwd, leaky_f, leaky_b, false, false, NULL, false, LAYOUT_KEEP},
-    {{"tanh", "tanh(x)", NOARGS}, same_shape, act_fwd, act_bwd, tanh_f, tanh_b, false, false, NULL, false, LAYOUT_KEEP},
-    {{"sigmoid", "1 / (1 + exp(-x))", NOARGS}, same_shape, act_fwd, act_bwd, sigmoid_f, sigmoid_b, false, false, NULL, false, LAYOUT_KEEP},
+     same_shape, act_fwd, act_bwd, leaky_f, leaky_b, false, false, NULL, false, LAYOUT_KEEP,
+     act_cu_fwd, act_cu_bwd},
+    {{"tanh", "tanh(x)", NOARGS}, same_shape, act_fwd, act_bwd, tanh_f, tanh_b, false, false, NULL, false, LAYOUT_KEEP,
+     act_cu_fwd, act_cu_bwd},
+    {{"sigmoid", "1 / (1 + exp(-x))", NOARGS}, same_shape, act_fwd, act_bwd, sigmoid_f, sigmoid_b, false, false, NULL, false, LAYOUT_KEEP,
+     act_cu_fwd, act_cu_bwd},
     {{"flatten", "[C, H, W] -> [C*H*W] (nn.Flatten)", NOARGS},
-     flatten_shape, flatten_fwd, flatten_bwd, NULL, NULL, false, true, NULL, false, LAYOUT_NC},
+     flatten_shape, flatten_fwd, flatten_bwd, NULL, NULL, false, true, NULL, false, LAYOUT_NC,
+     flatten_cu_fwd, flatten_cu_bwd},
     {{"dropout", "zeroes each value with probability p in training (nn.Dropout)",
       {{"p", A_NUM, "0.5", 0, 1, NULL, NULL}}},
-     dropout_shape, dropout_fwd, dropout_bwd, NULL, NULL, false, false, "mask", true, LAYOUT_KEEP},
+     dropout_shape, dropout_fwd, dropout_bwd, NULL, NULL, false, false, "mask", true, LAYOUT_KEEP,
+     dropout_cu_fwd, dropout_cu_bwd},
 };
 
 const OpDef *op_table(int *n)

@@ -40,6 +40,7 @@ typedef struct Options {
     double lr;           /* < 0: the model's */
     uint64_t seed;
     int gradcheck;       /* > 0: check gradients on this many samples */
+    int list_devices;    /* --list-devices */
 } Options;
 
 static void seed_stream(nrt_rng *r, uint64_t seed, uint64_t stream)
@@ -74,6 +75,8 @@ static void usage(const nrt_model *m, const char *prog, FILE *out)
             "Trains the model '%s' (compiled by netc %s from %s).\n"
             "\n"
             "  --device D         cpu | cuda | cuda:N | auto (default: %s)\n"
+            "  --list-devices     print the CUDA devices (index, name, compute\n"
+            "                     capability, SMs, memory) and exit\n"
             "  --epochs N         passes over the training data (default: %d)\n"
             "  --batch N          samples per step (default: %d)\n"
             "  --lr X             learning rate (default: %g)\n"
@@ -115,7 +118,7 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
 {
     const char *prog = argv[0];
     *o = (Options){m->device, m->train.path, m->test.path, NULL, NULL, NULL,
-                   m->epochs, m->batch, 0, 0, 0, 1, -1, -1, m->seed, 0};
+                   m->epochs, m->batch, 0, 0, 0, 1, -1, -1, m->seed, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long long v;
@@ -127,6 +130,9 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
             continue;
         } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
             o->quiet = 1;
+            continue;
+        } else if (!strcmp(a, "--list-devices")) {
+            o->list_devices = 1;
             continue;
         }
         static const char *const with_value[] = {
@@ -520,19 +526,152 @@ static int gradcheck(nrt_net *net, const nrt_dataset *d, int nsamples, uint64_t 
     return c.failed ? 1 : 0;
 }
 
+/* ------------------------------------------------------------------- cpu */
+
+/* The cpu backend: the generated passes on this machine's cores. */
+typedef struct Cpu {
+    const nrt_model *m;
+    nrt_net net;
+    nrt_optim_state opt;
+    Batcher bt;
+    const nrt_dataset *train, *test;
+    const uint32_t *order;
+    uint32_t *eval_idx;
+    double loss_sum;
+} Cpu;
+
+static int cpu_set_data(void *ctx, const nrt_dataset *train, const nrt_dataset *test,
+                        nrt_error *err)
+{
+    Cpu *c = ctx;
+    c->train = train;
+    c->test = test;
+    free(c->eval_idx);
+    c->eval_idx = malloc(sizeof *c->eval_idx * (test && test->n ? test->n : 1));
+    return c->eval_idx ? 0 : nrt_errorf(err, "out of memory");
+}
+
+static int cpu_set_params(void *ctx, const float *param, nrt_error *err)
+{
+    (void)err;
+    Cpu *c = ctx;
+    memcpy(c->net.param, param, sizeof(float) * c->m->param_count);
+    return 0;
+}
+
+static int cpu_get_params(void *ctx, float *param, nrt_error *err)
+{
+    (void)err;
+    Cpu *c = ctx;
+    memcpy(param, c->net.param, sizeof(float) * c->m->param_count);
+    return 0;
+}
+
+static int cpu_set_order(void *ctx, const uint32_t *order, size_t n, nrt_error *err)
+{
+    (void)n;
+    (void)err;
+    ((Cpu *)ctx)->order = order;
+    return 0;
+}
+
+static int cpu_step(void *ctx, size_t start, int n, float *loss, nrt_error *err)
+{
+    (void)err;
+    Cpu *c = ctx;
+    nrt_batch b = gather(&c->bt, c->train, c->order + start, (size_t)n);
+    const float *out;
+    c->net.training = 1;
+    float l = c->m->forward(&c->net, &b, &out);
+    c->m->backward(&c->net, &b);
+    nrt_optim_step(&c->opt, c->net.param, c->net.grad);
+    c->loss_sum += (double)l * (double)n;
+    if (loss)
+        *loss = l;
+    return 0;
+}
+
+static int cpu_take_loss_sum(void *ctx, double *sum, nrt_error *err)
+{
+    (void)err;
+    Cpu *c = ctx;
+    *sum = c->loss_sum;
+    c->loss_sum = 0;
+    return 0;
+}
+
+static int cpu_evaluate(void *ctx, double *loss, double *accuracy, nrt_error *err)
+{
+    Cpu *c = ctx;
+    if (!c->test)
+        return nrt_errorf(err, "no test data");
+    Eval e = evaluate(&c->net, &c->bt, c->test, c->net.cap, c->eval_idx);
+    *loss = e.loss;
+    *accuracy = c->m->target_kind == NRT_TARGET_CLASS ? e.accuracy : NAN;
+    return 0;
+}
+
+static size_t cpu_peak_memory(void *ctx)
+{
+    (void)ctx;
+    return 0;
+}
+
+static void cpu_close(void *ctx)
+{
+    Cpu *c = ctx;
+    if (!c)
+        return;
+    free(c->eval_idx);
+    batcher_free(&c->bt);
+    nrt_optim_free(&c->opt);
+    net_free(&c->net);
+    free(c);
+}
+
+static int cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, nrt_error *err)
+{
+    Cpu *c = calloc(1, sizeof *c);
+    if (!c)
+        return nrt_errorf(err, "out of memory");
+    c->m = m;
+    if (net_alloc(&c->net, m, rc->cap, err) || nrt_optim_init(&c->opt, &rc->optim, m->param_count, err)) {
+        cpu_close(c);
+        return -1;
+    }
+    if (batcher_init(&c->bt, m, rc->cap)) {
+        cpu_close(c);
+        return nrt_errorf(err, "out of memory");
+    }
+    seed_stream(&c->net.rng, rc->seed, STREAM_DROPOUT);
+    *be = (nrt_backend){.ctx = c,
+                        .name = "cpu",
+                        .loss_free = 1,
+                        .set_data = cpu_set_data,
+                        .set_params = cpu_set_params,
+                        .get_params = cpu_get_params,
+                        .set_order = cpu_set_order,
+                        .step = cpu_step,
+                        .take_loss_sum = cpu_take_loss_sum,
+                        .evaluate = cpu_evaluate,
+                        .peak_memory = cpu_peak_memory,
+                        .close = cpu_close};
+    return 0;
+}
+
 /* ------------------------------------------------------------------ train */
 
 typedef struct Run {
     const nrt_model *m;
     const Options *o;
     const char *prog;
-    nrt_net net;
-    nrt_optim_state opt;
+    nrt_backend be;
+    float *param;      /* the weights on the host: initial, loaded, saved */
     Data data;
-    Batcher bt;
     uint32_t *idx;
     FILE *metrics;
     long long steps;
+    nrt_error err;
 } Run;
 
 static void progress(const Run *r, int epoch, size_t done, size_t total, double loss)
@@ -542,14 +681,24 @@ static void progress(const Run *r, int epoch, size_t done, size_t total, double 
     fflush(stderr);
 }
 
+static void bad_loss(Run *r, double loss, const char *when, int epoch)
+{
+    fail(r->prog, "the loss is %s %s %lld (epoch %d); lower the learning rate (now %g)",
+         isnan(loss) ? "NaN" : "infinite", when, r->steps, epoch, r->o->lr >= 0 ? r->o->lr : (double)r->m->optim.lr);
+}
+
+/* The epochs: the order of the samples, the steps, the epoch's line and
+ * metrics.  The loss of a step is read from the backend only when it is
+ * needed (a logged step, the live progress line) unless reading it costs
+ * nothing (the cpu): on a GPU a read waits for the step. */
 static int train(Run *r)
 {
     const nrt_model *m = r->m;
     const Options *o = r->o;
-    nrt_net *net = &r->net;
+    nrt_backend *be = &r->be;
+    nrt_error *err = &r->err;
     nrt_rng shuffle;
     seed_stream(&shuffle, o->seed, STREAM_SHUFFLE);
-    seed_stream(&net->rng, o->seed, STREAM_DROPOUT);
     const nrt_dataset *d = &r->data.train;
     int live = !o->quiet && isatty(2);
     double t0 = now(), total_samples = 0;
@@ -562,52 +711,62 @@ static int train(Run *r)
             r->idx[i] = (uint32_t)i;
         if (o->shuffle)
             nrt_shuffle(&shuffle, r->idx, d->n);
-        double te = now(), loss_sum = 0, last_shown = te;
-        size_t seen = 0;
+        if (be->set_order(be->ctx, r->idx, d->n, err))
+            return -1;
+        double te = now(), shown_sum = 0, last_shown = te;
+        size_t seen = 0, shown = 0;
         for (size_t s = 0; s < d->n; s += (size_t)o->batch) {
             if (o->max_steps >= 0 && r->steps >= o->max_steps)
                 break;
             size_t n = d->n - s < (size_t)o->batch ? d->n - s : (size_t)o->batch;
-            nrt_batch b = gather(&r->bt, d, r->idx + s, n);
-            const float *out;
-            net->training = 1;
-            float loss = m->forward(net, &b, &out);
-            m->backward(net, &b);
-            nrt_optim_step(&r->opt, net->param, net->grad);
+            int logged = r->metrics && o->log_every && (r->steps + 1) % o->log_every == 0;
+            int show = live && now() - last_shown > 0.1;
+            float loss = NAN;
+            if (be->step(be->ctx, s, (int)n, be->loss_free || logged || show ? &loss : NULL, err))
+                return -1;
             r->steps++;
-            loss_sum += (double)loss * (double)n;
             seen += n;
+            if (isnan(loss) && !be->loss_free && !logged && !show)
+                continue;
             if (!isfinite(loss)) {
-                fail(r->prog, "the loss is %s at step %lld (epoch %d); lower the learning rate "
-                     "(now %g)", isnan(loss) ? "NaN" : "infinite", r->steps, epoch, (double)r->opt.h.lr);
                 if (live)
                     fputc('\n', stderr);
-                return -1;
+                bad_loss(r, loss, "at step", epoch);
+                return 1;
             }
-            if (r->metrics && o->log_every && r->steps % o->log_every == 0)
+            shown_sum += (double)loss * (double)n;
+            shown += n;
+            if (logged)
                 fprintf(r->metrics, "{\"step\": %lld, \"loss\": %.9g}\n", r->steps, (double)loss);
-            if (live && now() - last_shown > 0.1) {
-                progress(r, epoch, s + n, d->n, loss_sum / (double)seen);
+            if (show) {
+                progress(r, epoch, s + n, d->n, shown_sum / (double)shown);
                 last_shown = now();
             }
         }
         if (seen == 0)
             break;
+        double loss_sum;
+        if (be->take_loss_sum(be->ctx, &loss_sum, err))
+            return -1;
         double secs = now() - te;
         total_samples += (double)seen;
         epochs_done++;
         if (live)
             fputs("\r\033[K", stderr);
-        Eval ev = {NAN, NAN};
-        if (r->data.has_test)
-            ev = evaluate(net, &r->bt, &r->data.test, o->batch, r->idx);
         double train_loss = loss_sum / (double)seen;
+        if (!isfinite(train_loss)) {
+            bad_loss(r, train_loss, "by step", epoch);
+            return 1;
+        }
+        double test_loss = NAN, accuracy = NAN;
+        if (r->data.has_test && be->evaluate(be->ctx, &test_loss, &accuracy, err))
+            return -1;
         if (!o->quiet) {
             printf("epoch %3d/%d  train_loss %.6f", epoch, o->epochs, train_loss);
             if (r->data.has_test) {
-                printf("  test_loss %.6f", ev.loss);
+                printf("  test_loss %.6f", test_loss);
                 if (m->target_kind == NRT_TARGET_CLASS)
-                    printf("  test_accuracy %.2f%%", 100 * ev.accuracy);
+                    printf("  test_accuracy %.2f%%", 100 * accuracy);
             }
             printf("  %.2fs  %.0f samples/s\n", secs, (double)seen / secs);
             fflush(stdout);
@@ -615,12 +774,12 @@ static int train(Run *r)
         if (r->metrics) {
             fprintf(r->metrics, "{\"epoch\": %d, \"train_loss\": %.9g", epoch, train_loss);
             if (r->data.has_test) {
-                fprintf(r->metrics, ", \"test_loss\": %.9g", ev.loss);
+                fprintf(r->metrics, ", \"test_loss\": %.9g", test_loss);
                 if (m->target_kind == NRT_TARGET_CLASS)
-                    fprintf(r->metrics, ", \"test_accuracy\": %.9g", ev.accuracy);
+                    fprintf(r->metrics, ", \"test_accuracy\": %.9g", accuracy);
             }
             fprintf(r->metrics, ", \"lr\": %.7g, \"seconds\": %.6f, \"samples_per_sec\": %.3f}\n",
-                    (double)r->opt.h.lr, secs, (double)seen / secs);
+                    o->lr >= 0 ? o->lr : (double)m->optim.lr, secs, (double)seen / secs);
             fflush(r->metrics);
         }
     }
@@ -631,22 +790,85 @@ static int train(Run *r)
     return 0;
 }
 
-static int choose_device(const char *prog, const char *device, int quiet)
+/* ---------------------------------------------------------------- devices */
+
+/* --list-devices: what torch.cuda tells a PyTorch user. */
+static int list_devices(const nrt_model *m, nrt_error *err)
 {
-    if (!strcmp(device, "cpu"))
-        return 0;
-    if (!strcmp(device, "auto")) {
-        if (!quiet)
-            printf("device: cpu (auto; this build of netc has no CUDA backend)\n");
+    if (!m->cuda) {
+        printf("cpu (this program was built without CUDA)\n");
         return 0;
     }
-    if (!strncmp(device, "cuda", 4) && (device[4] == '\0' || device[4] == ':')) {
-        fail(prog, "--device %s: this build of netc has no CUDA backend; use --device cpu or auto",
-             device);
+    return m->cuda->list_devices(stdout, err);
+}
+
+enum { DEV_CPU, DEV_AUTO, DEV_CUDA };
+
+/* cpu | auto | cuda | cuda:N, checked before anything is loaded. */
+static int parse_device(const char *dev, int *kind, int *index, nrt_error *err)
+{
+    *index = 0;
+    if (!strcmp(dev, "cpu") || !strcmp(dev, "auto")) {
+        *kind = dev[0] == 'c' ? DEV_CPU : DEV_AUTO;
+        return 0;
+    }
+    if (strncmp(dev, "cuda", 4) || (dev[4] != '\0' && dev[4] != ':'))
+        return nrt_errorf(err, "unknown device '%s' (expected cpu, cuda, cuda:N or auto)", dev);
+    *kind = DEV_CUDA;
+    if (dev[4] == ':') {
+        char *end;
+        errno = 0;
+        long k = strtol(dev + 5, &end, 10);
+        if (errno || end == dev + 5 || *end || k < 0 || k > 1000000)
+            return nrt_errorf(err, "--device %s: the device index must be a whole number", dev);
+        *index = (int)k;
+    }
+    return 0;
+}
+
+/* Opens the backend --device names.  auto: the first CUDA device when
+ * there is one, else the cpu, said in one line. */
+static int open_device(Run *r, const nrt_run_config *rc_in)
+{
+    const char *dev = r->o->device;
+    const nrt_model *m = r->m;
+    nrt_error *err = &r->err;
+    nrt_run_config rc = *rc_in;
+    int kind;
+    if (parse_device(dev, &kind, &rc.device, err))
         return -1;
+    if (kind == DEV_CPU)
+        return cpu_open(m, &rc, &r->be, err);
+    int is_cuda = kind == DEV_CUDA;
+    if (!m->cuda) {
+        if (is_cuda)
+            return nrt_errorf(err, "--device %s: this program was built without CUDA "
+                              "(netc was configured without it); use --device cpu or auto", dev);
+        if (!r->o->quiet)
+            printf("device: cpu (auto: this program was built without CUDA)\n");
+        return cpu_open(m, &rc, &r->be, err);
     }
-    fail(prog, "unknown device '%s' (expected cpu, cuda, cuda:N or auto)", device);
-    return -1;
+    int count = m->cuda->device_count(err);
+    if (count < 0 && is_cuda)
+        return -1;
+    if (count <= 0) {
+        if (is_cuda)
+            return nrt_errorf(err, "--device %s: no CUDA device found (CUDA_VISIBLE_DEVICES=%s)",
+                              dev, getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES")
+                                                                  : "unset");
+        if (!r->o->quiet)
+            printf("device: cpu (auto: %s)\n", count < 0 ? err->msg : "no CUDA device");
+        return cpu_open(m, &rc, &r->be, err);
+    }
+    if (rc.device >= count)
+        return nrt_errorf(err, "--device %s: there %s only %d CUDA device%s (cuda:0%s)", dev,
+                          count == 1 ? "is" : "are", count, count == 1 ? "" : "s",
+                          count == 1 ? "" : " and up");
+    if (m->cuda->open(m, &rc, &r->be, err))
+        return -1;
+    if (!is_cuda && !r->o->quiet)
+        printf("device: %s (auto)\n", r->be.name);
+    return 0;
 }
 
 /* OpenMP threads that wait for work by spinning (libgomp's default) are
@@ -666,6 +888,18 @@ static void prefer_passive_waits(char **argv)
 #endif
 }
 
+/* --gradcheck: the cpu's passes against finite differences. */
+static int run_gradcheck(Run *r)
+{
+    nrt_net net;
+    if (net_alloc(&net, r->m, r->o->gradcheck, &r->err))
+        return -1;
+    memcpy(net.param, r->param, sizeof(float) * r->m->param_count);
+    int status = gradcheck(&net, &r->data.train, r->o->gradcheck, r->o->seed);
+    net_free(&net);
+    return status;
+}
+
 int nrt_main(const nrt_model *m, int argc, char **argv)
 {
     const char *prog = argc > 0 ? argv[0] : m->name;
@@ -678,8 +912,6 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
     Options o;
     if (parse_flags(m, argc, argv, &o))
         return 2;
-    if (choose_device(prog, o.device, o.quiet))
-        return 1;
 #ifdef _OPENMP
     if (o.threads > 0)
         omp_set_num_threads(o.threads);
@@ -693,69 +925,89 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
     r.m = m;
     r.o = &o;
     r.prog = prog;
-    nrt_error err = {{0}};
+    nrt_error *err = &r.err;
     int status = 1;
+    if (o.list_devices) {
+        if (list_devices(m, err))
+            goto fail;
+        return 0;
+    }
+    int dev_kind, dev_index;
+    if (parse_device(o.device, &dev_kind, &dev_index, err))
+        goto fail;
     int need_data = o.max_steps != 0 || o.gradcheck > 0;
-    int cap = o.gradcheck > 0 ? o.gradcheck : o.batch;
 
-    if (need_data && load_data(m, &o, &r.data, &err))
+    if (need_data && load_data(m, &o, &r.data, err))
         goto fail;
-    if (net_alloc(&r.net, m, cap, &err))
+    r.param = calloc(m->param_count ? m->param_count : 1, sizeof(float));
+    if (!r.param) {
+        nrt_errorf(err, "out of memory");
         goto fail;
+    }
     nrt_rng init;
     seed_stream(&init, o.seed, STREAM_INIT);
-    nrt_init_params(m->params, m->n_params, r.net.param, &init);
-    if (o.load && load_weights(m, r.net.param, o.load, &err))
+    nrt_init_params(m->params, m->n_params, r.param, &init);
+    if (o.load && load_weights(m, r.param, o.load, err))
         goto fail;
     if (o.gradcheck > 0) {
-        status = gradcheck(&r.net, &r.data.train, o.gradcheck, o.seed);
+        status = run_gradcheck(&r);
+        if (status < 0)
+            goto fail;
         goto done;
     }
-    nrt_optim h = m->optim;
+    nrt_run_config rc = {.cap = o.batch, .seed = o.seed, .optim = m->optim};
     if (o.lr >= 0)
-        h.lr = (float)o.lr;
-    if (nrt_optim_init(&r.opt, &h, m->param_count, &err))
+        rc.optim.lr = (float)o.lr;
+    if (open_device(&r, &rc) || r.be.set_params(r.be.ctx, r.param, err))
         goto fail;
     if (o.metrics) {
         r.metrics = fopen(o.metrics, "w");
         if (!r.metrics) {
-            nrt_errorf(&err, "%s: cannot write: %s", o.metrics, strerror(errno));
+            nrt_errorf(err, "%s: cannot write: %s", o.metrics, strerror(errno));
             goto fail;
         }
     }
     if (need_data) {
-        size_t n = r.data.train.n > r.data.test.n ? r.data.train.n : r.data.test.n;
+        size_t n = r.data.train.n;
         r.idx = malloc(sizeof *r.idx * (n ? n : 1));
-        if (!r.idx || batcher_init(&r.bt, m, o.batch)) {
-            nrt_errorf(&err, "out of memory");
+        if (!r.idx) {
+            nrt_errorf(err, "out of memory");
             goto fail;
         }
+        if (r.be.set_data(r.be.ctx, &r.data.train, r.data.has_test ? &r.data.test : NULL, err))
+            goto fail;
         if (!o.quiet)
             printf("model %s: %zu parameters; %zu training samples%s\n", m->name, m->param_count,
                    r.data.train.n,
                    r.data.has_test ? "" : " (no test data)");
-        if (train(&r))
+        int t = train(&r);
+        if (t < 0)
+            goto fail;
+        if (t > 0)
             goto done;
     }
-    if (o.save && save_weights(m, r.net.param, o.save, &err))
+    if (o.save && (r.be.get_params(r.be.ctx, r.param, err) || save_weights(m, r.param, o.save, err)))
         goto fail;
     if (r.metrics && fclose(r.metrics) != 0) {
         r.metrics = NULL;
-        nrt_errorf(&err, "%s: write error: %s", o.metrics, strerror(errno));
+        nrt_errorf(err, "%s: write error: %s", o.metrics, strerror(errno));
         goto fail;
     }
     r.metrics = NULL;
+    size_t peak = r.be.peak_memory(r.be.ctx);
+    if (peak && !o.quiet)
+        printf("peak device memory: %.1f MiB\n", (double)peak / 1048576);
     status = 0;
     goto done;
 fail:
-    fail(prog, "%s", err.msg);
+    fail(prog, "%s", err->msg);
 done:
     if (r.metrics)
         fclose(r.metrics);
+    if (r.be.close)
+        r.be.close(r.be.ctx);
     free(r.idx);
-    batcher_free(&r.bt);
-    nrt_optim_free(&r.opt);
-    net_free(&r.net);
+    free(r.param);
     data_free(&r.data);
     return status;
 }

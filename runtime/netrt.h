@@ -24,11 +24,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 3
+#define NETRT_ABI 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -328,6 +329,61 @@ typedef struct nrt_batch {
     const float *y;
 } nrt_batch;
 
+/* ---------------------------------------------------------- backends */
+
+/* What a run asks of the device it trains on. */
+typedef struct nrt_run_config {
+    int device;              /* CUDA device index (cuda backends) */
+    int cap;                 /* largest batch */
+    uint64_t seed;           /* the run's --seed: each backend derives its
+                                dropout stream from it */
+    nrt_optim optim;         /* hyperparameters, the --lr flag applied */
+} nrt_run_config;
+
+/* A device that trains a model: the cpu (main.c) or a GPU (libnetrt_cuda).
+ * The training loop, metrics and checkpoints in main.c are written once
+ * over these calls.  All return 0, or -1 with a message in err. */
+typedef struct nrt_backend {
+    void *ctx;
+    char name[160];          /* "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)" */
+    int loss_free;           /* reading a step's loss costs nothing (cpu) */
+    /* The run's data: the backend keeps what it needs (a GPU copies a
+     * training set that fits to device memory, once).  test may be NULL. */
+    int (*set_data)(void *ctx, const nrt_dataset *train,
+                    const nrt_dataset *test, nrt_error *err);
+    int (*set_params)(void *ctx, const float *param, nrt_error *err);
+    int (*get_params)(void *ctx, float *param, nrt_error *err);
+    /* The order of the training samples for the epoch that starts. */
+    int (*set_order)(void *ctx, const uint32_t *order, size_t n,
+                     nrt_error *err);
+    /* Forward, backward and update on samples order[start .. start + n).
+     * If loss is not NULL it receives the batch's mean loss before the
+     * update; a GPU then waits for the step, so ask only when needed. */
+    int (*step)(void *ctx, size_t start, int n, float *loss, nrt_error *err);
+    /* The sum of loss * n over the steps since the last call. */
+    int (*take_loss_sum)(void *ctx, double *sum, nrt_error *err);
+    /* Mean loss and accuracy (class targets; else NaN) over the test set. */
+    int (*evaluate)(void *ctx, double *loss, double *accuracy, nrt_error *err);
+    /* Bytes of device memory in use at the peak (0 on the cpu). */
+    size_t (*peak_memory)(void *ctx);
+    void (*close)(void *ctx);
+} nrt_backend;
+
+/* What generated CUDA code adds to a model.  The runtime's CUDA entry
+ * points are reached through it, so that libnetrt itself links no CUDA;
+ * a program built without CUDA has model->cuda == NULL. */
+typedef struct nrt_cuda_net nrt_cuda_net;
+typedef struct nrt_cuda_model {
+    /* The passes on the device, over the net's stream; 0 or -1 (err). */
+    int (*forward)(nrt_cuda_net *net, int n, nrt_error *err);
+    int (*backward)(nrt_cuda_net *net, int n, nrt_error *err);
+    /* libnetrt_cuda's nrt_cuda_device_count, _list_devices and _open. */
+    int (*device_count)(nrt_error *err);
+    int (*list_devices)(FILE *out, nrt_error *err);
+    int (*open)(const struct nrt_model *m, const nrt_run_config *c,
+                nrt_backend *out, nrt_error *err);
+} nrt_cuda_model;
+
 /* Everything generated code tells the runtime about a model. */
 typedef struct nrt_model {
     int abi;                 /* NETRT_ABI of the generated code */
@@ -357,6 +413,8 @@ typedef struct nrt_model {
     float (*forward)(nrt_net *net, const nrt_batch *b, const float **out);
     /* Backward pass after forward on the same batch: overwrites net->grad. */
     void (*backward)(nrt_net *net, const nrt_batch *b);
+    /* The CUDA passes, or NULL in a program built without CUDA. */
+    const nrt_cuda_model *cuda;
 } nrt_model;
 
 /* ----------------------------------------------------------------- main.c */

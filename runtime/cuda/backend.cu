@@ -1,0 +1,669 @@
+/*
+ * backend.cu — the GPU as an nrt_backend: main.c's training loop drives it
+ * through set_data, set_order, step, take_loss_sum and evaluate.
+ *
+ * A training step never waits for the host.  The epoch's sample order, a
+ * cursor into it, the step counter and the epoch's loss sum all live on the
+ * device, so one step — gather the batch, forward, backward, update, count —
+ * is the same sequence of launches every time.  It is captured once per
+ * batch size as a CUDA graph and replayed: a step costs one launch.
+ *
+ * The kernels of the step other than the model's passes (the gather, the
+ * optimizer, the step's end, evaluation's count) are in device.cu.
+ *
+ * The training set stays on the host only when it does not fit in device
+ * memory; each batch is then gathered on the host and copied.
+ */
+#include "netrt_cuda.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_ALLOCS = 40, MAX_GRAPHS = 4 };
+
+/* cuBLAS's recommended workspace on Hopper; given explicitly so that graph
+ * captures reuse it instead of each getting one of their own. */
+static const size_t BLAS_WORKSPACE = (size_t)32 << 20;
+/* Device memory left free after the data sets for what is allocated later:
+ * graphs, cuBLAS's and the driver's own needs. */
+static const size_t DATA_RESERVE = (size_t)256 << 20;
+
+/* The scalars of a run, one allocation on the device and a pinned mirror
+ * on the host for asynchronous copies.  eval_loss and correct are adjacent:
+ * evaluate zeroes and reads them with one copy. */
+struct Scalars {
+    double loss_sum;            /* sum of loss * n since take_loss_sum */
+    double eval_loss;           /* evaluate's sum of loss * n */
+    unsigned long long correct; /* evaluate's correct predictions */
+    unsigned long long cursor;  /* position in the epoch's order */
+    unsigned long long step;    /* updates done so far (dropout; Adam's t - 1) */
+    float loss;                 /* the batch's mean loss, written by forward */
+};
+
+struct Alloc { void *p; size_t bytes; int pinned; };
+struct Graph { int n; cudaGraphExec_t exec; };
+struct DevData { size_t n; float *x; int32_t *label; float *y; }; /* a data set on the device */
+
+struct Ctx {
+    const nrt_model *m;
+    nrt_cuda_net net;
+    nrt_cuda_mem mem;
+    nrt_optim h;
+    int sms;
+    Alloc allocs[MAX_ALLOCS];
+    int nallocs;
+    Scalars *dev, *host;
+    float *opt_m, *opt_v;  /* optimizer state (sgd: momentum buffer) */
+    float *bx, *by;        /* the batch buffers every pass reads */
+    int32_t *blabel;
+    char *blas_ws;
+    /* data */
+    int data_tried, has_data, has_test, resident;
+    nrt_dataset train;     /* the caller's, by value: host mode reads it */
+    DevData dtrain, dtest;
+    uint32_t *order;       /* device copy of the epoch's order (resident) */
+    uint32_t *pin_order;   /* host staging of the order */
+    cudaEvent_t order_copied;
+    size_t order_n, cursor; /* the host's view of the device cursor */
+    /* host mode: two pinned batches, so one fills while the other copies */
+    float *pin_x[2], *pin_y[2];
+    int32_t *pin_label[2];
+    cudaEvent_t staged[2];
+    int slot;
+    Graph graphs[MAX_GRAPHS];
+    int ngraphs, evict;
+};
+
+/* ----------------------------------------------------- device.cu's kernels */
+
+/* C++ linkage, as defined in device.cu: a declaration here that disagrees
+ * with the definition there fails to link. */
+int nrt_cuda_gather(cudaStream_t s, int sms, const float *sx, const int32_t *sl,
+                    const float *sy, const uint32_t *order, const unsigned long long *cursor,
+                    int n, size_t dim, size_t ydim, float *x, int32_t *label, float *y,
+                    nrt_error *err);
+int nrt_cuda_optim(cudaStream_t s, int sms, const nrt_optim *h, float *param,
+                   const float *grad, float *m, float *v, size_t n,
+                   const unsigned long long *step, nrt_error *err);
+int nrt_cuda_end_step(cudaStream_t s, const float *loss, int n, double *loss_sum,
+                      unsigned long long *cursor, unsigned long long *step, nrt_error *err);
+int nrt_cuda_count_eval(cudaStream_t s, const float *loss, const float *out,
+                        const int32_t *label, int n, int k, double *loss_sum,
+                        unsigned long long *correct, nrt_error *err);
+
+/* -------------------------------------------------------------- memory */
+
+/* Device memory (tracked, and zeroed as the cpu's calloc: no buffer starts
+ * with garbage) or pinned host memory, so that copies from and to it are
+ * asynchronous.  Zero bytes: no allocation, *p = NULL.  close frees all. */
+static int track(Ctx *c, void **p, size_t count, size_t size, int pinned, const char *what,
+                 nrt_error *err)
+{
+    *p = NULL;
+    if (count == 0 || size == 0)
+        return 0;
+    if (count > (size_t)-1 / size || c->nallocs == MAX_ALLOCS)
+        return nrt_errorf(err, "internal error: cannot allocate %s (%zu x %zu bytes)", what,
+                          count, size);
+    const size_t bytes = count * size;
+    if (pinned ? NRT_CUDA(cudaMallocHost(p, bytes), err)
+               : nrt_cuda_alloc(&c->mem, p, bytes, what, err)) {
+        *p = NULL;
+        return -1;
+    }
+    Alloc a = {*p, bytes, pinned};
+    c->allocs[c->nallocs++] = a;
+    if (pinned)
+        memset(*p, 0, bytes);
+    return pinned ? 0 : NRT_CUDA(cudaMemsetAsync(*p, 0, bytes, c->net.stream), err);
+}
+
+template <typename T>
+static int dalloc(Ctx *c, T **p, size_t count, const char *what, nrt_error *err)
+{
+    return track(c, (void **)p, count, sizeof(T), 0, what, err);
+}
+
+template <typename T>
+static int palloc(Ctx *c, T **p, size_t count, const char *what, nrt_error *err)
+{
+    return track(c, (void **)p, count, sizeof(T), 1, what, err);
+}
+
+static void free_all(Ctx *c)
+{
+    /* cleanup: a failure has nobody to be reported to */
+    while (c->nallocs > 0) {
+        Alloc a = c->allocs[--c->nallocs];
+        if (a.pinned)
+            (void)cudaFreeHost(a.p);
+        else
+            nrt_cuda_free(&c->mem, a.p, a.bytes);
+    }
+}
+
+/* --------------------------------------------------------------- graphs */
+
+static void drop_graphs(Ctx *c)
+{
+    for (int i = 0; i < c->ngraphs; i++)
+        (void)cudaGraphExecDestroy(c->graphs[i].exec); /* freed when done if in flight */
+    c->ngraphs = c->evict = 0;
+}
+
+static cudaGraphExec_t find_graph(const Ctx *c, int n)
+{
+    for (int i = 0; i < c->ngraphs; i++)
+        if (c->graphs[i].n == n)
+            return c->graphs[i].exec;
+    return NULL;
+}
+
+/* Keeps exec for n; a full cache gives up its oldest entry.  In practice
+ * a run has two batch sizes: the full batch and the epoch's last. */
+static void keep_graph(Ctx *c, int n, cudaGraphExec_t exec)
+{
+    Graph g = {n, exec};
+    if (c->ngraphs < MAX_GRAPHS) {
+        c->graphs[c->ngraphs++] = g;
+        return;
+    }
+    (void)cudaGraphExecDestroy(c->graphs[c->evict].exec);
+    c->graphs[c->evict] = g;
+    c->evict = (c->evict + 1) % MAX_GRAPHS;
+}
+
+/* ----------------------------------------------------------------- step */
+
+/* The whole step on the stream: what a graph captures. */
+static int enqueue_step(Ctx *c, int n, nrt_error *err)
+{
+    nrt_cuda_net *net = &c->net;
+    net->x = c->bx;
+    net->label = c->blabel;
+    net->y = c->by;
+    net->training = 1;
+    const DevData *d = &c->dtrain;
+    Scalars *sc = c->dev;
+    if ((c->resident &&
+         nrt_cuda_gather(net->stream, c->sms, d->x, d->label, d->y, c->order, &sc->cursor, n,
+                         c->train.dim, c->train.ydim, c->bx, c->blabel, c->by, err)) ||
+        c->m->cuda->forward(net, n, err) || c->m->cuda->backward(net, n, err) ||
+        nrt_cuda_optim(net->stream, c->sms, &c->h, net->param, net->grad, c->opt_m, c->opt_v,
+                       c->m->param_count, &sc->step, err))
+        return -1;
+    return nrt_cuda_end_step(net->stream, &sc->loss, n, &sc->loss_sum, &sc->cursor, &sc->step,
+                             err);
+}
+
+/* Captures the step for batch size n.  The capture ends even when the
+ * step failed: a stream left capturing is unusable. */
+static int capture_step(Ctx *c, int n, cudaGraphExec_t *exec, nrt_error *err)
+{
+    cudaStream_t s = c->net.stream;
+    cudaGraph_t g = NULL;
+    *exec = NULL;
+    if (NRT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), err))
+        return -1;
+    int rc = enqueue_step(c, n, err);
+    cudaError_t e = cudaStreamEndCapture(s, &g);
+    if (rc == 0)
+        rc = NRT_CUDA(e, err);
+    else
+        (void)cudaGetLastError();
+    if (rc == 0)
+        rc = NRT_CUDA(cudaGraphInstantiate(exec, g, 0), err);
+    if (g && NRT_CUDA(cudaGraphDestroy(g), rc ? NULL : err))
+        rc = -1;
+    if (rc && *exec) {
+        (void)cudaGraphExecDestroy(*exec);
+        *exec = NULL;
+    }
+    if (rc && err) {
+        /* Most likely a pass that synchronises or allocates, which a
+         * capture forbids: say where it happened. */
+        nrt_error why = *err;
+        nrt_errorf(err, "capturing a step as a CUDA graph: %.440s", why.msg);
+    }
+    return rc;
+}
+
+/* An asynchronous copy on the run's stream; nothing to copy is no call. */
+static int copy(Ctx *c, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                nrt_error *err)
+{
+    if (!src || bytes == 0)
+        return 0;
+    return NRT_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, c->net.stream), err);
+}
+
+/* Copies n samples (x, and label or y, whichever is given) into the
+ * batch buffers. */
+static int to_batch(Ctx *c, const float *x, const int32_t *label, const float *y, size_t n,
+                    cudaMemcpyKind kind, nrt_error *err)
+{
+    const size_t dim = c->m->in_size, ydim = (size_t)c->m->n_out;
+    return copy(c, c->bx, x, sizeof(float) * n * dim, kind, err) ||
+                   copy(c, c->blabel, label, sizeof(int32_t) * n, kind, err) ||
+                   copy(c, c->by, y, sizeof(float) * n * ydim, kind, err)
+               ? -1
+               : 0;
+}
+
+/* Host mode: gathers the batch on the host into a pinned buffer and
+ * copies it to the batch buffers, ahead of the step on the stream.  Two
+ * buffers: the host fills one while the other may still be copied. */
+static int stage_batch(Ctx *c, size_t start, int n, nrt_error *err)
+{
+    const int k = c->slot;
+    c->slot ^= 1;
+    if (NRT_CUDA(cudaEventSynchronize(c->staged[k]), err))
+        return -1;
+    nrt_dataset_gather(&c->train, c->pin_order + start, (size_t)n, c->pin_x[k],
+                       c->pin_label[k], c->pin_y[k]);
+    if (to_batch(c, c->pin_x[k], c->pin_label[k], c->pin_y[k], (size_t)n,
+                 cudaMemcpyHostToDevice, err))
+        return -1;
+    return NRT_CUDA(cudaEventRecord(c->staged[k], c->net.stream), err);
+}
+
+static int be_step(void *ctx, size_t start, int n, float *loss, nrt_error *err)
+{
+    Ctx *c = (Ctx *)ctx;
+    if (!c->has_data)
+        return nrt_errorf(err, "internal error: a step before the data was set");
+    if (n < 1 || n > c->net.cap)
+        return nrt_errorf(err, "internal error: a step of %d samples (the batch capacity is %d)",
+                          n, c->net.cap);
+    /* The device's cursor says where the step starts; the host's copy of
+     * it checks that the caller agrees. */
+    if (start != c->cursor)
+        return nrt_errorf(err, "internal error: a step at sample %zu of the epoch, expected %zu",
+                          start, c->cursor);
+    if ((size_t)n > c->order_n - start)
+        return nrt_errorf(err, "internal error: a step past the end of the epoch's order "
+                          "(%zu + %d > %zu)", start, n, c->order_n);
+    if (!c->resident && stage_batch(c, start, n, err))
+        return -1;
+    cudaGraphExec_t exec = find_graph(c, n);
+    if (exec) {
+        if (NRT_CUDA(cudaGraphLaunch(exec, c->net.stream), err))
+            return -1;
+    } else {
+        /* The first step of a size runs eagerly, which also loads every
+         * kernel and sets cuBLAS up outside of a capture; the graph is
+         * captured (not run) right after, for the next ones. */
+        if (enqueue_step(c, n, err) || capture_step(c, n, &exec, err))
+            return -1;
+        keep_graph(c, n, exec);
+    }
+    c->cursor += (size_t)n;
+    if (!loss)
+        return 0;
+    if (copy(c, &c->host->loss, &c->dev->loss, sizeof(float), cudaMemcpyDeviceToHost, err) ||
+        NRT_CUDA(cudaStreamSynchronize(c->net.stream), err))
+        return -1;
+    *loss = c->host->loss;
+    return 0;
+}
+
+/* ----------------------------------------------------------------- data */
+
+static int check_shape(const nrt_model *m, const nrt_dataset *d, const char *what,
+                       nrt_error *err)
+{
+    if (d->dim != m->in_size)
+        return nrt_errorf(err, "internal error: the %s has %zu features per sample, the model "
+                          "takes %zu", what, d->dim, m->in_size);
+    if (m->target_kind == NRT_TARGET_CLASS ? !d->label
+                                           : !d->y || d->ydim != (size_t)m->n_out)
+        return nrt_errorf(err, "internal error: the %s's targets do not match the model's",
+                          what);
+    return 0;
+}
+
+static size_t data_bytes(const nrt_dataset *d)
+{
+    return d->n * (sizeof(float) * d->dim + (d->label ? sizeof(int32_t) : 0) +
+                   (d->y ? sizeof(float) * d->ydim : 0));
+}
+
+/* Copies a data set to the device (done by set_data's synchronisation). */
+static int upload(Ctx *c, const nrt_dataset *d, DevData *out, const char *what,
+                  nrt_error *err)
+{
+    const cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
+    const int cls = c->m->target_kind == NRT_TARGET_CLASS;
+    out->n = d->n;
+    return dalloc(c, &out->x, d->n * d->dim, what, err) ||
+                   (cls && dalloc(c, &out->label, d->n, what, err)) ||
+                   (!cls && dalloc(c, &out->y, d->n * d->ydim, what, err)) ||
+                   copy(c, out->x, d->x, sizeof(float) * d->n * d->dim, h2d, err) ||
+                   (cls && copy(c, out->label, d->label, sizeof(int32_t) * d->n, h2d, err)) ||
+                   (!cls && copy(c, out->y, d->y, sizeof(float) * d->n * d->ydim, h2d, err))
+               ? -1
+               : 0;
+}
+
+/* Host mode's pinned batches and their events. */
+static int host_mode(Ctx *c, nrt_error *err)
+{
+    const size_t cap = (size_t)c->net.cap;
+    const int cls = c->m->target_kind == NRT_TARGET_CLASS;
+    for (int k = 0; k < 2; k++)
+        if (palloc(c, &c->pin_x[k], cap * c->train.dim, "a staged batch", err) ||
+            (cls && palloc(c, &c->pin_label[k], cap, "a staged batch", err)) ||
+            (!cls && palloc(c, &c->pin_y[k], cap * c->train.ydim, "a staged batch", err)) ||
+            NRT_CUDA(cudaEventCreateWithFlags(&c->staged[k], cudaEventDisableTiming), err))
+            return -1;
+    return 0;
+}
+
+/* Whether the training set goes to the device: when it fits, the normal
+ * case.  The free memory already excludes the net's buffers (allocated at
+ * open); what must fit beside it is its order, the test set and a
+ * reserve.  NETRT_CUDA_HOST_DATA=1 keeps it on the host, to test that. */
+static int fits(const nrt_dataset *train, const nrt_dataset *test, int *yes, nrt_error *err)
+{
+    size_t free_b = 0, total_b = 0;
+    if (NRT_CUDA(cudaMemGetInfo(&free_b, &total_b), err))
+        return -1;
+    const size_t need = data_bytes(train) + sizeof(uint32_t) * train->n +
+                        (test ? data_bytes(test) : 0) + DATA_RESERVE;
+    const char *force = getenv("NETRT_CUDA_HOST_DATA");
+    *yes = need <= free_b && !(force && !strcmp(force, "1"));
+    return 0;
+}
+
+/* Once a run: the graphs hold the data's addresses.  A failure leaves
+ * what was allocated to close. */
+static int be_set_data(void *ctx, const nrt_dataset *train, const nrt_dataset *test,
+                       nrt_error *err)
+{
+    Ctx *c = (Ctx *)ctx;
+    if (c->data_tried)
+        return nrt_errorf(err, "internal error: the data was set twice");
+    c->data_tried = 1;
+    if (check_shape(c->m, train, "training set", err) ||
+        (test && check_shape(c->m, test, "test set", err)) ||
+        fits(train, test, &c->resident, err))
+        return -1;
+    c->train = *train; /* host mode reads the caller's data, which outlives the run */
+    if (c->resident ? upload(c, train, &c->dtrain, "the training set", err) ||
+                          dalloc(c, &c->order, train->n, "the epoch's order", err)
+                    : host_mode(c, err))
+        return -1;
+    if (palloc(c, &c->pin_order, train->n, "the epoch's order", err) ||
+        NRT_CUDA(cudaEventCreateWithFlags(&c->order_copied, cudaEventDisableTiming), err) ||
+        (test && upload(c, test, &c->dtest, "the test set", err)) ||
+        NRT_CUDA(cudaStreamSynchronize(c->net.stream), err))
+        return -1;
+    c->has_data = 1;
+    c->has_test = test != NULL;
+    return 0;
+}
+
+static int be_set_order(void *ctx, const uint32_t *order, size_t n, nrt_error *err)
+{
+    Ctx *c = (Ctx *)ctx;
+    if (!c->has_data)
+        return nrt_errorf(err, "internal error: an order before the data was set");
+    if (n > c->train.n)
+        return nrt_errorf(err, "internal error: an order of %zu samples for %zu", n,
+                          c->train.n);
+    /* An index out of range would make the gather read outside the data. */
+    for (size_t i = 0; i < n; i++)
+        if (order[i] >= c->train.n)
+            return nrt_errorf(err, "internal error: order[%zu] = %u, past the %zu samples", i,
+                              order[i], c->train.n);
+    /* The previous order's copy must be done before the staging is reused;
+     * the device's copy is replaced in stream order, after the last step
+     * that reads it. */
+    if (NRT_CUDA(cudaEventSynchronize(c->order_copied), err))
+        return -1;
+    if (n)
+        memcpy(c->pin_order, order, sizeof(uint32_t) * n);
+    if (c->resident &&
+        (copy(c, c->order, c->pin_order, sizeof(uint32_t) * n, cudaMemcpyHostToDevice, err) ||
+         NRT_CUDA(cudaEventRecord(c->order_copied, c->net.stream), err)))
+        return -1;
+    if (NRT_CUDA(cudaMemsetAsync(&c->dev->cursor, 0, sizeof c->dev->cursor, c->net.stream),
+                 err))
+        return -1;
+    c->order_n = n;
+    c->cursor = 0;
+    return 0;
+}
+
+static int be_take_loss_sum(void *ctx, double *sum, nrt_error *err)
+{
+    Ctx *c = (Ctx *)ctx;
+    cudaStream_t s = c->net.stream;
+    if (copy(c, &c->host->loss_sum, &c->dev->loss_sum, sizeof(double), cudaMemcpyDeviceToHost,
+             err) ||
+        NRT_CUDA(cudaMemsetAsync(&c->dev->loss_sum, 0, sizeof(double), s), err) ||
+        NRT_CUDA(cudaStreamSynchronize(s), err))
+        return -1;
+    *sum = c->host->loss_sum;
+    return 0;
+}
+
+/* The test set in order, batches of up to cap, each counted by k_eval. */
+static int evaluate_batches(Ctx *c, nrt_error *err)
+{
+    nrt_cuda_net *net = &c->net;
+    const DevData *d = &c->dtest;
+    const size_t cap = (size_t)net->cap, dim = c->m->in_size, ydim = (size_t)c->m->n_out;
+    net->x = c->bx;
+    net->label = c->blabel;
+    net->y = c->by;
+    for (size_t first = 0; first < d->n; first += cap) {
+        const size_t n = d->n - first < cap ? d->n - first : cap;
+        if (to_batch(c, d->x ? d->x + first * dim : NULL, d->label ? d->label + first : NULL,
+                     d->y ? d->y + first * ydim : NULL, n, cudaMemcpyDeviceToDevice, err) ||
+            c->m->cuda->forward(net, (int)n, err))
+            return -1;
+        if (nrt_cuda_count_eval(net->stream, &c->dev->loss, net->out, c->blabel, (int)n,
+                                c->m->n_out, &c->dev->eval_loss, &c->dev->correct, err))
+            return -1;
+    }
+    return 0;
+}
+
+static int be_evaluate(void *ctx, double *loss, double *accuracy, nrt_error *err)
+{
+    Ctx *c = (Ctx *)ctx;
+    if (!c->has_test)
+        return nrt_errorf(err, "no test data");
+    cudaStream_t s = c->net.stream;
+    /* eval_loss and correct are adjacent: zeroed and read as one */
+    const size_t both = sizeof(double) + sizeof(unsigned long long);
+    if (NRT_CUDA(cudaMemsetAsync(&c->dev->eval_loss, 0, both, s), err))
+        return -1;
+    c->net.training = 0;
+    int rc = evaluate_batches(c, err);
+    c->net.training = 1;
+    if (rc || copy(c, &c->host->eval_loss, &c->dev->eval_loss, both, cudaMemcpyDeviceToHost,
+                   err) ||
+        NRT_CUDA(cudaStreamSynchronize(s), err))
+        return -1;
+    const double n = (double)c->dtest.n;
+    *loss = c->host->eval_loss / n;
+    *accuracy = c->m->target_kind == NRT_TARGET_CLASS ? (double)c->host->correct / n : NAN;
+    return 0;
+}
+
+/* ----------------------------------------------------------- parameters */
+
+/* On the run's stream: a plain cudaMemcpy would not wait for a
+ * non-blocking stream's work. */
+static int be_get_params(void *ctx, float *param, nrt_error *err)
+{
+    Ctx *c = (Ctx *)ctx;
+    return copy(c, param, c->net.param, sizeof(float) * c->m->param_count,
+                cudaMemcpyDeviceToHost, err) ||
+                   NRT_CUDA(cudaStreamSynchronize(c->net.stream), err)
+               ? -1
+               : 0;
+}
+
+static int be_set_params(void *ctx, const float *param, nrt_error *err)
+{
+    Ctx *c = (Ctx *)ctx;
+    return copy(c, c->net.param, param, sizeof(float) * c->m->param_count,
+                cudaMemcpyHostToDevice, err) ||
+                   NRT_CUDA(cudaStreamSynchronize(c->net.stream), err)
+               ? -1
+               : 0;
+}
+
+static size_t be_peak_memory(void *ctx)
+{
+    return ((const Ctx *)ctx)->mem.peak;
+}
+
+/* Safe on a context open failed half way through.  Errors are ignored:
+ * there is nobody left to report them to. */
+static void be_close(void *ctx)
+{
+    Ctx *c = (Ctx *)ctx;
+    if (!c)
+        return;
+    if (c->net.stream)
+        (void)cudaStreamSynchronize(c->net.stream);
+    drop_graphs(c);
+    cudaEvent_t ev[3] = {c->order_copied, c->staged[0], c->staged[1]};
+    for (int i = 0; i < 3; i++)
+        if (ev[i])
+            (void)cudaEventDestroy(ev[i]);
+    if (c->net.blas)
+        (void)cublasDestroy(c->net.blas);
+    free_all(c);
+    if (c->net.stream)
+        (void)cudaStreamDestroy(c->net.stream);
+    free(c);
+}
+
+/* ----------------------------------------------------------------- open */
+
+static int setup_blas(Ctx *c, nrt_error *err)
+{
+    nrt_cuda_net *net = &c->net;
+    if (NRT_CUBLAS(cublasCreate(&net->blas), err)) {
+        net->blas = NULL;
+        return -1;
+    }
+    /* Default math: exact fp32, no TF32.  No atomics: one seed, one result.
+     * The workspace after the stream: cublasSetStream resets it. */
+    return NRT_CUBLAS(cublasSetStream(net->blas, net->stream), err) ||
+                   NRT_CUBLAS(cublasSetMathMode(net->blas, CUBLAS_DEFAULT_MATH), err) ||
+                   NRT_CUBLAS(cublasSetAtomicsMode(net->blas, CUBLAS_ATOMICS_NOT_ALLOWED),
+                              err) ||
+                   dalloc(c, &c->blas_ws, BLAS_WORKSPACE, "cuBLAS's workspace", err) ||
+                   NRT_CUBLAS(cublasSetWorkspace(net->blas, c->blas_ws, BLAS_WORKSPACE), err)
+               ? -1
+               : 0;
+}
+
+static int alloc_net(Ctx *c, nrt_error *err)
+{
+    const nrt_model *m = c->m;
+    nrt_cuda_net *net = &c->net;
+    const size_t cap = (size_t)net->cap, np = m->param_count;
+    const int cls = m->target_kind == NRT_TARGET_CLASS;
+    const int need_m = c->h.kind == NRT_ADAM || c->h.momentum != 0;
+    if (dalloc(c, &net->param, np, "the parameters", err) ||
+        dalloc(c, &net->grad, np, "the gradients", err) ||
+        dalloc(c, &net->act, cap * m->act_size, "the activations", err) ||
+        dalloc(c, &net->gbuf[0], cap * m->grad_size, "the gradient buffers", err) ||
+        dalloc(c, &net->gbuf[1], cap * m->grad_size, "the gradient buffers", err) ||
+        dalloc(c, &net->scratch, cap * m->scratch_size, "the scratch buffer", err) ||
+        dalloc(c, &net->iact, cap * m->iact_size, "the integer activations", err) ||
+        dalloc(c, &c->bx, cap * m->in_size, "the batch", err) ||
+        (cls && dalloc(c, &c->blabel, cap, "the batch", err)) ||
+        (!cls && dalloc(c, &c->by, cap * (size_t)m->n_out, "the batch", err)) ||
+        (need_m && dalloc(c, &c->opt_m, np, "the optimizer state", err)) ||
+        (c->h.kind == NRT_ADAM && dalloc(c, &c->opt_v, np, "the optimizer state", err)) ||
+        dalloc(c, &c->dev, 1, "the run's scalars", err) ||
+        palloc(c, &c->host, 1, "the run's scalars", err))
+        return -1;
+    net->loss = &c->dev->loss;
+    net->step = &c->dev->step;
+    return 0;
+}
+
+static int setup(Ctx *c, const nrt_model *m, const nrt_run_config *cfg, char *name,
+                 size_t name_len, nrt_error *err)
+{
+    nrt_cuda_net *net = &c->net;
+    c->m = m;
+    c->h = cfg->optim;
+    net->model = m;
+    net->device = cfg->device;
+    net->cap = cfg->cap;
+    /* main.c's derivation of its dropout stream, so that the masks are
+     * independent of the initial weights and the shuffling as there */
+    net->seed = cfg->seed ^ (3 * 0xd1b54a32d192ed03ull);
+    net->training = 1;
+    cudaDeviceProp p;
+    if (NRT_CUDA(cudaSetDevice(cfg->device), err) ||
+        NRT_CUDA(cudaGetDeviceProperties(&p, cfg->device), err))
+        return -1;
+    c->sms = p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
+    snprintf(name, name_len, "cuda:%d (%.120s)", cfg->device, p.name);
+    if (NRT_CUDA(cudaStreamCreateWithFlags(&net->stream, cudaStreamNonBlocking), err)) {
+        net->stream = NULL;
+        return -1;
+    }
+    if (setup_blas(c, err) || alloc_net(c, err))
+        return -1;
+    /* the zeroing of every buffer is done before the first use */
+    return NRT_CUDA(cudaStreamSynchronize(net->stream), err);
+}
+
+static int no_such_device(int device, int count, nrt_error *err)
+{
+    if (count == 0)
+        return nrt_errorf(err, "cuda:%d: there is no CUDA device", device);
+    if (count == 1)
+        return nrt_errorf(err, "cuda:%d: there is only 1 CUDA device", device);
+    return nrt_errorf(err, "cuda:%d: there are only %d CUDA devices", device, count);
+}
+
+extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_backend *out,
+                             nrt_error *err)
+{
+    if (!m->cuda || !m->cuda->forward || !m->cuda->backward)
+        return nrt_errorf(err, "internal error: model '%s' has no CUDA passes", m->name);
+    if (cfg->cap < 1)
+        return nrt_errorf(err, "internal error: a batch capacity of %d", cfg->cap);
+    if (cfg->optim.kind != NRT_SGD && cfg->optim.kind != NRT_ADAM)
+        return nrt_errorf(err, "internal error: unknown optimizer kind %d", cfg->optim.kind);
+    const int count = nrt_cuda_device_count(err);
+    if (count < 0)
+        return -1;
+    if (cfg->device < 0 || cfg->device >= count)
+        return no_such_device(cfg->device, count, err);
+    Ctx *c = (Ctx *)calloc(1, sizeof *c);
+    if (!c)
+        return nrt_errorf(err, "out of memory");
+    nrt_backend b;
+    memset(&b, 0, sizeof b);
+    if (setup(c, m, cfg, b.name, sizeof b.name, err)) {
+        be_close(c);
+        return -1;
+    }
+    b.ctx = c;
+    b.set_data = be_set_data;
+    b.set_params = be_set_params;
+    b.get_params = be_get_params;
+    b.set_order = be_set_order;
+    b.step = be_step;
+    b.take_loss_sum = be_take_loss_sum;
+    b.evaluate = be_evaluate;
+    b.peak_memory = be_peak_memory;
+    b.close = be_close;
+    *out = b;
+    return 0;
+}

@@ -1,0 +1,124 @@
+/*
+ * netrt_cuda.h — the CUDA part of the netc runtime (libnetrt_cuda.a): what
+ * generated .cu files and the runtime's own CUDA sources see.
+ *
+ * libnetrt (C, no CUDA) reaches this part only through the function
+ * pointers of a model's nrt_cuda_model, which generated code fills in; a
+ * program built without CUDA has none, links no CUDA library and says so.
+ *
+ * The device state of a run is an nrt_cuda_net: the GPU's nrt_net.  Its
+ * buffers follow the model's memory plan exactly as on the cpu (the same
+ * offsets, layouts and gradient buffers), so one IR serves both backends.
+ *
+ * Conventions:
+ *  - Every CUDA call and kernel launch is checked; a failure names the call,
+ *    the file and line, and CUDA's error string, in an nrt_error.
+ *  - Kernels of one run go on its stream; nothing synchronises the device
+ *    except where a value must reach the host (a logged loss, an epoch's
+ *    totals, saved weights).
+ *  - Reductions (bias gradients, losses) are deterministic: a fixed order,
+ *    no floating-point atomics, so one seed gives one result on one GPU.
+ */
+#ifndef NETRT_CUDA_H
+#define NETRT_CUDA_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "netrt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A run's device state.  Pointers are device memory, sized for cap
+ * samples a batch. */
+struct nrt_cuda_net {
+    const nrt_model *model;
+    int device;
+    int cap;
+    float *param;          /* flat parameters, model->param_count floats */
+    float *grad;           /* flat gradients, same layout */
+    float *act;            /* value v of sample i: act + cap * offset + i * size */
+    float *gbuf[2];        /* gradient ping-pong buffers, cap * grad_size each */
+    float *scratch;        /* cap * scratch_size floats */
+    int32_t *iact;         /* cap * iact_size int32s (maxpool argmax) */
+    /* The batch of the current forward pass, set by the runtime. */
+    const float *x;        /* [n, in_size] */
+    const int32_t *label;  /* [n] (class targets) or NULL */
+    const float *y;        /* [n, n_out] (value targets) or NULL */
+    /* Written by forward: the batch's mean loss (one float) and the
+     * model's output [n, n_out]. */
+    float *loss;
+    const float *out;
+    int training;          /* dropout active; forward leaves d loss / d out in gbuf[0] */
+    /* Dropout: the mask of value i in the step is a function of seed,
+     * *step and i (nrt_cuda_dropout_keep in netrt_cuda.cuh), so a captured
+     * graph replays new masks: the runtime advances *step on the device. */
+    uint64_t seed;
+    unsigned long long *step;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+};
+
+/* Checks a CUDA runtime result: 0 if cudaSuccess, else -1 with
+ * "CALL failed at FILE:LINE: REASON" in err. */
+int nrt_cuda_check(cudaError_t e, const char *call, const char *file, int line,
+                   nrt_error *err);
+int nrt_cublas_check(cublasStatus_t s, const char *call, const char *file,
+                     int line, nrt_error *err);
+/* Checks the launches before it (cudaGetLastError); what names the kernel. */
+int nrt_cuda_launched(const char *what, const char *file, int line,
+                      nrt_error *err);
+
+#define NRT_CUDA(call, err) nrt_cuda_check((call), #call, __FILE__, __LINE__, (err))
+#define NRT_CUBLAS(call, err) nrt_cublas_check((call), #call, __FILE__, __LINE__, (err))
+#define NRT_LAUNCHED(what, err) nrt_cuda_launched((what), __FILE__, __LINE__, (err))
+
+/* Device memory, tracked: nrt_cuda_alloc counts what is in use and its
+ * peak; out of memory says how much was asked for and how much is free. */
+typedef struct nrt_cuda_mem {
+    size_t in_use, peak;
+} nrt_cuda_mem;
+int nrt_cuda_alloc(nrt_cuda_mem *m, void **p, size_t bytes, const char *what,
+                   nrt_error *err);
+void nrt_cuda_free(nrt_cuda_mem *m, void *p, size_t bytes);
+
+/* The entry points generated code puts in its nrt_cuda_model. */
+int nrt_cuda_device_count(nrt_error *err);
+int nrt_cuda_list_devices(FILE *out, nrt_error *err);
+int nrt_cuda_open(const nrt_model *m, const nrt_run_config *c,
+                  nrt_backend *out, nrt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifdef __CUDACC__
+namespace nrt_cu {
+
+template <class F> __global__ void each_kernel(size_t count, F f)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
+        f(i);
+}
+
+/* f(i) for i in [0, count), on the net's stream: the elementwise passes of
+ * generated code (epilogues, activations) are device lambdas run by this. */
+template <class F>
+inline int for_each(nrt_cuda_net *net, size_t count, F f, nrt_error *err)
+{
+    if (count == 0)
+        return 0;
+    size_t blocks = (count + 255) / 256;
+    if (blocks > 65536)
+        blocks = 65536; /* the loop strides over the rest */
+    each_kernel<<<(unsigned)blocks, 256, 0, net->stream>>>(count, f);
+    return NRT_LAUNCHED("nrt_cu::for_each", err);
+}
+
+} /* namespace nrt_cu */
+#endif
+
+#endif /* NETRT_CUDA_H */

@@ -1,0 +1,914 @@
+/*
+ * test_cuda_kernels.cu — the device kernels of runtime/cuda/netrt_cuda.cuh
+ * against the cpu kernels of libnetrt (runtime/kernels.c).
+ *
+ * Every launcher of nrt_cu:: runs on random inputs, for several geometries
+ * (padding, strides, odd sizes, tiles only partly filled) and batch sizes
+ * (1 among them), and its result is compared with the cpu function's.  Each
+ * comparison prints one line; the last line is
+ *   test_cuda_kernels: N checks, M failed
+ * Exit status: 0 if all passed, 1 if any failed, 77 (automake's "skipped")
+ * if there is no CUDA device.  The Philox known-answer tests run on the host
+ * first, device or not.  With --bench it times the convolutions of
+ * models/cifar10.net instead (batch 64, 256, 1024).
+ *
+ * Tolerances:
+ *  - sums of products (gemm, the convolutions, col_sums, row_sums):
+ *      |gpu - cpu| <= 1e-5 * M, M the same operation on the absolute values
+ *    of the operands (sum |a_i b_i|): relative 1e-5 of the terms' size, so
+ *    that cancellation does not make the test flaky.
+ *  - xent: the loss to 1e-5 relative; the gradient to 1e-5 (|cpu| + 1/n)
+ *    (its terms are softmax/n and 1/n).  NaN where the cpu has NaN.
+ *  - mse: the loss to 1e-6 relative (both sum in double); dy bit for bit.
+ *  - bit for bit (NaN matching NaN): pooling (values and argmax), dropout
+ *    (against the host's Philox), the transposes.
+ * Device outputs are filled with NaN bytes before each call, so that a
+ * value a kernel fails to write is caught.
+ *
+ * Build (the CUDA library's objects, or the weak fallbacks below):
+ *   nvcc -std=c++17 -O3 -arch=sm_90 -Iruntime -Iruntime/cuda \
+ *     tests/gpu/test_cuda_kernels.cu runtime/cuda/device.cu runtime/libnetrt.a \
+ *     -lcublas -lgomp -lm -o test_cuda_kernels
+ */
+#include "netrt.h"
+#include "netrt_cuda.h"
+#include "netrt_cuda.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <vector>
+
+/* ------------------------------------------- fallbacks for device.cu */
+
+/* runtime/cuda/device.cu defines these; the weak copies let the test link
+ * without it (the real ones win when it is linked). */
+extern "C" __attribute__((weak)) int nrt_cuda_check(cudaError_t e, const char *call,
+                                                    const char *file, int line,
+                                                    nrt_error *err)
+{
+    if (e == cudaSuccess)
+        return 0;
+    (void)cudaGetLastError();
+    return nrt_errorf(err, "%s failed at %s:%d: %s", call, file, line, cudaGetErrorString(e));
+}
+
+extern "C" __attribute__((weak)) int nrt_cublas_check(cublasStatus_t s, const char *call,
+                                                      const char *file, int line,
+                                                      nrt_error *err)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    return nrt_errorf(err, "%s failed at %s:%d: %s", call, file, line,
+                      cublasGetStatusString(s));
+}
+
+extern "C" __attribute__((weak)) int nrt_cuda_launched(const char *what, const char *file,
+                                                       int line, nrt_error *err)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        return 0;
+    return nrt_errorf(err, "launch of %s failed at %s:%d: %s", what, file, line,
+                      cudaGetErrorString(e));
+}
+
+/* --------------------------------------------------------------- checks */
+
+static int g_checks, g_failed;
+
+static void __attribute__((format(printf, 2, 3))) result(bool ok, const char *fmt, ...)
+{
+    g_checks++;
+    if (!ok)
+        g_failed++;
+    printf("%s ", ok ? "ok  " : "FAIL");
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+static void die_cuda(cudaError_t e, const char *call, int line)
+{
+    if (e == cudaSuccess)
+        return;
+    printf("FAIL %s at line %d: %s\n", call, line, cudaGetErrorString(e));
+    printf("test_cuda_kernels: %d checks, %d failed (stopped on a CUDA error)\n", g_checks + 1,
+           g_failed + 1);
+    exit(1);
+}
+#define CK(call) die_cuda((call), #call, __LINE__)
+
+static void die_blas(cublasStatus_t s, const char *call, int line)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return;
+    printf("FAIL %s at line %d: %s\n", call, line, cublasGetStatusString(s));
+    exit(1);
+}
+#define CB(call) die_blas((call), #call, __LINE__)
+
+static nrt_rng g_rng;
+
+static float frand() { return (float)(2.0 * nrt_rng_uniform(&g_rng) - 1.0); }
+
+static std::vector<float> randv(size_t n, float scale = 1.0f)
+{
+    std::vector<float> v(n);
+    for (auto &x : v)
+        x = scale * frand();
+    return v;
+}
+
+static std::vector<float> absv(const std::vector<float> &v)
+{
+    std::vector<float> a(v.size());
+    for (size_t i = 0; i < v.size(); i++)
+        a[i] = fabsf(v[i]);
+    return a;
+}
+
+/* A device buffer, filled with NaN bytes (0xff) when made or poisoned. */
+template <class T>
+struct Dev {
+    T *p = nullptr;
+    size_t n = 0;
+    explicit Dev(size_t count) : n(count)
+    {
+        CK(cudaMalloc((void **)&p, std::max<size_t>(n, 1) * sizeof(T) + 16));
+        poison();
+    }
+    Dev(const std::vector<T> &h) : Dev(h.size()) { put(h); }
+    ~Dev() { cudaFree(p); }
+    Dev(const Dev &) = delete;
+    Dev &operator=(const Dev &) = delete;
+    void poison() { CK(cudaMemset(p, 0xff, std::max<size_t>(n, 1) * sizeof(T) + 16)); }
+    void put(const std::vector<T> &h)
+    {
+        if (!h.empty())
+            CK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    std::vector<T> get(size_t count = (size_t)-1) const
+    {
+        if (count == (size_t)-1)
+            count = n;
+        std::vector<T> h(count);
+        CK(cudaDeviceSynchronize());
+        if (count)
+            CK(cudaMemcpy(h.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost));
+        return h;
+    }
+};
+
+/* A launcher's return code and the stream's completion: a failed check if
+ * either went wrong. */
+static bool launched(nrt_cuda_net *net, int rc, const nrt_error &err, const char *what)
+{
+    if (rc != 0) {
+        result(false, "%s: launcher returned %d: %s", what, rc, err.msg);
+        return false;
+    }
+    CK(cudaStreamSynchronize(net->stream));
+    return true;
+}
+
+static bool same_bits(float a, float b)
+{
+    if (std::isnan(a) || std::isnan(b))
+        return std::isnan(a) && std::isnan(b);
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* |got - want| <= rel * mag + abs_tol, NaN against NaN.  One line. */
+static void compare(const char *what, const std::vector<float> &got,
+                    const std::vector<float> &want, const std::vector<float> *mag, double rel,
+                    double abs_tol)
+{
+    size_t bad = 0, first = 0;
+    double worst = 0.0; /* largest error / tolerance */
+    for (size_t i = 0; i < want.size(); i++) {
+        const double g = got[i], w = want[i];
+        bool ok;
+        double tol = rel * (mag ? (double)(*mag)[i] : fabs(w)) + abs_tol;
+        if (std::isnan(w) || std::isnan(g))
+            ok = std::isnan(w) && std::isnan(g);
+        else if (std::isinf(w) || std::isinf(g))
+            ok = w == g;
+        else {
+            const double e = fabs(g - w);
+            ok = e <= tol;
+            if (tol > 0 && e / tol > worst)
+                worst = e / tol;
+            else if (tol == 0 && e > 0)
+                worst = INFINITY;
+        }
+        if (!ok && bad++ == 0)
+            first = i;
+    }
+    if (bad)
+        result(false, "%s: %zu of %zu values off, first [%zu] = %.9g, want %.9g (tol %.3g)",
+               what, bad, want.size(), first, (double)got[first], (double)want[first],
+               rel * (mag ? (double)(*mag)[first] : fabs((double)want[first])) + abs_tol);
+    else
+        result(true, "%s: %zu values, worst error %.3f of tolerance", what, want.size(), worst);
+}
+
+template <class T>
+static bool equal_bits(const T &a, const T &b)
+{
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
+static bool equal_bits(const float &a, const float &b) { return same_bits(a, b); }
+
+template <class T>
+static void compare_exact(const char *what, const std::vector<T> &got,
+                          const std::vector<T> &want)
+{
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < want.size(); i++)
+        if (!equal_bits(got[i], want[i]) && bad++ == 0)
+            first = i;
+    if (bad)
+        result(false, "%s: %zu of %zu values differ, first [%zu] = %.9g, want %.9g", what, bad,
+               want.size(), first, (double)got[first], (double)want[first]);
+    else
+        result(true, "%s: %zu values bit for bit", what, want.size());
+}
+
+static char g_name[512];
+
+static const char *__attribute__((format(printf, 1, 2))) name(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_name, sizeof g_name, fmt, ap);
+    va_end(ap);
+    return g_name;
+}
+
+/* -------------------------------------------------------------- philox */
+
+struct Kat {
+    uint32_t ctr[4], key[2], out[4];
+};
+
+/* Random123's known-answer vectors for Philox4x32-10 (kat_vectors). */
+static const Kat KATS[3] = {
+    {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
+    {{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+     {0xffffffffu, 0xffffffffu},
+     {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
+    {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
+     {0xa4093822u, 0x299f31d0u},
+     {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
+};
+
+static void check_kat(const char *where, int k, const uint32_t got[4])
+{
+    const Kat &v = KATS[k];
+    bool ok = true;
+    for (int i = 0; i < 4; i++)
+        ok = ok && got[i] == v.out[i];
+    result(ok, "philox4x32_10 %s: known-answer vector %d: %08x %08x %08x %08x", where, k,
+           got[0], got[1], got[2], got[3]);
+}
+
+static void test_philox_host()
+{
+    for (int k = 0; k < 3; k++) {
+        nrt_cu::philox4 c = {{KATS[k].ctr[0], KATS[k].ctr[1], KATS[k].ctr[2], KATS[k].ctr[3]}};
+        const nrt_cu::philox4 r = nrt_cu::philox4x32_10(c, KATS[k].key[0], KATS[k].key[1]);
+        check_kat("host", k, r.v);
+    }
+    /* philox_u32's packing of seed, step and i into key and counter */
+    const uint64_t seed = ((uint64_t)KATS[2].key[1] << 32) | KATS[2].key[0];
+    const uint64_t i = ((uint64_t)KATS[2].ctr[1] << 32) | KATS[2].ctr[0];
+    const uint64_t step = ((uint64_t)KATS[2].ctr[3] << 32) | KATS[2].ctr[2];
+    const uint32_t u = nrt_cu::philox_u32(seed, step, i);
+    result(u == KATS[2].out[0], "philox_u32 host: seed, step, i packed as key and counter");
+}
+
+__global__ void philox_kat_kernel(uint32_t *out)
+{
+    for (int k = 0; k < 3; k++) {
+        nrt_cu::philox4 c = {{0, 0, 0, 0}};
+        uint32_t k0 = 0, k1 = 0;
+        if (k == 1) {
+            c = {{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}};
+            k0 = k1 = 0xffffffffu;
+        } else if (k == 2) {
+            c = {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}};
+            k0 = 0xa4093822u;
+            k1 = 0x299f31d0u;
+        }
+        const nrt_cu::philox4 r = nrt_cu::philox4x32_10(c, k0, k1);
+        for (int i = 0; i < 4; i++)
+            out[4 * k + i] = r.v[i];
+    }
+}
+
+static void test_philox_device()
+{
+    Dev<uint32_t> out(12);
+    philox_kat_kernel<<<1, 1>>>(out.p);
+    CK(cudaGetLastError());
+    const std::vector<uint32_t> h = out.get();
+    for (int k = 0; k < 3; k++)
+        check_kat("device", k, &h[4 * k]);
+}
+
+/* ---------------------------------------------------------------- gemm */
+
+static void test_gemm_one(nrt_cuda_net *net, int ta, int tb, int m, int n, int k, float alpha,
+                          float beta, int pad)
+{
+    const int ar = ta ? k : m, ac = ta ? m : k;
+    const int br = tb ? n : k, bc = tb ? k : n;
+    const int lda = std::max(ac, 1) + (pad ? 3 : 0), ldb = std::max(bc, 1) + (pad ? 5 : 0);
+    const int ldc = n + (pad ? 2 : 0);
+    std::vector<float> a = randv((size_t)ar * lda), b = randv((size_t)br * ldb);
+    std::vector<float> c = randv((size_t)m * ldc);
+    std::vector<float> want = c, mag = absv(c);
+    nrt_sgemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, want.data(), ldc);
+    std::vector<float> aa = absv(a), ba = absv(b);
+    nrt_sgemm(ta, tb, m, n, k, fabsf(alpha), aa.data(), lda, ba.data(), ldb, fabsf(beta),
+              mag.data(), ldc);
+    Dev<float> da(a), db(b), dc(c);
+    nrt_error err = {};
+    const char *what = name("gemm ta=%d tb=%d m=%d n=%d k=%d alpha=%g beta=%g pad=%d", ta, tb,
+                            m, n, k, alpha, beta, pad);
+    if (!launched(net, nrt_cu::gemm(net, ta, tb, m, n, k, alpha, da.p, lda, db.p, ldb, beta,
+                                    dc.p, ldc, &err),
+                  err, what))
+        return;
+    compare(what, dc.get(), want, &mag, 1e-5, 1e-30);
+}
+
+static void test_gemm(nrt_cuda_net *net)
+{
+    const int shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {64, 100, 75}, {33, 17, 129}, {10, 1, 400},
+                             {256, 128, 64}};
+    for (auto &s : shapes)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                test_gemm_one(net, ta, tb, s[0], s[1], s[2], ta ? -0.5f : 1.0f,
+                              tb ? 0.75f : 0.0f, (ta + tb) % 2);
+    /* only C scaled: k = 0 and alpha = 0, as nrt_sgemm */
+    test_gemm_one(net, 0, 0, 5, 6, 0, 1.0f, 0.5f, 1);
+    test_gemm_one(net, 0, 1, 5, 6, 7, 0.0f, 0.0f, 0);
+    test_gemm_one(net, 1, 0, 5, 6, 7, 0.0f, 2.0f, 1);
+}
+
+/* --------------------------------------------------------- convolution */
+
+/* nrt_conv2d_dx where it applies (stride 1, PH < KH, PW < KW), else the
+ * product w^T dy and nrt_col2im_batch(_cn): the cpu's input gradient. */
+static void cpu_conv_dx(const nrt_conv *g, int n, int cn, const float *w, const float *dy,
+                        float *dx)
+{
+    if (g->sh == 1 && g->sw == 1 && g->ph < g->kh && g->pw < g->kw) {
+        std::vector<float> scratch((size_t)n * nrt_conv2d_dx_scratch(g) + 1);
+        nrt_conv2d_dx(g, n, cn, w, dy, scratch.data(), dx);
+        return;
+    }
+    const int ckk = g->c * g->kh * g->kw, np = n * g->oh * g->ow;
+    std::vector<float> col((size_t)ckk * np + 1);
+    nrt_sgemm(1, 0, ckk, np, g->o, 1.0f, w, ckk, dy, np, 0.0f, col.data(), np);
+    if (cn)
+        nrt_col2im_batch_cn(col.data(), n, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph,
+                            g->pw, g->oh, g->ow, dx);
+    else
+        nrt_col2im_batch(col.data(), n, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->ph,
+                         g->pw, g->oh, g->ow, dx);
+}
+
+template <int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH, int SW, int PH,
+          int PW, bool CN_OUT>
+static void test_conv_dx(nrt_cuda_net *net, const char *geo, int n, const std::vector<float> &w,
+                         const std::vector<float> &dy)
+{
+    const nrt_conv g = {C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW};
+    const size_t xs = (size_t)n * C * H * W;
+    std::vector<float> want(xs), mag(xs);
+    cpu_conv_dx(&g, n, CN_OUT, w.data(), dy.data(), want.data());
+    cpu_conv_dx(&g, n, CN_OUT, absv(w).data(), absv(dy).data(), mag.data());
+    Dev<float> dw(w), ddy(dy), ddx(xs);
+    nrt_error err = {};
+    const char *what = name("conv2d_dx %s n=%d %s", geo, n, CN_OUT ? "CN" : "NC");
+    if (!launched(net,
+                  nrt_cu::conv2d_dx<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, CN_OUT>(
+                      net, n, dw.p, ddy.p, ddx.p, &err),
+                  err, what))
+        return;
+    compare(what, ddx.get(), want, &mag, 1e-5, 1e-30);
+}
+
+template <int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH, int SW, int PH,
+          int PW, bool CN>
+static void test_conv(nrt_cuda_net *net, const char *geo, std::initializer_list<int> batches)
+{
+    const nrt_conv g = {C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW};
+    const int CKK = C * KH * KW;
+    for (int n : batches) {
+        const size_t xs = (size_t)n * C * H * W, ys = (size_t)O * n * OH * OW;
+        const size_t ws = (size_t)O * CKK;
+        const size_t xps = (size_t)C * n * (H + 2 * PH) * (W + 2 * PW);
+        std::vector<float> x = randv(xs), w = randv(ws), dy = randv(ys);
+        std::vector<float> xp(xps), xpa(xps);
+        nrt_conv2d_pad(&g, n, CN, x.data(), xp.data());
+        nrt_conv2d_pad(&g, n, CN, absv(x).data(), xpa.data());
+        nrt_error err = {};
+        Dev<float> dx(x), dw(w), ddy(dy);
+
+        { /* forward */
+            std::vector<float> want(ys), mag(ys);
+            nrt_conv2d_fwd(&g, n, w.data(), xp.data(), want.data());
+            nrt_conv2d_fwd(&g, n, absv(w).data(), xpa.data(), mag.data());
+            Dev<float> y(ys);
+            const char *what = name("conv2d_fwd %s n=%d %s", geo, n, CN ? "CN" : "NC");
+            if (launched(net,
+                         nrt_cu::conv2d_fwd<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, CN>(
+                             net, n, dx.p, dw.p, y.p, &err),
+                         err, what))
+                compare(what, y.get(), want, &mag, 1e-5, 1e-30);
+        }
+        { /* weight gradient, twice: the same bits */
+            std::vector<float> want(ws), mag(ws);
+            nrt_conv2d_dw(&g, n, dy.data(), xp.data(), want.data());
+            nrt_conv2d_dw(&g, n, absv(dy).data(), xpa.data(), mag.data());
+            Dev<float> gw(ws);
+            const char *what = name("conv2d_dw %s n=%d %s", geo, n, CN ? "CN" : "NC");
+            if (launched(net,
+                         nrt_cu::conv2d_dw<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, CN>(
+                             net, n, dx.p, ddy.p, gw.p, &err),
+                         err, what)) {
+                const std::vector<float> first = gw.get();
+                compare(what, first, want, &mag, 1e-5, 1e-30);
+                gw.poison();
+                if (launched(net,
+                             nrt_cu::conv2d_dw<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, CN>(
+                                 net, n, dx.p, ddy.p, gw.p, &err),
+                             err, what))
+                    compare_exact(name("conv2d_dw %s n=%d %s: deterministic", geo, n,
+                                       CN ? "CN" : "NC"),
+                                  gw.get(), first);
+            }
+        }
+        test_conv_dx<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, false>(net, geo, n, w, dy);
+        test_conv_dx<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, true>(net, geo, n, w, dy);
+    }
+}
+
+static void test_convs(nrt_cuda_net *net)
+{
+    /* cifar10's shapes: 5x5 / pad 2 and 3x3 / pad 1 */
+    test_conv<3, 32, 32, 32, 32, 32, 5, 5, 1, 1, 2, 2, false>(net, "3x32x32->32 k5 p2", {1, 3, 64});
+    test_conv<32, 16, 16, 64, 16, 16, 5, 5, 1, 1, 2, 2, true>(net, "32x16x16->64 k5 p2",
+                                                              {1, 5, 32});
+    test_conv<64, 8, 8, 64, 8, 8, 3, 3, 1, 1, 1, 1, true>(net, "64x8x8->64 k3 p1", {1, 7, 128});
+    /* LeNet: no padding, few output channels (the 16-row tiles) */
+    test_conv<3, 32, 32, 6, 28, 28, 5, 5, 1, 1, 0, 0, false>(net, "3x32x32->6 k5", {1, 2, 33});
+    test_conv<6, 14, 14, 16, 10, 10, 5, 5, 1, 1, 0, 0, true>(net, "6x14x14->16 k5", {1, 9});
+    /* strides and padding */
+    test_conv<5, 11, 9, 7, 6, 5, 3, 3, 2, 2, 1, 1, false>(net, "5x11x9->7 k3 s2 p1", {1, 2, 9});
+    test_conv<3, 13, 13, 17, 7, 7, 5, 5, 2, 2, 2, 2, true>(net, "3x13x13->17 k5 s2 p2", {1, 4});
+    test_conv<4, 7, 10, 19, 5, 4, 3, 2, 1, 3, 0, 1, true>(net, "4x7x10->19 k3x2 s1x3 p0x1",
+                                                          {1, 3, 4});
+    test_conv<2, 9, 8, 3, 3, 3, 4, 4, 3, 3, 1, 1, false>(net, "2x9x8->3 k4 s3 p1", {1, 5});
+    /* 1x1, more output channels than a tile (65 = 64 + 1) */
+    test_conv<33, 5, 5, 65, 5, 5, 1, 1, 1, 1, 0, 0, false>(net, "33x5x5->65 k1", {1, 2, 13});
+}
+
+/* -------------------------------------------------------------- pooling */
+
+template <int H, int W, int OH, int OW, int K, int S, int P>
+static void test_pool(nrt_cuda_net *net, const char *geo, std::initializer_list<int> plane_counts,
+                      bool ties, bool nans)
+{
+    for (int planes : plane_counts) {
+        const size_t xs = (size_t)planes * H * W, ys = (size_t)planes * OH * OW;
+        std::vector<float> x(xs), dy = randv(ys);
+        for (auto &v : x)
+            v = ties ? (float)(int)(3.0f * frand()) : frand();
+        if (nans)
+            for (size_t i = 0; i < xs; i += 7 + i % 5)
+                x[i] = NAN;
+        nrt_error err = {};
+        Dev<float> dx(x), ddy(dy);
+        const char *tag = nans ? " nan" : ties ? " ties" : "";
+
+        std::vector<float> y(ys);
+        std::vector<int32_t> arg(ys);
+        nrt_maxpool2d_fwd(x.data(), planes, 1, H, W, K, S, P, OH, OW, y.data(), arg.data());
+        Dev<float> gy(ys);
+        Dev<int32_t> garg(ys);
+        if (launched(net,
+                     nrt_cu::maxpool2d_fwd<H, W, OH, OW, K, S, P>(net, planes, dx.p, gy.p,
+                                                                 garg.p, &err),
+                     err, "maxpool2d_fwd")) {
+            compare_exact(name("maxpool2d_fwd %s planes=%d%s: y", geo, planes, tag), gy.get(), y);
+            compare_exact(name("maxpool2d_fwd %s planes=%d%s: argmax", geo, planes, tag),
+                          garg.get(), arg);
+        }
+        std::vector<float> gx(xs);
+        nrt_maxpool2d_bwd(dy.data(), arg.data(), planes, 1, H, W, OH, OW, gx.data());
+        Dev<int32_t> carg(arg);
+        Dev<float> gdx(xs);
+        if (launched(net,
+                     nrt_cu::maxpool2d_bwd<H, W, OH, OW, K, S, P>(net, planes, ddy.p, carg.p,
+                                                                 gdx.p, &err),
+                     err, "maxpool2d_bwd"))
+            compare_exact(name("maxpool2d_bwd %s planes=%d%s", geo, planes, tag), gdx.get(), gx);
+
+        if (nans)
+            continue;
+        nrt_avgpool2d_fwd(x.data(), planes, 1, H, W, K, S, P, OH, OW, y.data());
+        gy.poison();
+        if (launched(net,
+                     nrt_cu::avgpool2d_fwd<H, W, OH, OW, K, S, P>(net, planes, dx.p, gy.p, &err),
+                     err, "avgpool2d_fwd"))
+            compare_exact(name("avgpool2d_fwd %s planes=%d%s", geo, planes, tag), gy.get(), y);
+        nrt_avgpool2d_bwd(dy.data(), planes, 1, H, W, K, S, P, OH, OW, gx.data());
+        gdx.poison();
+        if (launched(net,
+                     nrt_cu::avgpool2d_bwd<H, W, OH, OW, K, S, P>(net, planes, ddy.p, gdx.p,
+                                                                 &err),
+                     err, "avgpool2d_bwd"))
+            compare_exact(name("avgpool2d_bwd %s planes=%d%s", geo, planes, tag), gdx.get(), gx);
+    }
+}
+
+static void test_pools(nrt_cuda_net *net)
+{
+    test_pool<32, 32, 16, 16, 2, 2, 0>(net, "32x32 k2 s2", {1, 3, 64 * 32}, false, false);
+    test_pool<32, 32, 16, 16, 2, 2, 0>(net, "32x32 k2 s2", {5}, true, false);
+    test_pool<32, 32, 16, 16, 2, 2, 0>(net, "32x32 k2 s2", {5}, false, true);
+    test_pool<7, 7, 3, 3, 2, 2, 0>(net, "7x7 k2 s2 (odd)", {1, 6}, true, false);
+    test_pool<7, 9, 4, 5, 3, 2, 1>(net, "7x9 k3 s2 p1", {1, 7}, false, false);
+    test_pool<7, 9, 4, 5, 3, 2, 1>(net, "7x9 k3 s2 p1", {7}, true, false);
+    test_pool<7, 9, 4, 5, 3, 2, 1>(net, "7x9 k3 s2 p1", {7}, false, true);
+    test_pool<8, 8, 8, 8, 3, 1, 1>(net, "8x8 k3 s1 p1", {1, 10}, true, false);
+    test_pool<9, 9, 4, 4, 3, 2, 0>(net, "9x9 k3 s2", {3}, false, false);
+    test_pool<5, 6, 2, 2, 2, 3, 0>(net, "5x6 k2 s3 (gaps)", {1, 4}, false, false);
+    test_pool<4, 4, 1, 1, 4, 4, 0>(net, "4x4 k4 (global)", {1, 9}, true, false);
+    test_pool<10, 10, 5, 5, 4, 2, 2>(net, "10x10 k4 s2 p2", {2}, false, false);
+}
+
+/* -------------------------------------------------------------- dropout */
+
+static void set_step(nrt_cuda_net *net, unsigned long long step)
+{
+    CK(cudaMemcpy(net->step, &step, sizeof step, cudaMemcpyHostToDevice));
+}
+
+static void want_dropout(uint64_t seed, uint64_t step, double p, const std::vector<float> &x,
+                         std::vector<float> &mask, std::vector<float> &y)
+{
+    const uint64_t cut = nrt_cu::dropout_cut(p);
+    const float scale = nrt_cu::dropout_scale(p);
+    mask.resize(x.size());
+    y.resize(x.size());
+    for (size_t i = 0; i < x.size(); i++) {
+        mask[i] = nrt_cuda_dropout_keep(seed, step, i, cut) ? scale : 0.0f;
+        y[i] = x[i] * mask[i];
+    }
+}
+
+static void test_dropout(nrt_cuda_net *net)
+{
+    const double ps[] = {0.0, 0.25, 0.5, 0.9, 1.0};
+    const size_t counts[] = {1, 1000, ((size_t)1 << 20) + 3};
+    unsigned long long step = 41;
+    for (double p : ps)
+        for (size_t count : counts) {
+            step += 1;
+            set_step(net, step);
+            std::vector<float> x = randv(count), dy = randv(count), mask, y;
+            want_dropout(net->seed, step, p, x, mask, y);
+            Dev<float> dx(x), ddy(dy), gy(count), gm(count), gdx(count);
+            nrt_error err = {};
+            if (!launched(net, nrt_cu::dropout_fwd(net, dx.p, gy.p, gm.p, count, p, &err), err,
+                          "dropout_fwd"))
+                continue;
+            const std::vector<float> hm = gm.get();
+            compare_exact(name("dropout_fwd p=%g count=%zu step=%llu: mask", p, count, step), hm,
+                          mask);
+            compare_exact(name("dropout_fwd p=%g count=%zu step=%llu: y", p, count, step),
+                          gy.get(), y);
+            if (count > 1000) {
+                size_t dropped = 0;
+                for (float m : hm)
+                    dropped += m == 0.0f;
+                const double frac = (double)dropped / count;
+                const double sd = sqrt(p * (1 - p) / count);
+                result(fabs(frac - p) <= 5 * sd + 1e-12,
+                       "dropout_fwd p=%g count=%zu: %.5f dropped", p, count, frac);
+            }
+            std::vector<float> want(count);
+            for (size_t i = 0; i < count; i++)
+                want[i] = dy[i] * mask[i];
+            if (launched(net, nrt_cu::dropout_bwd(net, ddy.p, gm.p, gdx.p, count, &err), err,
+                         "dropout_bwd"))
+                compare_exact(name("dropout_bwd p=%g count=%zu", p, count), gdx.get(), want);
+        }
+
+    /* A captured graph reads the step when replayed: new masks each time. */
+    const size_t count = 4099;
+    const double p = 0.5;
+    std::vector<float> x = randv(count);
+    Dev<float> dx(x), gy(count), gm(count);
+    nrt_error err = {};
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(net->stream, cudaStreamCaptureModeThreadLocal));
+    const int rc = nrt_cu::dropout_fwd(net, dx.p, gy.p, gm.p, count, p, &err);
+    CK(cudaStreamEndCapture(net->stream, &graph));
+    if (rc != 0) {
+        result(false, "dropout_fwd captured: %s", err.msg);
+        return;
+    }
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    std::vector<float> prev;
+    for (unsigned long long s : {1000ULL, 1001ULL, 0x123456789ULL}) {
+        set_step(net, s);
+        CK(cudaGraphLaunch(exec, net->stream));
+        CK(cudaStreamSynchronize(net->stream));
+        std::vector<float> mask, y;
+        want_dropout(net->seed, s, p, x, mask, y);
+        const std::vector<float> hm = gm.get();
+        compare_exact(name("dropout_fwd in a graph, step %llu: mask", s), hm, mask);
+        if (!prev.empty())
+            result(hm != prev, "dropout_fwd in a graph, step %llu: a new mask", s);
+        prev = hm;
+    }
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+}
+
+/* --------------------------------------------------------------- losses */
+
+template <int K>
+static void test_xent(nrt_cuda_net *net, std::initializer_list<int> batches)
+{
+    for (int n : batches)
+        for (int variant = 0; variant < 4; variant++) {
+            /* 0 plain, 1 a label out of range, 2 a NaN, 3 an infinity */
+            if (variant && n < 3)
+                continue;
+            std::vector<float> logits = randv((size_t)n * K, 4.0f);
+            std::vector<int32_t> label(n);
+            for (int i = 0; i < n; i++)
+                label[i] = (int32_t)nrt_rng_below(&g_rng, K);
+            /* a row with -inf entries is fine */
+            if (n > 1 && K > 1)
+                logits[(size_t)1 * K + (label[1] + 1) % K] = -INFINITY;
+            if (variant == 1)
+                label[n / 2] = (n % 2) ? K : -1;
+            if (variant == 2)
+                logits[(size_t)(n / 2) * K + K / 2] = NAN;
+            if (variant == 3)
+                logits[(size_t)(n - 1) * K] = INFINITY;
+            const char *vname[] = {"", " bad label", " NaN", " inf"};
+            std::vector<float> want_d((size_t)n * K);
+            const float want = nrt_xent(logits.data(), label.data(), n, K, want_d.data());
+            const float want_nog = nrt_xent(logits.data(), label.data(), n, K, NULL);
+            Dev<float> dl(logits), dd((size_t)n * K), dloss(1);
+            Dev<int32_t> dlab(label);
+            nrt_error err = {};
+            const std::vector<float> w1 = {want}, w0 = {want_nog};
+            const char *what = name("xent K=%d n=%d%s", K, n, vname[variant]);
+            if (launched(net, nrt_cu::xent<K>(net, dl.p, dlab.p, n, dd.p, dloss.p, &err), err,
+                         what)) {
+                compare(name("xent K=%d n=%d%s: loss", K, n, vname[variant]), dloss.get(), w1,
+                        NULL, 1e-5, 1e-30);
+                std::vector<float> mag(want_d.size());
+                for (size_t i = 0; i < mag.size(); i++)
+                    mag[i] = fabsf(want_d[i]) + 1.0f / n;
+                compare(name("xent K=%d n=%d%s: gradient", K, n, vname[variant]), dd.get(),
+                        want_d, &mag, 1e-5, 1e-30);
+            }
+            dloss.poison();
+            if (launched(net, nrt_cu::xent<K>(net, dl.p, dlab.p, n, NULL, dloss.p, &err), err,
+                         what))
+                compare(name("xent K=%d n=%d%s: loss without gradient", K, n, vname[variant]),
+                        dloss.get(), w0, NULL, 1e-5, 1e-30);
+        }
+}
+
+static void test_mse(nrt_cuda_net *net)
+{
+    const int shapes[][2] = {{1, 1}, {7, 3}, {1024, 10}, {1000, 1000}, {3, 0}};
+    for (auto &s : shapes) {
+        const int n = s[0], d = s[1];
+        const size_t nd = (size_t)n * d;
+        std::vector<float> y = randv(nd, 3.0f), t = randv(nd, 3.0f), dy(nd);
+        const float want = nrt_mse(y.data(), t.data(), n, d, dy.data());
+        Dev<float> gy(y), gt(t), gdy(nd), gl(1);
+        nrt_error err = {};
+        const std::vector<float> w = {want};
+        if (launched(net, nrt_cu::mse(net, gy.p, gt.p, n, d, gdy.p, gl.p, &err), err, "mse")) {
+            compare(name("mse n=%d d=%d: loss", n, d), gl.get(), w, NULL, 1e-6, 1e-30);
+            compare_exact(name("mse n=%d d=%d: dy", n, d), gdy.get(), dy);
+        }
+        gl.poison();
+        if (launched(net, nrt_cu::mse(net, gy.p, gt.p, n, d, NULL, gl.p, &err), err, "mse"))
+            compare(name("mse n=%d d=%d: loss without gradient", n, d), gl.get(), w, NULL, 1e-6,
+                    1e-30);
+    }
+}
+
+/* ----------------------------------------------------------------- sums */
+
+static void test_sums(nrt_cuda_net *net)
+{
+    const int cshapes[][2] = {{1, 1}, {1, 10}, {7, 33}, {1024, 10}, {1000, 513}, {64, 4096}};
+    for (auto &s : cshapes) {
+        const int rows = s[0], cols = s[1];
+        std::vector<float> a = randv((size_t)rows * cols), want(cols), mag(cols);
+        nrt_col_sums(a.data(), rows, cols, want.data());
+        nrt_col_sums(absv(a).data(), rows, cols, mag.data());
+        Dev<float> ga(a), go(cols);
+        nrt_error err = {};
+        if (launched(net, nrt_cu::col_sums(net, ga.p, rows, cols, go.p, &err), err, "col_sums"))
+            compare(name("col_sums rows=%d cols=%d", rows, cols), go.get(), want, &mag, 1e-5,
+                    1e-30);
+    }
+    /* rows of float4s, rows of floats (odd lengths; a misaligned start) */
+    const long long rshapes[][3] = {{1, 1, 0},     {3, 7, 0},          {64, 64 * 1024, 0},
+                                    {6, 1 << 20, 0}, {5, 1000003, 0}, {200, 300, 0},
+                                    {4, 1024, 1},  {32, 1024 * 1024, 0}};
+    for (auto &s : rshapes) {
+        const int rows = (int)s[0];
+        const size_t cols = (size_t)s[1];
+        const int off = (int)s[2];
+        std::vector<float> a = randv((size_t)rows * cols), want(rows), mag(rows);
+        nrt_row_sums(a.data(), rows, cols, want.data());
+        nrt_row_sums(absv(a).data(), rows, cols, mag.data());
+        std::vector<float> padded(off, 0.0f);
+        padded.insert(padded.end(), a.begin(), a.end());
+        Dev<float> ga(padded), go(rows);
+        nrt_error err = {};
+        if (launched(net, nrt_cu::row_sums(net, ga.p + off, rows, cols, go.p, &err), err,
+                     "row_sums")) {
+            const std::vector<float> first = go.get();
+            compare(name("row_sums rows=%d cols=%zu%s", rows, cols, off ? " misaligned" : ""),
+                    first, want, &mag, 1e-5, 1e-30);
+            go.poison();
+            if (launched(net, nrt_cu::row_sums(net, ga.p + off, rows, cols, go.p, &err), err,
+                         "row_sums"))
+                compare_exact(name("row_sums rows=%d cols=%zu: deterministic", rows, cols),
+                              go.get(), first);
+        }
+    }
+}
+
+/* ----------------------------------------------------------- transposes */
+
+template <int C, int HW>
+static void test_transpose(nrt_cuda_net *net, std::initializer_list<int> batches)
+{
+    for (int n : batches) {
+        const size_t total = (size_t)n * C * HW;
+        std::vector<float> x = randv(total), want(total);
+        for (int s = 0; s < n; s++)
+            for (int c = 0; c < C; c++)
+                for (int i = 0; i < HW; i++)
+                    want[((size_t)s * C + c) * HW + i] = x[((size_t)c * n + s) * HW + i];
+        Dev<float> gx(x), gy(total), gz(total);
+        nrt_error err = {};
+        if (launched(net, nrt_cu::cn_to_nc<C, HW>(net, n, gx.p, gy.p, &err), err, "cn_to_nc"))
+            compare_exact(name("cn_to_nc C=%d HW=%d n=%d", C, HW, n), gy.get(), want);
+        if (launched(net, nrt_cu::nc_to_cn<C, HW>(net, n, gy.p, gz.p, &err), err, "nc_to_cn"))
+            compare_exact(name("nc_to_cn C=%d HW=%d n=%d (round trip)", C, HW, n), gz.get(), x);
+    }
+}
+
+/* ---------------------------------------------------------------- bench */
+
+/* Milliseconds a launch of f takes (the median of 20 after 3 warm-ups). */
+template <class F>
+static double time_ms(nrt_cuda_net *net, F f)
+{
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<float> ms;
+    nrt_error err = {};
+    for (int r = 0; r < 23; r++) {
+        CK(cudaEventRecord(a, net->stream));
+        if (f(&err)) {
+            printf("bench: %s\n", err.msg);
+            exit(1);
+        }
+        CK(cudaEventRecord(b, net->stream));
+        CK(cudaEventSynchronize(b));
+        float t = 0;
+        CK(cudaEventElapsedTime(&t, a, b));
+        if (r >= 3)
+            ms.push_back(t);
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+template <int C, int H, int W, int O, int K, int P, bool CN>
+static void bench_conv(nrt_cuda_net *net, const char *layer, int n)
+{
+    const size_t xs = (size_t)n * C * H * W, ys = (size_t)O * n * H * W;
+    Dev<float> x(randv(xs)), w(randv((size_t)O * C * K * K)), y(ys), dy(randv(ys)),
+        dw((size_t)O * C * K * K), dx(xs), b(O);
+    const double gflop = 2e-9 * O * C * K * K * (double)n * H * W;
+    const double f = time_ms(net, [&](nrt_error *e) {
+        return nrt_cu::conv2d_fwd<C, H, W, O, H, W, K, K, 1, 1, P, P, CN>(net, n, x.p, w.p, y.p, e);
+    });
+    const double g = time_ms(net, [&](nrt_error *e) {
+        return nrt_cu::conv2d_dw<C, H, W, O, H, W, K, K, 1, 1, P, P, CN>(net, n, x.p, dy.p, dw.p, e);
+    });
+    const double d = time_ms(net, [&](nrt_error *e) {
+        return nrt_cu::conv2d_dx<C, H, W, O, H, W, K, K, 1, 1, P, P, true>(net, n, w.p, dy.p, dx.p, e);
+    });
+    const double r = time_ms(net, [&](nrt_error *e) {
+        return nrt_cu::row_sums(net, dy.p, O, (size_t)n * H * W, b.p, e);
+    });
+    printf("bench %-28s n=%4d  fwd %7.3f ms (%5.1f TFLOP/s)  dw %7.3f ms (%5.1f)  "
+           "dx %7.3f ms (%5.1f)  bias %6.3f ms (%5.0f GB/s)\n",
+           layer, n, f, gflop / f, g, gflop / g, d, gflop / d, r, 4e-6 * ys / r);
+}
+
+/* cifar10.net's convolutions (its first reads [n, C, H, W], the others
+ * channel-first values) */
+static void bench(nrt_cuda_net *net)
+{
+    for (int n : {64, 256, 1024}) {
+        bench_conv<3, 32, 32, 32, 5, 2, false>(net, "conv 3x32x32->32 k5 p2 NC", n);
+        bench_conv<32, 16, 16, 32, 5, 2, true>(net, "conv 32x16x16->32 k5 p2", n);
+        bench_conv<32, 8, 8, 64, 5, 2, true>(net, "conv 32x8x8->64 k5 p2", n);
+    }
+}
+
+/* ----------------------------------------------------------------- main */
+
+int main(int argc, char **argv)
+{
+    const bool do_bench = argc > 1 && strcmp(argv[1], "--bench") == 0;
+    nrt_rng_seed(&g_rng, 20240611);
+    test_philox_host();
+
+    int devices = 0;
+    const cudaError_t e = cudaGetDeviceCount(&devices);
+    if (e != cudaSuccess || devices == 0) {
+        printf("test_cuda_kernels: no CUDA device (%s); %d host checks, %d failed\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "none found", g_checks, g_failed);
+        return g_failed ? 1 : 77;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device 0: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
+           prop.multiProcessorCount);
+    CK(cudaSetDevice(0));
+
+    nrt_cuda_net net;
+    memset(&net, 0, sizeof net);
+    net.device = 0;
+    net.seed = 0x0123456789abcdefULL;
+    CK(cudaStreamCreate(&net.stream));
+    CB(cublasCreate(&net.blas));
+    CB(cublasSetStream(net.blas, net.stream));
+    CK(cudaMalloc((void **)&net.step, sizeof *net.step));
+
+    if (do_bench) {
+        bench(&net);
+        return 0;
+    }
+    test_philox_device();
+    test_gemm(&net);
+    test_convs(&net);
+    test_pools(&net);
+    test_dropout(&net);
+    test_xent<1>(&net, {1, 5});
+    test_xent<10>(&net, {1, 7, 256, 1024, 3000});
+    test_xent<37>(&net, {1, 64});
+    test_xent<100>(&net, {3, 100});
+    test_xent<1000>(&net, {2, 33});
+    test_mse(&net);
+    test_sums(&net);
+    test_transpose<3, 1024>(&net, {1, 4});
+    test_transpose<64, 16>(&net, {1, 5, 64});
+    test_transpose<5, 7>(&net, {1, 3});
+
+    CK(cudaFree(net.step));
+    CB(cublasDestroy(net.blas));
+    CK(cudaStreamDestroy(net.stream));
+    printf("test_cuda_kernels: %d checks, %d failed\n", g_checks, g_failed);
+    return g_failed ? 1 : 0;
+}
