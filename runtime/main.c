@@ -671,6 +671,7 @@ typedef struct Run {
     uint32_t *idx;
     FILE *metrics;
     long long steps;
+    float lr;          /* the optimizer's, --lr applied */
     nrt_error err;
 } Run;
 
@@ -684,7 +685,7 @@ static void progress(const Run *r, int epoch, size_t done, size_t total, double 
 static void bad_loss(Run *r, double loss, const char *when, int epoch)
 {
     fail(r->prog, "the loss is %s %s %lld (epoch %d); lower the learning rate (now %g)",
-         isnan(loss) ? "NaN" : "infinite", when, r->steps, epoch, r->o->lr >= 0 ? r->o->lr : (double)r->m->optim.lr);
+         isnan(loss) ? "NaN" : "infinite", when, r->steps, epoch, (double)r->lr);
 }
 
 /* The epochs: the order of the samples, the steps, the epoch's line and
@@ -721,12 +722,13 @@ static int train(Run *r)
             size_t n = d->n - s < (size_t)o->batch ? d->n - s : (size_t)o->batch;
             int logged = r->metrics && o->log_every && (r->steps + 1) % o->log_every == 0;
             int show = live && now() - last_shown > 0.1;
-            float loss = NAN;
-            if (be->step(be->ctx, s, (int)n, be->loss_free || logged || show ? &loss : NULL, err))
+            int want = be->loss_free || logged || show;
+            float loss;
+            if (be->step(be->ctx, s, (int)n, want ? &loss : NULL, err))
                 return -1;
             r->steps++;
             seen += n;
-            if (isnan(loss) && !be->loss_free && !logged && !show)
+            if (!want)
                 continue;
             if (!isfinite(loss)) {
                 if (live)
@@ -779,7 +781,7 @@ static int train(Run *r)
                     fprintf(r->metrics, ", \"test_accuracy\": %.9g", accuracy);
             }
             fprintf(r->metrics, ", \"lr\": %.7g, \"seconds\": %.6f, \"samples_per_sec\": %.3f}\n",
-                    o->lr >= 0 ? o->lr : (double)m->optim.lr, secs, (double)seen / secs);
+                    (double)r->lr, secs, (double)seen / secs);
             fflush(r->metrics);
         }
     }
@@ -826,19 +828,16 @@ static int parse_device(const char *dev, int *kind, int *index, nrt_error *err)
     return 0;
 }
 
-/* Opens the backend --device names.  auto: the first CUDA device when
- * there is one, else the cpu, said in one line. */
-static int open_device(Run *r, const nrt_run_config *rc_in)
+/* Opens the backend --device names (kind from parse_device, the CUDA
+ * index in rc->device).  auto: the first CUDA device when there is one,
+ * else the cpu, said in one line. */
+static int open_device(Run *r, int kind, const nrt_run_config *rc)
 {
     const char *dev = r->o->device;
     const nrt_model *m = r->m;
     nrt_error *err = &r->err;
-    nrt_run_config rc = *rc_in;
-    int kind;
-    if (parse_device(dev, &kind, &rc.device, err))
-        return -1;
     if (kind == DEV_CPU)
-        return cpu_open(m, &rc, &r->be, err);
+        return cpu_open(m, rc, &r->be, err);
     int is_cuda = kind == DEV_CUDA;
     if (!m->cuda) {
         if (is_cuda)
@@ -846,7 +845,7 @@ static int open_device(Run *r, const nrt_run_config *rc_in)
                               "(netc was configured without it); use --device cpu or auto", dev);
         if (!r->o->quiet)
             printf("device: cpu (auto: this program was built without CUDA)\n");
-        return cpu_open(m, &rc, &r->be, err);
+        return cpu_open(m, rc, &r->be, err);
     }
     int count = m->cuda->device_count(err);
     if (count < 0 && is_cuda)
@@ -858,13 +857,13 @@ static int open_device(Run *r, const nrt_run_config *rc_in)
                                                                   : "unset");
         if (!r->o->quiet)
             printf("device: cpu (auto: %s)\n", count < 0 ? err->msg : "no CUDA device");
-        return cpu_open(m, &rc, &r->be, err);
+        return cpu_open(m, rc, &r->be, err);
     }
-    if (rc.device >= count)
+    if (rc->device >= count)
         return nrt_errorf(err, "--device %s: there %s only %d CUDA device%s (cuda:0%s)", dev,
                           count == 1 ? "is" : "are", count, count == 1 ? "" : "s",
                           count == 1 ? "" : " and up");
-    if (m->cuda->open(m, &rc, &r->be, err))
+    if (m->cuda->open(m, rc, &r->be, err))
         return -1;
     if (!is_cuda && !r->o->quiet)
         printf("device: %s (auto)\n", r->be.name);
@@ -932,8 +931,9 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
             goto fail;
         return 0;
     }
-    int dev_kind, dev_index;
-    if (parse_device(o.device, &dev_kind, &dev_index, err))
+    int dev_kind;
+    nrt_run_config rc = {.seed = o.seed, .optim = m->optim};
+    if (parse_device(o.device, &dev_kind, &rc.device, err))
         goto fail;
     int need_data = o.max_steps != 0 || o.gradcheck > 0;
 
@@ -955,10 +955,11 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
             goto fail;
         goto done;
     }
-    nrt_run_config rc = {.cap = o.batch, .seed = o.seed, .optim = m->optim};
+    rc.cap = o.batch;
     if (o.lr >= 0)
         rc.optim.lr = (float)o.lr;
-    if (open_device(&r, &rc) || r.be.set_params(r.be.ctx, r.param, err))
+    r.lr = rc.optim.lr;
+    if (open_device(&r, dev_kind, &rc) || r.be.set_params(r.be.ctx, r.param, err))
         goto fail;
     if (o.metrics) {
         r.metrics = fopen(o.metrics, "w");
