@@ -192,6 +192,36 @@ void emit_value_locals(Emit *e)
                   (long long)p->values[v].offset, shape_str(e->arena, &p->values[v].shape));
 }
 
+/* The calls of the layers' passes, in order: forward, or backward from
+ * the loss.  The .cu file's passes take err and return nonzero on error. */
+void emit_pass_calls(Emit *e, bool bwd)
+{
+    const Program *p = e->p;
+    const char *open = e->cuda ? "TRY(" : "", *close = e->cuda ? ", err));" : ");";
+    for (int k = 0; k < (bwd ? p->nbwd : p->nnodes); k++) {
+        const Node *n = &p->nodes[bwd ? p->bwd[k] : k];
+        if (n->absorbed || ir_is_view(p, n))
+            continue;
+        int out = last_visible(n)->out;
+        if (bwd)
+            emitf(e, "%s%s(net, n, %s, %s, %s, %s%s", open, pass_name(e, n, "bwd"),
+                  value_expr(e, n->in), value_expr(e, out), grad_expr(e, out),
+                  grad_expr(e, n->in), close);
+        else
+            emitf(e, "%s%s(net, n, %s, %s%s", open, pass_name(e, n, "fwd"), value_expr(e, n->in),
+                  value_expr(e, out), close);
+    }
+}
+
+/* The guard that generated code and the runtime agree. */
+void emit_abi_check(Emit *e)
+{
+    emitf(e, "#if NETRT_ABI != %d", NETRT_ABI);
+    emitf(e, "#error \"generated for netrt ABI %d: this runtime differs; regenerate with its netc\"",
+          NETRT_ABI);
+    emitf(e, "#endif");
+}
+
 static void emit_forward(Emit *e)
 {
     const Program *p = e->p;
@@ -201,13 +231,7 @@ static void emit_forward(Emit *e)
     e->indent++;
     emitf(e, "int n = b->n;");
     emit_value_locals(e);
-    for (int i = 0; i < p->nnodes; i++) {
-        const Node *n = &p->nodes[i];
-        if (n->absorbed || ir_is_view(p, n))
-            continue;
-        emitf(e, "%s(net, n, %s, %s);", pass_name(e, n, "fwd"), value_expr(e, n->in),
-              value_expr(e, last_visible(n)->out));
-    }
+    emit_pass_calls(e, false);
     int last = p->nvalues - 1;
     emitf(e, "*out = %s;", value_expr(e, last));
     emitf(e, "float *dlast = net->training ? %s : NULL;", grad_expr(e, last));
@@ -231,14 +255,7 @@ static void emit_backward(Emit *e)
     e->indent++;
     emitf(e, "int n = b->n;");
     emit_value_locals(e);
-    for (int k = 0; k < p->nbwd; k++) {
-        const Node *n = &p->nodes[p->bwd[k]];
-        if (n->absorbed || ir_is_view(p, n))
-            continue;
-        int out = last_visible(n)->out;
-        emitf(e, "%s(net, n, %s, %s, %s, %s);", pass_name(e, n, "bwd"), value_expr(e, n->in),
-              value_expr(e, out), grad_expr(e, out), grad_expr(e, n->in));
-    }
+    emit_pass_calls(e, true);
     e->indent--;
     emitf(e, "}");
     emit_blank(e);
@@ -253,9 +270,7 @@ void emit_c(FILE *out, const Program *p, const char *source, Arena *a, bool cuda
     emit_blank(&e);
     emitf(&e, "#include <netrt.h>");
     emit_blank(&e);
-    emitf(&e, "#if NETRT_ABI != %d", NETRT_ABI);
-    emitf(&e, "#error \"generated for netrt ABI %d: this runtime differs; regenerate with its netc\"", NETRT_ABI);
-    emitf(&e, "#endif");
+    emit_abi_check(&e);
     emit_blank(&e);
     for (int i = 0; i < p->nnodes; i++)
         if (!p->nodes[i].absorbed && !ir_is_view(p, &p->nodes[i]))

@@ -55,13 +55,7 @@ static void emit_forward(Emit *e)
     emitf(e, "{");
     e->indent++;
     emit_value_locals(e);
-    for (int i = 0; i < p->nnodes; i++) {
-        const Node *n = &p->nodes[i];
-        if (n->absorbed || ir_is_view(p, n))
-            continue;
-        emitf(e, "TRY(%s(net, n, %s, %s, err));", pass_name(e, n, "fwd"), value_expr(e, n->in),
-              value_expr(e, last_visible(n)->out));
-    }
+    emit_pass_calls(e, false);
     int last = p->nvalues - 1;
     emitf(e, "net->out = %s;", value_expr(e, last));
     emitf(e, "float *dlast = net->training ? %s : NULL;", grad_expr(e, last));
@@ -78,20 +72,12 @@ static void emit_forward(Emit *e)
 
 static void emit_backward(Emit *e)
 {
-    const Program *p = e->p;
     emitf(e, "/* The backward pass, after forward() on the same batch in training mode. */");
     emitf(e, "static int backward(nrt_cuda_net *net, int n, nrt_error *err)");
     emitf(e, "{");
     e->indent++;
     emit_value_locals(e);
-    for (int k = 0; k < p->nbwd; k++) {
-        const Node *n = &p->nodes[p->bwd[k]];
-        if (n->absorbed || ir_is_view(p, n))
-            continue;
-        int out = last_visible(n)->out;
-        emitf(e, "TRY(%s(net, n, %s, %s, %s, %s, err));", pass_name(e, n, "bwd"),
-              value_expr(e, n->in), value_expr(e, out), grad_expr(e, out), grad_expr(e, n->in));
-    }
+    emit_pass_calls(e, true);
     emitf(e, "return 0;");
     e->indent--;
     emitf(e, "}");
@@ -105,10 +91,7 @@ void emit_cuda(FILE *out, const Program *p, const char *source, Arena *a)
           source);
     emitf(&e, "#include <netrt_cuda.cuh>");
     emit_blank(&e);
-    emitf(&e, "#if NETRT_ABI != %d", NETRT_ABI);
-    emitf(&e, "#error \"generated for netrt ABI %d: this runtime differs; regenerate with its netc\"",
-          NETRT_ABI);
-    emitf(&e, "#endif");
+    emit_abi_check(&e);
     emit_blank(&e);
     emitf(&e, "/* Every launch returns nonzero on a CUDA error (the message is in err). */");
     emitf(&e, "#define TRY(call) do { if ((call) != 0) return -1; } while (0)");

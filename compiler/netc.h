@@ -374,6 +374,10 @@ void emit_layer_comment(Emit *e, const Node *n);
 void emit_pass_locals(Emit *e, const Node *n, bool bwd);
 const Node *last_visible(const Node *n);
 void emit_value_locals(Emit *e);
+/* The calls of the layers' passes in forward() or backward(), and the
+ * #if that checks the runtime's ABI. */
+void emit_pass_calls(Emit *e, bool bwd);
+void emit_abi_check(Emit *e);
 
 /* ------------------------------------------------------------- emit_cuda.c */
 

@@ -492,15 +492,27 @@ static bool window(Program *p, Node *n, int64_t in, int k, int s, int pad,
 
 /* ------------------------------------------------ emission helpers */
 
+/* The epilogue of a linear or conv2d layer (the bias, then the fused
+ * activation), for the cpu and the GPU alike: says what it holds in a
+ * comment and returns the expression of v (the product's value plus the
+ * bias) it stores; NULL, and nothing emitted, when there is none. */
+static const char *epilogue(Emit *e, const Node *n)
+{
+    bool bias = n->nparams > 1;
+    if (!bias && !n->fused)
+        return NULL;
+    emitf(e, "/* epilogue: %s%s%s */", bias ? "bias" : "", bias && n->fused ? " + " : "",
+          n->fused ? n->fused->op->sig.name : "");
+    return n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v";
+}
+
 /* y = act(y + b) over y [n, M]: the bias and the fused activation as one
  * epilogue. */
 static void emit_epilogue(Emit *e, const Node *n, int64_t M, bool bias)
 {
-    if (!bias && !n->fused)
+    const char *expr = epilogue(e, n);
+    if (!expr)
         return;
-    const char *expr = n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v";
-    emitf(e, "/* epilogue: %s%s%s */", bias ? "bias" : "", bias && n->fused ? " + " : "",
-          n->fused ? n->fused->op->sig.name : "");
     emitf(e, "for (int i = 0; i < n; i++)");
     emitf(e, "    for (int j = 0; j < %lld; j++) {", (long long)M);
     emitf(e, "        float v = y[(size_t)i * %lld + j]%s;", (long long)M, bias ? " + b[j]" : "");
@@ -656,11 +668,9 @@ static void conv2d_fwd(Emit *e, const Node *n)
           c.O, c.P, c.O, c.CKK, c.CKK, c.P);
     emitf(e, "nrt_conv2d_fwd(&g, n, W, xp, y);");
     bool bias = n->nparams > 1;
-    if (!bias && !n->fused)
+    const char *expr = epilogue(e, n);
+    if (!expr)
         return;
-    const char *expr = n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v";
-    emitf(e, "/* epilogue: %s%s%s */", bias ? "bias" : "", bias && n->fused ? " + " : "",
-          n->fused ? n->fused->op->sig.name : "");
     emitf(e, "const size_t np = (size_t)n * %lld;", c.P);
     emitf(e, "for (int c = 0; c < %lld; c++) {", c.O);
     emitf(e, "    float *r = y + (size_t)c * np;");
@@ -911,17 +921,20 @@ static void cu_each(Emit *e, const char *count, const char *const *body, int nbo
 
 static void cu_epilogue(Emit *e, const Node *n, const char *count, const char *bias_index)
 {
-    bool bias = n->nparams > 1;
-    if (!bias && !n->fused)
+    const char *expr = epilogue(e, n);
+    if (!expr)
         return;
-    emitf(e, "/* epilogue: %s%s%s */", bias ? "bias" : "", bias && n->fused ? " + " : "",
-          n->fused ? n->fused->op->sig.name : "");
     const char *body[2] = {
         arena_printf(e->arena, "float v = y[i]%s;",
-                     bias ? arena_printf(e->arena, " + b[%s]", bias_index) : ""),
-        arena_printf(e->arena, "y[i] = %s;",
-                     n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v")};
+                     n->nparams > 1 ? arena_printf(e->arena, " + b[%s]", bias_index) : ""),
+        arena_printf(e->arena, "y[i] = %s;", expr)};
     cu_each(e, count, body, 2);
+}
+
+/* "(size_t)n * SIZE": the values of a batch of n samples of size floats */
+static const char *batch_count(Emit *e, long long size)
+{
+    return arena_printf(e->arena, "(size_t)n * %lld", size);
 }
 
 static void cu_act_grad(Emit *e, const Node *n, const char *count)
@@ -941,7 +954,7 @@ static void linear_cu_fwd(Emit *e, const Node *n)
     emitf(e, "/* y[n, %lld] = x[n, %lld] W^T (cuBLAS) */", M, K);
     emitf(e, "TRY(nrt_cu::gemm(net, 0, 1, n, %lld, %lld, 1.0f, x, %lld, W, %lld, 0.0f, y, %lld, err));",
           M, K, K, K, M);
-    cu_epilogue(e, n, arena_printf(e->arena, "(size_t)n * %lld", M),
+    cu_epilogue(e, n, batch_count(e, M),
                 arena_printf(e->arena, "i %% %lld", M));
 }
 
@@ -949,7 +962,7 @@ static void linear_cu_bwd(Emit *e, const Node *n)
 {
     const Program *p = e->p;
     long long K = p->values[n->in].shape.d[0], M = p->values[n->out].shape.d[0];
-    cu_act_grad(e, n, arena_printf(e->arena, "(size_t)n * %lld", M));
+    cu_act_grad(e, n, batch_count(e, M));
     emitf(e, "/* dW[%lld, %lld] = dy^T x */", M, K);
     emitf(e, "TRY(nrt_cu::gemm(net, 1, 0, %lld, %lld, n, 1.0f, dy, %lld, x, %lld, 0.0f, dW, %lld, err));",
           M, K, M, K, K);
@@ -1023,7 +1036,7 @@ static void pool_cu_bwd(Emit *e, const Node *n)
 static void act_cu_fwd(Emit *e, const Node *n)
 {
     const char *body[1] = {arena_printf(e->arena, "y[i] = %s;", n->op->act_fwd(e->arena, n, "x[i]"))};
-    cu_each(e, arena_printf(e->arena, "(size_t)n * %lld", (long long)value_size(e, n)), body, 1);
+    cu_each(e, batch_count(e, (long long)value_size(e, n)), body, 1);
 }
 
 static void act_cu_bwd(Emit *e, const Node *n)
@@ -1032,7 +1045,7 @@ static void act_cu_bwd(Emit *e, const Node *n)
     emitf(e, "    return 0;");
     const char *body[1] = {arena_printf(e->arena, "dx[i] = %s;",
                                         n->op->act_bwd(e->arena, n, "dy[i]", "y[i]"))};
-    cu_each(e, arena_printf(e->arena, "(size_t)n * %lld", (long long)value_size(e, n)), body, 1);
+    cu_each(e, batch_count(e, (long long)value_size(e, n)), body, 1);
 }
 
 static void flatten_cu_fwd(Emit *e, const Node *n)
@@ -1053,7 +1066,7 @@ static void flatten_cu_bwd(Emit *e, const Node *n)
 
 static void dropout_cu_fwd(Emit *e, const Node *n)
 {
-    const char *count = arena_printf(e->arena, "(size_t)n * %lld", (long long)value_size(e, n));
+    const char *count = batch_count(e, (long long)value_size(e, n));
     emitf(e, "if (!net->training) {");
     e->indent++;
     const char *body[1] = {"y[i] = x[i];"};
@@ -1071,7 +1084,7 @@ static void dropout_cu_bwd(Emit *e, const Node *n)
     emitf(e, "if (!dx)");
     emitf(e, "    return 0;");
     const char *body[1] = {"dx[i] = dy[i] * mask[i];"};
-    cu_each(e, arena_printf(e->arena, "(size_t)n * %lld", (long long)value_size(e, n)), body, 1);
+    cu_each(e, batch_count(e, (long long)value_size(e, n)), body, 1);
 }
 
 /* ------------------------------------------------------------ the table */
