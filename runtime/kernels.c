@@ -1645,6 +1645,17 @@ static double xent_row_libm(const float *x, float mx, int32_t l, int k, int n,
 
 enum { XENT_BUF = 2048 }; /* floats of exponentials on the stack, in evaluation */
 
+/* xent_finish on the pend rows before row i, whose shifted logits are in
+ * their gradient rows, or at the start of buf when there is no gradient. */
+static inline __attribute__((always_inline)) double
+xent_flush(float *dlogits, float *buf, const int32_t *label, int i, int pend,
+           int k, int n)
+{
+    const int r0 = i - pend;
+    return xent_finish(dlogits ? dlogits + (size_t)r0 * k : buf, label + r0,
+                       pend, k, n, dlogits != NULL);
+}
+
 /* Mean cross-entropy of n rows of k logits (log-softmax fused), times n;
  * and if dlogits is not NULL its gradient, (softmax - one-hot) / n.  The
  * shifted logits of as many rows as fit go to the gradient (or a buffer on
@@ -1656,11 +1667,7 @@ xent_rows(const float *logits, const int32_t *label, int n, int k,
 {
     float buf[XENT_BUF];
     double loss = 0.0;
-    int p0 = 0, pend = 0; /* rows p0 .. p0 + pend - 1 await their exponentials */
-#define XENT_FLUSH()                                                        \
-    (loss += xent_finish(dlogits ? dlogits + (size_t)p0 * k : buf,          \
-                         label + p0, pend, k, n, dlogits != NULL),          \
-     pend = 0)
+    int pend = 0; /* the rows before row i that await their exponentials */
     for (int i = 0; i < n; i++) {
         const float *x = logits + (size_t)i * k;
         float mx = x[0];
@@ -1672,23 +1679,21 @@ xent_rows(const float *logits, const int32_t *label, int n, int k,
         loss -= (l >= 0 && l < k) ? (double)x[l] - mx : NAN;
         float *d = dlogits ? dlogits + (size_t)i * k : NULL;
         if (!isfinite(mx) || (!d && k > XENT_BUF)) {
-            XENT_FLUSH();
+            loss += xent_flush(dlogits, buf, label, i, pend, k, n);
+            pend = 0;
             loss += xent_row_libm(x, mx, l, k, n, d);
-            p0 = i + 1;
             continue;
         }
         if (!d && (size_t)(pend + 1) * k > XENT_BUF) {
-            XENT_FLUSH();
-            p0 = i;
+            loss += xent_flush(dlogits, buf, label, i, pend, k, n);
+            pend = 0;
         }
         float *z = d ? d : buf + (size_t)pend * k;
         for (int j = 0; j < k; j++)
             z[j] = x[j] - mx;
         pend++;
     }
-    XENT_FLUSH();
-#undef XENT_FLUSH
-    return loss;
+    return loss + xent_flush(dlogits, buf, label, n, pend, k, n);
 }
 
 #ifdef NRT_X86_AVX2
