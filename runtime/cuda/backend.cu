@@ -75,23 +75,6 @@ struct Ctx {
     int ngraphs, evict;
 };
 
-/* ----------------------------------------------------- device.cu's kernels */
-
-/* C++ linkage, as defined in device.cu: a declaration here that disagrees
- * with the definition there fails to link. */
-int nrt_cuda_gather(cudaStream_t s, int sms, const float *sx, const int32_t *sl,
-                    const float *sy, const uint32_t *order, const unsigned long long *cursor,
-                    int n, size_t dim, size_t ydim, float *x, int32_t *label, float *y,
-                    nrt_error *err);
-int nrt_cuda_optim(cudaStream_t s, int sms, const nrt_optim *h, float *param,
-                   const float *grad, float *m, float *v, size_t n,
-                   const unsigned long long *step, nrt_error *err);
-int nrt_cuda_end_step(cudaStream_t s, const float *loss, int n, double *loss_sum,
-                      unsigned long long *cursor, unsigned long long *step, nrt_error *err);
-int nrt_cuda_count_eval(cudaStream_t s, const float *loss, const float *out,
-                        const int32_t *label, int n, int k, double *loss_sum,
-                        unsigned long long *correct, nrt_error *err);
-
 /* -------------------------------------------------------------- memory */
 
 /* Device memory (tracked, and zeroed as the cpu's calloc: no buffer starts

@@ -70,6 +70,24 @@ inline int grid_for(size_t count, int threads)
     return (int)b;
 }
 
+template <class F> __global__ void each_kernel(size_t count, F f)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
+        f(i);
+}
+
+/* f(i) for i in [0, count), on the net's stream: the elementwise passes of
+ * generated code (epilogues, activations) are device lambdas run by this. */
+template <class F>
+inline int for_each(nrt_cuda_net *net, size_t count, F f, nrt_error *err)
+{
+    if (count == 0)
+        return 0;
+    each_kernel<<<grid_for(count, 256), 256, 0, net->stream>>>(count, f);
+    return NRT_LAUNCHED("nrt_cu::for_each", err);
+}
+
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
 
 __host__ __device__ constexpr int pow2_at_least(int v) { return v <= 1 ? 1 : 2 * pow2_at_least((v + 1) / 2); }

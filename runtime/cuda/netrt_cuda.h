@@ -92,33 +92,23 @@ int nrt_cuda_open(const nrt_model *m, const nrt_run_config *c,
 
 #ifdef __cplusplus
 }
-#endif
 
-#ifdef __CUDACC__
-namespace nrt_cu {
-
-template <class F> __global__ void each_kernel(size_t count, F f)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-         i += (size_t)gridDim.x * blockDim.x)
-        f(i);
-}
-
-/* f(i) for i in [0, count), on the net's stream: the elementwise passes of
- * generated code (epilogues, activations) are device lambdas run by this. */
-template <class F>
-inline int for_each(nrt_cuda_net *net, size_t count, F f, nrt_error *err)
-{
-    if (count == 0)
-        return 0;
-    size_t blocks = (count + 255) / 256;
-    if (blocks > 65536)
-        blocks = 65536; /* the loop strides over the rest */
-    each_kernel<<<(unsigned)blocks, 256, 0, net->stream>>>(count, f);
-    return NRT_LAUNCHED("nrt_cu::for_each", err);
-}
-
-} /* namespace nrt_cu */
+/* The runtime's own kernels (device.cu), launched by backend.cu on stream
+ * s: the batch gather at the device cursor, the optimizer over the flat
+ * buffers, the end of a step (loss sum, cursor, step counter) and an
+ * evaluation batch's loss and correct predictions. */
+int nrt_cuda_gather(cudaStream_t s, int sms, const float *sx, const int32_t *sl,
+                    const float *sy, const uint32_t *order, const unsigned long long *cursor,
+                    int n, size_t dim, size_t ydim, float *x, int32_t *label, float *y,
+                    nrt_error *err);
+int nrt_cuda_optim(cudaStream_t s, int sms, const nrt_optim *h, float *param,
+                   const float *grad, float *m, float *v, size_t n,
+                   const unsigned long long *step, nrt_error *err);
+int nrt_cuda_end_step(cudaStream_t s, const float *loss, int n, double *loss_sum,
+                      unsigned long long *cursor, unsigned long long *step, nrt_error *err);
+int nrt_cuda_count_eval(cudaStream_t s, const float *loss, const float *out,
+                        const int32_t *label, int n, int k, double *loss_sum,
+                        unsigned long long *correct, nrt_error *err);
 #endif
 
 #endif /* NETRT_CUDA_H */
