@@ -890,7 +890,9 @@ static void dropout_fwd(Emit *e, const Node *n)
     emitf(e, "    memcpy(y, x, sizeof(float) * (size_t)n * %lld);", size);
     emitf(e, "    return;");
     emitf(e, "}");
-    emitf(e, "nrt_dropout_fwd(&net->rng, x, y, mask, (size_t)n * %lld, %s);", size,
+    emitf(e, "/* masks (philox.h): a function of the run's dropout key, layer %d, the step */",
+          n->index);
+    emitf(e, "nrt_dropout_fwd(net, %d, x, y, mask, (size_t)n * %lld, %s);", n->index, size,
           c_double(e->arena, arg(n, 0)));
 }
 
@@ -1074,8 +1076,9 @@ static void dropout_cu_fwd(Emit *e, const Node *n)
     emitf(e, "return 0;");
     e->indent--;
     emitf(e, "}");
-    emitf(e, "/* masks from Philox (the seed, the step counter on the device, the position) */");
-    emitf(e, "TRY(nrt_cu::dropout_fwd(net, x, y, mask, %s, %s, err));", count,
+    emitf(e, "/* masks (philox.h): a function of the run's dropout key, layer %d, the step */",
+          n->index);
+    emitf(e, "TRY(nrt_cu::dropout_fwd(net, %d, x, y, mask, %s, %s, err));", n->index, count,
           c_double(e->arena, arg(n, 0)));
 }
 

@@ -1459,33 +1459,43 @@ typedef uint32_t v8u __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef float v8s __attribute__((vector_size(32)));
 
-/* (a macro: a function returning a 32-byte vector has an ABI of its own) */
-#define ROTL4(x, k) (((x) << (k)) | ((x) >> (64 - (k))))
+/* philox.h's dropout, eight lanes side by side in vectors: for each run
+ * of 256 values, the eight lanes' Philox blocks (the xoshiro128** states,
+ * four words of eight lanes), then 32 steps of the eight streams, step t
+ * deciding values 8t .. 8t+7 of the run with one vector compare. */
+typedef struct Lanes8 {
+    v8u s0, s1, s2, s3;
+} Lanes8;
 
-/* Four xoshiro256** generators side by side in vector lanes (the steps of
- * rng.c's nrt_rng_next; x * 5 and x * 9 as shifts and adds).  Step t gives
- * four 64-bit outputs, read as eight 32-bit integers u (lane L's low half,
- * then its high half), which decide values 8t .. 8t+7 in that order: value
- * i is dropped when u_i < cut.  The lanes do not depend on each other and
- * the eight values are decided by one vector compare: no branch, and not
- * one generator's chain of dependent steps per value. */
-static inline __attribute__((always_inline)) void
-dropout_lanes(v4u s[4], uint32_t cut, float scale, const float *x, float *y,
-              float *mask, size_t n)
+/* The eight lanes' counters for the run g: blocks 8g .. 8g+7. */
+static inline __attribute__((always_inline)) Lanes8 lane_counters(size_t g, uint32_t layer,
+                                                                  uint64_t step)
 {
-    v4u s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3];
-    int32_t sb;
-    memcpy(&sb, &scale, sizeof sb);
-    for (size_t i = 0; i < n; i += 8) {
-        const v4u a = (s1 << 2) + s1, b = ROTL4(a, 7), next = (b << 3) + b;
-        const v4u t = s1 << 17;
+    const v8u lane = {0, 1, 2, 3, 4, 5, 6, 7}, zero = {0};
+    const Lanes8 l = {lane + (uint32_t)(8 * g), zero + layer, zero + (uint32_t)step,
+                      zero + (uint32_t)(step >> 32)};
+    return l;
+}
+
+/* Runs the lanes l (Philox's output, the streams' states) over the values
+ * 256g .. 256g+255 below n: kept when the word is >= cut, scaled by sb's
+ * float. */
+static inline __attribute__((always_inline)) void
+lanes_write(const Lanes8 *l, size_t g, uint32_t cut, int32_t sb, const float *x, float *y,
+            float *mask, size_t n)
+{
+    v8u s0 = l->s0, s1 = l->s1, s2 = l->s2, s3 = l->s3;
+    s0 |= (v8u)((s0 | s1 | s2 | s3) == 0) & 1; /* the all-zero state */
+    for (size_t i = 256 * g; i < n && i < 256 * g + 256; i += 8) {
+        const v8u a = (s1 << 2) + s1, b = (a << 7) | (a >> 25), u = (b << 3) + b;
+        const v8u t = s1 << 9;
         s2 ^= s0;
         s3 ^= s1;
         s1 ^= s2;
         s0 ^= s3;
         s2 ^= t;
-        s3 = ROTL4(s3, 45);
-        const v8i keep = (v8i)((v8u)next >= cut); /* -1 or 0 */
+        s3 = (s3 << 11) | (s3 >> 21);
+        const v8i keep = (v8i)(u >= cut); /* -1 or 0 */
         const v8s m = (v8s)(keep & sb);
         if (n - i >= 8) {
             v8s xv;
@@ -1500,32 +1510,80 @@ dropout_lanes(v4u s[4], uint32_t cut, float scale, const float *x, float *y,
             }
         }
     }
-    s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
 }
 
 #ifdef NRT_X86_AVX2
+/* Philox's rounds with AVX2's 32x32->64 multiply of the even lanes
+ * (vpmuludq); the odd lanes' products come from the counters shifted
+ * down, and a blend puts the halves back in their lanes. */
 __attribute__((target("avx2"))) static void
-dropout_avx2(v4u s[4], uint32_t cut, float scale, const float *x, float *y,
-             float *mask, size_t n)
+dropout_avx2(uint64_t key, uint32_t layer, uint64_t step, uint32_t cut, float scale,
+             const float *x, float *y, float *mask, size_t n)
 {
-    dropout_lanes(s, cut, scale, x, y, mask, n);
+    int32_t sb;
+    memcpy(&sb, &scale, sizeof sb);
+    const __m256i m0 = _mm256_set1_epi64x(0xD2511F53), m1 = _mm256_set1_epi64x(0xCD9E8D57);
+    for (size_t g = 0; 256 * g < n; g++) {
+        Lanes8 l = lane_counters(g, layer, step);
+        __m256i c0 = (__m256i)l.s0, c1 = (__m256i)l.s1, c2 = (__m256i)l.s2, c3 = (__m256i)l.s3;
+        uint32_t kl = (uint32_t)key, kh = (uint32_t)(key >> 32);
+        for (int r = 0; r < 10; r++) {
+            const __m256i e0 = _mm256_mul_epu32(c0, m0);
+            const __m256i o0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
+            const __m256i e1 = _mm256_mul_epu32(c2, m1);
+            const __m256i o1 = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
+            const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(e0, 32), o0, 0xAA);
+            const __m256i lo0 = _mm256_blend_epi32(e0, _mm256_slli_epi64(o0, 32), 0xAA);
+            const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(e1, 32), o1, 0xAA);
+            const __m256i lo1 = _mm256_blend_epi32(e1, _mm256_slli_epi64(o1, 32), 0xAA);
+            c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)kl));
+            c1 = lo1;
+            c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)kh));
+            c3 = lo0;
+            kl += 0x9E3779B9u;
+            kh += 0xBB67AE85u;
+        }
+        const Lanes8 s = {(v8u)c0, (v8u)c1, (v8u)c2, (v8u)c3};
+        lanes_write(&s, g, cut, sb, x, y, mask, n);
+    }
 }
 #endif
 
-static void dropout_generic(v4u s[4], uint32_t cut, float scale,
-                            const float *x, float *y, float *mask, size_t n)
+/* The rounds in GCC's vectors: 64-bit lanes hold the even and the odd
+ * lanes' products. */
+static void dropout_generic(uint64_t key, uint32_t layer, uint64_t step, uint32_t cut,
+                            float scale, const float *x, float *y, float *mask, size_t n)
 {
-    dropout_lanes(s, cut, scale, x, y, mask, n);
+    int32_t sb;
+    memcpy(&sb, &scale, sizeof sb);
+    for (size_t g = 0; 256 * g < n; g++) {
+        Lanes8 l = lane_counters(g, layer, step);
+        uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+        for (int r = 0; r < 10; r++) {
+            const v4u e0 = ((v4u)l.s0 & 0xffffffffu) * 0xD2511F53u;
+            const v4u o0 = ((v4u)l.s0 >> 32) * 0xD2511F53u;
+            const v4u e1 = ((v4u)l.s2 & 0xffffffffu) * 0xCD9E8D57u;
+            const v4u o1 = ((v4u)l.s2 >> 32) * 0xCD9E8D57u;
+            const v8u hi0 = (v8u)((e0 >> 32) | (o0 & 0xffffffff00000000u));
+            const v8u lo0 = (v8u)((e0 & 0xffffffffu) | (o0 << 32));
+            const v8u hi1 = (v8u)((e1 >> 32) | (o1 & 0xffffffff00000000u));
+            const v8u lo1 = (v8u)((e1 & 0xffffffffu) | (o1 << 32));
+            l.s0 = hi1 ^ l.s1 ^ k0;
+            l.s1 = lo1;
+            l.s2 = hi0 ^ l.s3 ^ k1;
+            l.s3 = lo0;
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        lanes_write(&l, g, cut, sb, x, y, mask, n);
+    }
 }
 
-void nrt_dropout_fwd(nrt_rng *r, const float *x, float *y, float *mask,
+void nrt_dropout_fwd(const struct nrt_net *net, uint32_t layer, const float *x, float *y, float *mask,
                      size_t n, double p)
 {
-    /* A value is dropped when its 32 random bits, as an integer, are below
-     * ceil(p * 2^32): probability p to within 2^-32.  Lane L starts from
-     * nrt_rng_seed with the L-th of four draws from r. */
-    const double cut = ceil(p * 4294967296.0);
-    if (cut > 4294967295.0) { /* everything dropped, and nothing drawn */
+    const uint64_t cut = nrt_dropout_cut(p);
+    if (cut > UINT32_MAX) { /* everything dropped */
         for (size_t i = 0; i < n; i++) {
             mask[i] = 0.0f;
             y[i] = x[i] * 0.0f;
@@ -1533,20 +1591,13 @@ void nrt_dropout_fwd(nrt_rng *r, const float *x, float *y, float *mask,
         return;
     }
     const float scale = (float)(1.0 / (1.0 - p));
-    v4u s[4];
-    for (int l = 0; l < 4; l++) {
-        nrt_rng lane;
-        nrt_rng_seed(&lane, nrt_rng_next(r));
-        for (int w = 0; w < 4; w++)
-            s[w][l] = lane.s[w];
-    }
 #ifdef NRT_X86_AVX2
     if (have_avx2()) {
-        dropout_avx2(s, (uint32_t)cut, scale, x, y, mask, n);
+        dropout_avx2(net->dropout_key, layer, net->step, (uint32_t)cut, scale, x, y, mask, n);
         return;
     }
 #endif
-    dropout_generic(s, (uint32_t)cut, scale, x, y, mask, n);
+    dropout_generic(net->dropout_key, layer, net->step, (uint32_t)cut, scale, x, y, mask, n);
 }
 
 /* ----------------------------------------------------------------- losses */

@@ -8,10 +8,12 @@
  * contract scripts rely on (README.md lists them); the model's defaults
  * apply where a flag is not given.
  *
- * Random streams: initial weights, shuffling and dropout each draw from a
- * generator of their own seeded from --seed, so changing one (say,
- * --no-shuffle) does not change the others, and one seed with one set of
- * flags gives bit-identical runs.
+ * Random streams: initial weights, shuffling and dropout each have a key
+ * of their own derived from --seed, so changing one (say, --no-shuffle)
+ * does not change the others, and one seed with one set of flags gives
+ * bit-identical runs.  The shuffle and the dropout masks are functions of
+ * counters (philox.h: the epoch, the step), computed alike by every
+ * backend.
  */
 #include "netrt.h"
 
@@ -43,9 +45,9 @@ typedef struct Options {
     int list_devices;    /* --list-devices */
 } Options;
 
-static void seed_stream(nrt_rng *r, uint64_t seed, uint64_t stream)
+static uint64_t stream_key(uint64_t seed, uint64_t stream)
 {
-    nrt_rng_seed(r, seed ^ (stream * 0xd1b54a32d192ed03ull));
+    return seed ^ (stream * 0xd1b54a32d192ed03ull);
 }
 
 static double now(void)
@@ -426,12 +428,11 @@ static Eval evaluate(nrt_net *net, Batcher *bt, const nrt_dataset *d, int cap, u
 
 /* ---------------------------------------------------------------- gradcheck */
 
-/* Loss of the batch with the dropout stream reset, so every evaluation of
- * the loss sees the same masks. */
-static double loss_at(nrt_net *net, const nrt_batch *b, const nrt_rng *dropout)
+/* Loss of the batch.  net->step does not move, so every evaluation of
+ * the loss sees the same dropout masks. */
+static double loss_at(nrt_net *net, const nrt_batch *b)
 {
     const float *out;
-    net->rng = *dropout;
     return (double)net->model->forward(net, b, &out);
 }
 
@@ -441,18 +442,18 @@ typedef struct Check {
 } Check;
 
 /* Compares the analytic derivative of value *v with central differences. */
-static void check_one(nrt_net *net, const nrt_batch *b, const nrt_rng *dropout, float *v,
+static void check_one(nrt_net *net, const nrt_batch *b, float *v,
                       double analytic, const char *what, long long index, Check *c, int verbose)
 {
     const char *step = getenv("NETRT_GRADCHECK_STEP");
     const double h = step ? atof(step) : 1e-3, atol = 2e-4, rtol = 5e-3;
     float saved = *v;
     *v = saved + (float)h;
-    double up = loss_at(net, b, dropout);
+    double up = loss_at(net, b);
     *v = saved - (float)h;
-    double down = loss_at(net, b, dropout);
+    double down = loss_at(net, b);
     *v = saved;
-    double mid = loss_at(net, b, dropout);
+    double mid = loss_at(net, b);
     double central = (up - down) / (2 * h);
     double right = (up - mid) / h, left = (mid - down) / h;
     c->checked++;
@@ -495,11 +496,10 @@ static int gradcheck(nrt_net *net, const nrt_dataset *d, int nsamples, uint64_t 
     for (size_t i = 0; i < n; i++)
         idx[i] = (uint32_t)i;
     nrt_batch b = gather(&bt, d, idx, n);
-    nrt_rng dropout;
-    seed_stream(&dropout, seed, STREAM_DROPOUT);
+    net->dropout_key = stream_key(seed, STREAM_DROPOUT);
     net->training = 1;
     net->dinput = dinput;
-    loss_at(net, &b, &dropout);
+    loss_at(net, &b);
     m->backward(net, &b);
     memcpy(analytic, net->grad, sizeof(float) * m->param_count);
     net->dinput = NULL;
@@ -510,12 +510,12 @@ static int gradcheck(nrt_net *net, const nrt_dataset *d, int nsamples, uint64_t 
         const nrt_param *p = &m->params[i];
         size_t stride = p->size > 64 ? p->size / 64 : 1; /* at most ~64 per tensor */
         for (size_t k = 0; k < p->size; k += stride)
-            check_one(net, &b, &dropout, net->param + p->offset + k, analytic[p->offset + k],
+            check_one(net, &b, net->param + p->offset + k, analytic[p->offset + k],
                       p->name, (long long)k, &c, verbose);
     }
     size_t nin = n * m->in_size, stride = nin > 256 ? nin / 256 : 1;
     for (size_t k = 0; k < nin; k += stride)
-        check_one(net, &b, &dropout, bt.x + k, dinput[k], "input", (long long)k, &c, verbose);
+        check_one(net, &b, bt.x + k, dinput[k], "input", (long long)k, &c, verbose);
     printf("gradcheck: %lld values checked on %zu samples, %lld at kinks, max error %.3g: %s\n",
            c.checked, n, c.kinks, c.max_err, c.failed ? "FAILED" : "ok");
     batcher_free(&bt);
@@ -535,7 +535,7 @@ typedef struct Cpu {
     nrt_optim_state opt;
     Batcher bt;
     const nrt_dataset *train, *test;
-    const uint32_t *order;
+    uint32_t *order;       /* the epoch's order, train->n indices */
     uint32_t *eval_idx;
     double loss_sum;
 } Cpu;
@@ -546,9 +546,11 @@ static int cpu_set_data(void *ctx, const nrt_dataset *train, const nrt_dataset *
     Cpu *c = ctx;
     c->train = train;
     c->test = test;
+    free(c->order);
     free(c->eval_idx);
+    c->order = malloc(sizeof *c->order * (train->n ? train->n : 1));
     c->eval_idx = malloc(sizeof *c->eval_idx * (test && test->n ? test->n : 1));
-    return c->eval_idx ? 0 : nrt_errorf(err, "out of memory");
+    return c->order && c->eval_idx ? 0 : nrt_errorf(err, "out of memory");
 }
 
 static int cpu_set_params(void *ctx, const float *param, nrt_error *err)
@@ -567,11 +569,14 @@ static int cpu_get_params(void *ctx, float *param, nrt_error *err)
     return 0;
 }
 
-static int cpu_set_order(void *ctx, const uint32_t *order, size_t n, nrt_error *err)
+static int cpu_set_order(void *ctx, const nrt_order *order, nrt_error *err)
 {
-    (void)n;
-    (void)err;
-    ((Cpu *)ctx)->order = order;
+    Cpu *c = ctx;
+    if (order->n > c->train->n)
+        return nrt_errorf(err, "internal error: an order of %u samples for %zu", order->n,
+                          c->train->n);
+    for (uint32_t i = 0; i < order->n; i++)
+        c->order[i] = nrt_order_at(order, i);
     return 0;
 }
 
@@ -585,6 +590,7 @@ static int cpu_step(void *ctx, size_t start, int n, float *loss, nrt_error *err)
     float l = c->m->forward(&c->net, &b, &out);
     c->m->backward(&c->net, &b);
     nrt_optim_step(&c->opt, c->net.param, c->net.grad);
+    c->net.step++;
     c->loss_sum += (double)l * (double)n;
     if (loss)
         *loss = l;
@@ -622,6 +628,7 @@ static void cpu_close(void *ctx)
     Cpu *c = ctx;
     if (!c)
         return;
+    free(c->order);
     free(c->eval_idx);
     batcher_free(&c->bt);
     nrt_optim_free(&c->opt);
@@ -643,7 +650,7 @@ static int cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *b
         cpu_close(c);
         return nrt_errorf(err, "out of memory");
     }
-    seed_stream(&c->net.rng, rc->seed, STREAM_DROPOUT);
+    c->net.dropout_key = rc->dropout_key;
     *be = (nrt_backend){.ctx = c,
                         .name = "cpu",
                         .loss_free = 1,
@@ -668,7 +675,6 @@ typedef struct Run {
     nrt_backend be;
     float *param;      /* the weights on the host: initial, loaded, saved */
     Data data;
-    uint32_t *idx;
     FILE *metrics;
     long long steps;
     float lr;          /* the optimizer's, --lr applied */
@@ -698,8 +704,7 @@ static int train(Run *r)
     const Options *o = r->o;
     nrt_backend *be = &r->be;
     nrt_error *err = &r->err;
-    nrt_rng shuffle;
-    seed_stream(&shuffle, o->seed, STREAM_SHUFFLE);
+    const uint64_t shuffle_key = stream_key(o->seed, STREAM_SHUFFLE);
     const nrt_dataset *d = &r->data.train;
     int live = !o->quiet && isatty(2);
     double t0 = now(), total_samples = 0;
@@ -708,11 +713,9 @@ static int train(Run *r)
     for (int epoch = 1; epoch <= o->epochs; epoch++) {
         if (o->max_steps >= 0 && r->steps >= o->max_steps)
             break;
-        for (size_t i = 0; i < d->n; i++)
-            r->idx[i] = (uint32_t)i;
-        if (o->shuffle)
-            nrt_shuffle(&shuffle, r->idx, d->n);
-        if (be->set_order(be->ctx, r->idx, d->n, err))
+        nrt_order order;
+        nrt_order_init(&order, shuffle_key, (uint64_t)epoch, d->n, o->shuffle);
+        if (be->set_order(be->ctx, &order, err))
             return -1;
         double te = now(), shown_sum = 0, last_shown = te;
         size_t seen = 0, shown = 0;
@@ -932,7 +935,7 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         return 0;
     }
     int dev_kind;
-    nrt_run_config rc = {.seed = o.seed, .optim = m->optim};
+    nrt_run_config rc = {.dropout_key = stream_key(o.seed, STREAM_DROPOUT), .optim = m->optim};
     if (parse_device(o.device, &dev_kind, &rc.device, err))
         goto fail;
     int need_data = o.max_steps != 0 || o.gradcheck > 0;
@@ -945,7 +948,7 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         goto fail;
     }
     nrt_rng init;
-    seed_stream(&init, o.seed, STREAM_INIT);
+    nrt_rng_seed(&init, stream_key(o.seed, STREAM_INIT));
     nrt_init_params(m->params, m->n_params, r.param, &init);
     if (o.load && load_weights(m, r.param, o.load, err))
         goto fail;
@@ -969,12 +972,6 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         }
     }
     if (need_data) {
-        size_t n = r.data.train.n;
-        r.idx = malloc(sizeof *r.idx * (n ? n : 1));
-        if (!r.idx) {
-            nrt_errorf(err, "out of memory");
-            goto fail;
-        }
         if (r.be.set_data(r.be.ctx, &r.data.train, r.data.has_test ? &r.data.test : NULL, err))
             goto fail;
         if (!o.quiet)
@@ -1007,7 +1004,6 @@ done:
         fclose(r.metrics);
     if (r.be.close)
         r.be.close(r.be.ctx);
-    free(r.idx);
     free(r.param);
     data_free(&r.data);
     return status;

@@ -26,10 +26,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "philox.h"
+
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 4
+#define NETRT_ABI 5
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,6 +63,9 @@ double nrt_rng_uniform(nrt_rng *r);             /* uniform in [0, 1) */
 double nrt_rng_normal(nrt_rng *r);              /* standard normal */
 /* Fisher–Yates shuffle of idx[0..n). */
 void nrt_shuffle(nrt_rng *r, uint32_t *idx, size_t n);
+/* The order of an epoch's n samples (philox.h): a permutation keyed by
+ * key and the epoch if shuffle, else file order.  n < 2^32. */
+void nrt_order_init(nrt_order *o, uint64_t key, uint64_t epoch, size_t n, int shuffle);
 
 /* ----------------------------------------------------------------- data.c */
 
@@ -208,10 +213,13 @@ void nrt_row_sums(const float *a, int rows, size_t cols, float *out);
 /* out[j] = sum over r of a[r, j], a [rows, cols], in a fixed order. */
 void nrt_col_sums(const float *a, int rows, int cols, float *out);
 
-/* Inverted dropout over n values: mask[i] = 0 with probability p, else
- * 1 / (1 - p) (one uniform draw from r per value, in order), y = x * mask. */
-void nrt_dropout_fwd(nrt_rng *r, const float *x, float *y, float *mask,
-                     size_t n, double p);
+/* Inverted dropout over n values (n <= NRT_DROPOUT_MAX): mask[i] = 0
+ * with probability p, else 1 / (1 - p), y = x * mask.  Value i is dropped
+ * when nrt_dropout_word(net->dropout_key, layer, net->step, i) is below
+ * nrt_dropout_cut(p) (philox.h): the GPU's masks, bit for bit. */
+struct nrt_net;
+void nrt_dropout_fwd(const struct nrt_net *net, uint32_t layer, const float *x, float *y,
+                     float *mask, size_t n, double p);
 
 /* Max pooling over [N, C, H, W] with padding p (padded cells never win).
  * arg receives, per output, the index within its input plane (h*W + w) of
@@ -318,7 +326,8 @@ typedef struct nrt_net {
     float *scratch;    /* per-layer scratch, cap * scratch_size floats */
     int32_t *iact;     /* integer activations (maxpool argmax) */
     float *dinput;     /* if not NULL, backward writes d loss / d input */
-    nrt_rng rng;       /* dropout masks */
+    uint64_t dropout_key; /* dropout masks: a function of the key, */
+    uint64_t step;     /* the updates done so far, the layer and the value */
     int training;      /* dropout active */
 } nrt_net;
 
@@ -335,8 +344,7 @@ typedef struct nrt_batch {
 typedef struct nrt_run_config {
     int device;              /* CUDA device index (cuda backends) */
     int cap;                 /* largest batch */
-    uint64_t seed;           /* the run's --seed: each backend derives its
-                                dropout stream from it */
+    uint64_t dropout_key;    /* from the run's --seed (main.c) */
     nrt_optim optim;         /* hyperparameters, the --lr flag applied */
 } nrt_run_config;
 
@@ -353,10 +361,11 @@ typedef struct nrt_backend {
                     const nrt_dataset *test, nrt_error *err);
     int (*set_params)(void *ctx, const float *param, nrt_error *err);
     int (*get_params)(void *ctx, float *param, nrt_error *err);
-    /* The order of the training samples for the epoch that starts. */
-    int (*set_order)(void *ctx, const uint32_t *order, size_t n,
-                     nrt_error *err);
-    /* Forward, backward and update on samples order[start .. start + n).
+    /* The order of the training samples for the epoch that starts; the
+     * backend computes it (a GPU, on the device, as it gathers a batch). */
+    int (*set_order)(void *ctx, const nrt_order *order, nrt_error *err);
+    /* Forward, backward and update on the samples at positions
+     * start .. start + n - 1 of the epoch's order.
      * If loss is not NULL it receives the batch's mean loss before the
      * update; a GPU then waits for the step, so ask only when needed. */
     int (*step)(void *ctx, size_t start, int n, float *loss, nrt_error *err);

@@ -1,12 +1,14 @@
 /*
  * rng.c — the runtime's random numbers: xoshiro256** (Blackman and Vigna),
- * seeded through splitmix64.  Every random choice of a run (initial weights,
- * shuffling, dropout masks, held-out splits) comes from a generator seeded by
- * the run's --seed, so one seed and one set of flags give bit-identical runs.
+ * seeded through splitmix64, for the choices made once (initial weights,
+ * held-out splits), and the keys of the epoch orders whose permutation is
+ * philox.h's.  Every random choice of a run comes from the run's --seed,
+ * so one seed and one set of flags give bit-identical runs.
  */
 #include "netrt.h"
 
 #include <math.h>
+#include <string.h>
 
 static uint64_t rotl(uint64_t x, int k)
 {
@@ -78,4 +80,20 @@ void nrt_shuffle(nrt_rng *r, uint32_t *idx, size_t n)
         idx[i - 1] = idx[j];
         idx[j] = t;
     }
+}
+
+void nrt_order_init(nrt_order *o, uint64_t key, uint64_t epoch, size_t n, int shuffle)
+{
+    memset(o, 0, sizeof *o);
+    o->n = (uint32_t)n;
+    if (!shuffle || n < 2)
+        return;
+    /* the smallest 2^(2 half) >= n */
+    o->half = 1;
+    while (o->half < 16 && ((uint64_t)1 << (2 * o->half)) < n)
+        o->half++;
+    nrt_rng r;
+    nrt_rng_seed(&r, key + epoch * 0x9e3779b97f4a7c15ull);
+    for (int k = 0; k < NRT_ORDER_ROUNDS; k++)
+        o->key[k] = (uint32_t)(nrt_rng_next(&r) >> 32);
 }

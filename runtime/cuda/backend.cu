@@ -2,9 +2,10 @@
  * backend.cu — the GPU as an nrt_backend: main.c's training loop drives it
  * through set_data, set_order, step, take_loss_sum and evaluate.
  *
- * A training step never waits for the host.  The epoch's sample order, a
- * cursor into it, the step counter and the epoch's loss sum all live on the
- * device, so one step — gather the batch, forward, backward, update, count —
+ * A training step never waits for the host.  The epoch's order (philox.h's
+ * keyed permutation: a few words, evaluated by the gather kernel itself),
+ * a cursor into it, the step counter and the epoch's loss sum all live on
+ * the device, so one step — gather the batch, forward, backward, update, count —
  * is the same sequence of launches every time.  It is captured once per
  * batch size as a CUDA graph and replayed: a step costs one launch.
  *
@@ -39,6 +40,7 @@ struct Scalars {
     unsigned long long cursor;  /* position in the epoch's order */
     unsigned long long step;    /* updates done so far (dropout; Adam's t - 1) */
     float loss;                 /* the batch's mean loss, written by forward */
+    nrt_order order;            /* the epoch's order */
 };
 
 struct Alloc { void *p; size_t bytes; int pinned; };
@@ -62,11 +64,11 @@ struct Ctx {
     int data_tried, has_data, has_test, resident;
     nrt_dataset train;     /* the caller's, by value: host mode reads it */
     DevData dtrain, dtest;
-    uint32_t *order;       /* device copy of the epoch's order (resident) */
-    uint32_t *pin_order;   /* host staging of the order */
+    nrt_order order;       /* the epoch's order, as the host sees it */
     cudaEvent_t order_copied;
-    size_t order_n, cursor; /* the host's view of the device cursor */
+    size_t cursor;         /* the host's view of the device cursor */
     /* host mode: two pinned batches, so one fills while the other copies */
+    uint32_t *host_idx;    /* the samples of the batch being staged */
     float *pin_x[2], *pin_y[2];
     int32_t *pin_label[2];
     cudaEvent_t staged[2];
@@ -170,7 +172,7 @@ static int enqueue_step(Ctx *c, int n, nrt_error *err)
     const DevData *d = &c->dtrain;
     Scalars *sc = c->dev;
     if ((c->resident &&
-         nrt_cuda_gather(net->stream, c->sms, d->x, d->label, d->y, c->order, &sc->cursor, n,
+         nrt_cuda_gather(net->stream, c->sms, d->x, d->label, d->y, &sc->order, &sc->cursor, n,
                          c->train.dim, c->train.ydim, c->bx, c->blabel, c->by, err)) ||
         c->m->cuda->forward(net, n, err) || c->m->cuda->backward(net, n, err) ||
         nrt_cuda_optim(net->stream, c->sms, &c->h, net->param, net->grad, c->opt_m, c->opt_v,
@@ -243,8 +245,10 @@ static int stage_batch(Ctx *c, size_t start, int n, nrt_error *err)
     c->slot ^= 1;
     if (NRT_CUDA(cudaEventSynchronize(c->staged[k]), err))
         return -1;
-    nrt_dataset_gather(&c->train, c->pin_order + start, (size_t)n, c->pin_x[k],
-                       c->pin_label[k], c->pin_y[k]);
+    for (int i = 0; i < n; i++)
+        c->host_idx[i] = nrt_order_at(&c->order, (uint32_t)(start + (size_t)i));
+    nrt_dataset_gather(&c->train, c->host_idx, (size_t)n, c->pin_x[k], c->pin_label[k],
+                       c->pin_y[k]);
     if (to_batch(c, c->pin_x[k], c->pin_label[k], c->pin_y[k], (size_t)n,
                  cudaMemcpyHostToDevice, err))
         return -1;
@@ -264,9 +268,9 @@ static int be_step(void *ctx, size_t start, int n, float *loss, nrt_error *err)
     if (start != c->cursor)
         return nrt_errorf(err, "internal error: a step at sample %zu of the epoch, expected %zu",
                           start, c->cursor);
-    if ((size_t)n > c->order_n - start)
+    if ((size_t)n > c->order.n - start)
         return nrt_errorf(err, "internal error: a step past the end of the epoch's order "
-                          "(%zu + %d > %zu)", start, n, c->order_n);
+                          "(%zu + %d > %u)", start, n, c->order.n);
     if (!c->resident && stage_batch(c, start, n, err))
         return -1;
     cudaGraphExec_t exec = find_graph(c, n);
@@ -334,6 +338,8 @@ static int host_mode(Ctx *c, nrt_error *err)
 {
     const size_t cap = (size_t)c->net.cap;
     const int cls = c->m->target_kind == NRT_TARGET_CLASS;
+    if (palloc(c, &c->host_idx, cap, "a staged batch", err))
+        return -1;
     for (int k = 0; k < 2; k++)
         if (palloc(c, &c->pin_x[k], cap * c->train.dim, "a staged batch", err) ||
             (cls && palloc(c, &c->pin_label[k], cap, "a staged batch", err)) ||
@@ -345,15 +351,13 @@ static int host_mode(Ctx *c, nrt_error *err)
 
 /* Whether the training set goes to the device: when it fits, the normal
  * case.  The free memory already excludes the net's buffers (allocated at
- * open); what must fit beside it is its order, the test set and a
- * reserve.  NETRT_CUDA_HOST_DATA=1 keeps it on the host, to test that. */
+ * open); what must fit beside it is the test set and a reserve.  NETRT_CUDA_HOST_DATA=1 keeps it on the host, to test that. */
 static int fits(const nrt_dataset *train, const nrt_dataset *test, int *yes, nrt_error *err)
 {
     size_t free_b = 0, total_b = 0;
     if (NRT_CUDA(cudaMemGetInfo(&free_b, &total_b), err))
         return -1;
-    const size_t need = data_bytes(train) + sizeof(uint32_t) * train->n +
-                        (test ? data_bytes(test) : 0) + DATA_RESERVE;
+    const size_t need = data_bytes(train) + (test ? data_bytes(test) : 0) + DATA_RESERVE;
     const char *force = getenv("NETRT_CUDA_HOST_DATA");
     *yes = need <= free_b && !(force && !strcmp(force, "1"));
     return 0;
@@ -373,12 +377,10 @@ static int be_set_data(void *ctx, const nrt_dataset *train, const nrt_dataset *t
         fits(train, test, &c->resident, err))
         return -1;
     c->train = *train; /* host mode reads the caller's data, which outlives the run */
-    if (c->resident ? upload(c, train, &c->dtrain, "the training set", err) ||
-                          dalloc(c, &c->order, train->n, "the epoch's order", err)
+    if (c->resident ? upload(c, train, &c->dtrain, "the training set", err)
                     : host_mode(c, err))
         return -1;
-    if (palloc(c, &c->pin_order, train->n, "the epoch's order", err) ||
-        NRT_CUDA(cudaEventCreateWithFlags(&c->order_copied, cudaEventDisableTiming), err) ||
+    if (NRT_CUDA(cudaEventCreateWithFlags(&c->order_copied, cudaEventDisableTiming), err) ||
         (test && upload(c, test, &c->dtest, "the test set", err)) ||
         NRT_CUDA(cudaStreamSynchronize(c->net.stream), err))
         return -1;
@@ -387,34 +389,27 @@ static int be_set_data(void *ctx, const nrt_dataset *train, const nrt_dataset *t
     return 0;
 }
 
-static int be_set_order(void *ctx, const uint32_t *order, size_t n, nrt_error *err)
+static int be_set_order(void *ctx, const nrt_order *order, nrt_error *err)
 {
     Ctx *c = (Ctx *)ctx;
     if (!c->has_data)
         return nrt_errorf(err, "internal error: an order before the data was set");
-    if (n > c->train.n)
-        return nrt_errorf(err, "internal error: an order of %zu samples for %zu", n,
+    if (order->n > c->train.n)
+        return nrt_errorf(err, "internal error: an order of %u samples for %zu", order->n,
                           c->train.n);
-    /* An index out of range would make the gather read outside the data. */
-    for (size_t i = 0; i < n; i++)
-        if (order[i] >= c->train.n)
-            return nrt_errorf(err, "internal error: order[%zu] = %u, past the %zu samples", i,
-                              order[i], c->train.n);
-    /* The previous order's copy must be done before the staging is reused;
-     * the device's copy is replaced in stream order, after the last step
-     * that reads it. */
+    /* The previous order's copy must be done before its staging is
+     * reused; the device's copy is replaced in stream order, after the
+     * last step that reads it.  The cursor starts again at 0. */
     if (NRT_CUDA(cudaEventSynchronize(c->order_copied), err))
         return -1;
-    if (n)
-        memcpy(c->pin_order, order, sizeof(uint32_t) * n);
-    if (c->resident &&
-        (copy(c, c->order, c->pin_order, sizeof(uint32_t) * n, cudaMemcpyHostToDevice, err) ||
-         NRT_CUDA(cudaEventRecord(c->order_copied, c->net.stream), err)))
+    c->order = *order;
+    c->host->order = *order;
+    if (copy(c, &c->dev->order, &c->host->order, sizeof(nrt_order), cudaMemcpyHostToDevice,
+             err) ||
+        NRT_CUDA(cudaMemsetAsync(&c->dev->cursor, 0, sizeof c->dev->cursor, c->net.stream),
+                 err) ||
+        NRT_CUDA(cudaEventRecord(c->order_copied, c->net.stream), err))
         return -1;
-    if (NRT_CUDA(cudaMemsetAsync(&c->dev->cursor, 0, sizeof c->dev->cursor, c->net.stream),
-                 err))
-        return -1;
-    c->order_n = n;
     c->cursor = 0;
     return 0;
 }
@@ -585,9 +580,7 @@ static int setup(Ctx *c, const nrt_model *m, const nrt_run_config *cfg, char *na
     net->model = m;
     net->device = cfg->device;
     net->cap = cfg->cap;
-    /* main.c's derivation of its dropout stream, so that the masks are
-     * independent of the initial weights and the shuffling as there */
-    net->seed = cfg->seed ^ (3 * 0xd1b54a32d192ed03ull);
+    net->dropout_key = cfg->dropout_key;
     net->training = 1;
     cudaDeviceProp p;
     if (NRT_CUDA(cudaSetDevice(cfg->device), err) ||

@@ -175,20 +175,23 @@ static unsigned blocks_for(int sms, size_t work)
     return b ? (unsigned)b : 1u;
 }
 
-/* Copies the samples order[*cursor .. *cursor + n) into the batch; one
- * warp per sample, so that rows of any width are read coalesced. */
+/* Copies the samples at positions *cursor .. *cursor + n - 1 of the
+ * epoch's order into the batch; one warp per sample, so that rows of any
+ * width are read coalesced.  The order is philox.h's permutation,
+ * evaluated here: shuffling costs no pass of its own. */
 static __global__ void k_gather(const float *__restrict__ sx, const int32_t *__restrict__ sl,
-                                const float *__restrict__ sy, const uint32_t *__restrict__ order,
+                                const float *__restrict__ sy, const nrt_order *__restrict__ order,
                                 const unsigned long long *__restrict__ cursor, int n,
                                 size_t dim, size_t ydim, float *__restrict__ x,
                                 int32_t *__restrict__ label, float *__restrict__ y)
 {
     const unsigned long long first = *cursor;
+    const nrt_order o = *order;
     const unsigned lane = threadIdx.x % 32;
     const size_t warps = (size_t)gridDim.x * (blockDim.x / 32);
     for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; i < (size_t)n;
          i += warps) {
-        const size_t s = order[first + i];
+        const size_t s = nrt_order_at(&o, (uint32_t)(first + i));
         for (size_t j = lane; j < dim; j += 32)
             x[i * dim + j] = sx[s * dim + j];
         if (sy)
@@ -200,7 +203,7 @@ static __global__ void k_gather(const float *__restrict__ sx, const int32_t *__r
 }
 
 int nrt_cuda_gather(cudaStream_t s, int sms, const float *sx, const int32_t *sl,
-                    const float *sy, const uint32_t *order, const unsigned long long *cursor,
+                    const float *sy, const nrt_order *order, const unsigned long long *cursor,
                     int n, size_t dim, size_t ydim, float *x, int32_t *label, float *y,
                     nrt_error *err)
 {

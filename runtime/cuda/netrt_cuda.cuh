@@ -14,8 +14,8 @@
  *                    either layout: implicit GEMMs, no column buffer
  *   maxpool2d_*      nrt_maxpool2d_* (bit for bit: the same comparisons,
  *   avgpool2d_*      nrt_avgpool2d_*  the same sums in the same order)
- *   dropout_*        inverted dropout with a counter-based generator
- *                    (Philox4x32-10) instead of the cpu's xoshiro streams
+ *   dropout_*        nrt_dropout_fwd, bit for bit: the masks are Philox
+ *                    words of counters (philox.h), the cpu's and the GPU's
  *   xent, mse        nrt_xent, nrt_mse (the loss into device memory)
  *   col_sums,        nrt_col_sums, nrt_row_sums
  *   row_sums
@@ -105,67 +105,6 @@ inline int bad_arg(const char *what, const char *why, nrt_error *err)
 {
     return nrt_errorf(err, "nrt_cu::%s: %s", what, why);
 }
-
-/* ===================================================== Philox4x32-10 */
-
-/* Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as 1, 2,
- * 3" (SC 2011), and their Random123 library: a round maps the counter
- * (c0, c1, c2, c3) under the key (k0, k1) to
- *   (hi(M1 c2) ^ c1 ^ k0, lo(M1 c2), hi(M0 c0) ^ c3 ^ k1, lo(M0 c0)),
- * M0 = 0xD2511F53, M1 = 0xCD9E8D57; the key is bumped by the Weyl
- * constants (0x9E3779B9, 0xBB67AE85) between rounds; ten rounds. */
-struct philox4 {
-    uint32_t v[4];
-};
-
-__host__ __device__ inline philox4 philox4x32_10(philox4 ctr, uint32_t k0, uint32_t k1)
-{
-    for (int r = 0; r < 10; r++) {
-        if (r > 0) {
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
-        const uint64_t p0 = (uint64_t)0xD2511F53u * ctr.v[0];
-        const uint64_t p1 = (uint64_t)0xCD9E8D57u * ctr.v[2];
-        const uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-        const uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-        const philox4 out = {{hi1 ^ ctr.v[1] ^ k0, lo1, hi0 ^ ctr.v[3] ^ k1, lo0}};
-        ctr = out;
-    }
-    return ctr;
-}
-
-/* The random word of value i in step `step` of a run seeded with seed:
- * key (seed low, seed high), counter (i low, i high, step low, step high),
- * the first output word.  The same on the host and the device. */
-__host__ __device__ inline uint32_t philox_u32(uint64_t seed, uint64_t step, uint64_t i)
-{
-    const philox4 ctr = {{(uint32_t)i, (uint32_t)(i >> 32), (uint32_t)step,
-                          (uint32_t)(step >> 32)}};
-    return philox4x32_10(ctr, (uint32_t)seed, (uint32_t)(seed >> 32)).v[0];
-}
-
-/* Dropout with probability p drops value i when its word is below
- * cut = ceil(p 2^32) (as nrt_dropout_fwd): 0 for p <= 0 (nothing dropped),
- * 2^32 for p >= 1 (everything). */
-__host__ __device__ inline uint64_t dropout_cut(double p)
-{
-    if (!(p > 0.0))
-        return 0;
-    if (p >= 1.0)
-        return (uint64_t)1 << 32;
-    const double c = ceil(p * 4294967296.0);
-    return c >= 4294967296.0 ? (uint64_t)1 << 32 : (uint64_t)c;
-}
-
-__host__ __device__ inline bool dropout_keep(uint64_t seed, uint64_t step, uint64_t i,
-                                             uint64_t cut)
-{
-    return (uint64_t)philox_u32(seed, step, i) >= cut;
-}
-
-/* The multiplier of a kept value, as nrt_dropout_fwd's. */
-__host__ __device__ inline float dropout_scale(double p) { return (float)(1.0 / (1.0 - p)); }
 
 /* ================================================================ gemm */
 
@@ -1000,17 +939,25 @@ inline int avgpool2d_bwd(nrt_cuda_net *net, int planes, const float *dy, float *
 
 /* ============================================================= dropout */
 
+/* One thread per lane b of philox.h's layout: its stream decides the
+ * values 256 (b / 8) + b % 8 + 8t, t = 0..31 — consecutive threads,
+ * consecutive values. */
 __global__ void dropout_fwd_kernel(const float *__restrict__ x, float *__restrict__ y,
-                                   float *__restrict__ mask, size_t count, uint64_t seed,
-                                   const unsigned long long *__restrict__ step, uint64_t cut,
-                                   float scale)
+                                   float *__restrict__ mask, size_t count, uint64_t key,
+                                   uint32_t layer, const unsigned long long *__restrict__ step,
+                                   uint64_t cut, float scale)
 {
     const uint64_t st = *step;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float m = (uint64_t)philox_u32(seed, st, i) < cut ? 0.0f : scale;
-        mask[i] = m;
-        y[i] = x[i] * m;
+    const size_t lanes = (count + 255) / 256 * 8;
+    for (size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x; b < lanes;
+         b += (size_t)gridDim.x * blockDim.x) {
+        nrt_philox4 s = nrt_dropout_lane(key, layer, st, (uint32_t)b);
+        for (size_t i = (b >> 3) * 256 + (b & 7); i < count && i < (b >> 3) * 256 + 256;
+             i += 8) {
+            const float m = nrt_xoshiro128ss(&s) < cut ? 0.0f : scale;
+            mask[i] = m;
+            y[i] = x[i] * m;
+        }
     }
 }
 
@@ -1022,19 +969,23 @@ __global__ void dropout_bwd_kernel(const float *__restrict__ dy, const float *__
         dx[i] = dy[i] * mask[i];
 }
 
-/* Inverted dropout over count values: mask[i] = 0 if
- * philox_u32(net->seed, *net->step, i) < ceil(p 2^32), else 1/(1-p);
- * y = x * mask.  The step is read on the device when the kernel runs, so
- * a captured graph draws new masks as the runtime advances *net->step. */
-inline int dropout_fwd(nrt_cuda_net *net, const float *x, float *y, float *mask, size_t count,
-                       double p, nrt_error *err)
+/* Inverted dropout over count values, the cpu's nrt_dropout_fwd bit for
+ * bit: mask[i] = 0 if nrt_dropout_word(net->dropout_key, layer, *net->step,
+ * i) < nrt_dropout_cut(p), else 1 / (1 - p); y = x * mask.  The step is
+ * read on the device when the kernel runs, so a captured graph draws new
+ * masks as the runtime advances *net->step. */
+inline int dropout_fwd(nrt_cuda_net *net, uint32_t layer, const float *x, float *y, float *mask,
+                       size_t count, double p, nrt_error *err)
 {
     if (net->step == NULL)
         return bad_arg("dropout_fwd", "the net has no step counter", err);
+    if (count > NRT_DROPOUT_MAX)
+        return too_big("dropout_fwd", err);
     if (count == 0)
         return 0;
-    dropout_fwd_kernel<<<grid_for(count, 256), 256, 0, net->stream>>>(
-        x, y, mask, count, net->seed, net->step, dropout_cut(p), dropout_scale(p));
+    dropout_fwd_kernel<<<grid_for((count + 255) / 256 * 8, 256), 256, 0, net->stream>>>(
+        x, y, mask, count, net->dropout_key, layer, net->step, nrt_dropout_cut(p),
+        (float)(1.0 / (1.0 - p)));
     return NRT_LAUNCHED("nrt_cu::dropout_fwd", err);
 }
 
@@ -1328,13 +1279,5 @@ inline int nc_to_cn(nrt_cuda_net *net, int n, const float *x, float *y, nrt_erro
 
 } /* namespace */
 } /* namespace nrt_cu */
-
-/* netrt_cuda.h's name for the dropout rule: value i of step `step` is kept
- * iff this is true, cut = nrt_cu::dropout_cut(p). */
-static __host__ __device__ inline bool nrt_cuda_dropout_keep(uint64_t seed, uint64_t step,
-                                                             uint64_t i, uint64_t cut)
-{
-    return nrt_cu::dropout_keep(seed, step, i, cut);
-}
 
 #endif /* NETRT_CUDA_CUH */

@@ -52,10 +52,10 @@ struct nrt_cuda_net {
     float *loss;
     const float *out;
     int training;          /* dropout active; forward leaves d loss / d out in gbuf[0] */
-    /* Dropout: the mask of value i in the step is a function of seed,
-     * *step and i (nrt_cuda_dropout_keep in netrt_cuda.cuh), so a captured
-     * graph replays new masks: the runtime advances *step on the device. */
-    uint64_t seed;
+    /* Dropout: the mask of value i is a function of the key, the layer,
+     * *step and i (philox.h, as on the cpu), so a captured graph replays
+     * new masks: the runtime advances *step on the device. */
+    uint64_t dropout_key;
     unsigned long long *step;
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -98,7 +98,7 @@ int nrt_cuda_open(const nrt_model *m, const nrt_run_config *c,
  * buffers, the end of a step (loss sum, cursor, step counter) and an
  * evaluation batch's loss and correct predictions. */
 int nrt_cuda_gather(cudaStream_t s, int sms, const float *sx, const int32_t *sl,
-                    const float *sy, const uint32_t *order, const unsigned long long *cursor,
+                    const float *sy, const nrt_order *order, const unsigned long long *cursor,
                     int n, size_t dim, size_t ydim, float *x, int32_t *label, float *y,
                     nrt_error *err);
 int nrt_cuda_optim(cudaStream_t s, int sms, const nrt_optim *h, float *param,

@@ -281,25 +281,10 @@ static void check_kat(const char *where, int k, const uint32_t got[4])
            got[0], got[1], got[2], got[3]);
 }
 
-static void test_philox_host()
-{
-    for (int k = 0; k < 3; k++) {
-        nrt_cu::philox4 c = {{KATS[k].ctr[0], KATS[k].ctr[1], KATS[k].ctr[2], KATS[k].ctr[3]}};
-        const nrt_cu::philox4 r = nrt_cu::philox4x32_10(c, KATS[k].key[0], KATS[k].key[1]);
-        check_kat("host", k, r.v);
-    }
-    /* philox_u32's packing of seed, step and i into key and counter */
-    const uint64_t seed = ((uint64_t)KATS[2].key[1] << 32) | KATS[2].key[0];
-    const uint64_t i = ((uint64_t)KATS[2].ctr[1] << 32) | KATS[2].ctr[0];
-    const uint64_t step = ((uint64_t)KATS[2].ctr[3] << 32) | KATS[2].ctr[2];
-    const uint32_t u = nrt_cu::philox_u32(seed, step, i);
-    result(u == KATS[2].out[0], "philox_u32 host: seed, step, i packed as key and counter");
-}
-
 __global__ void philox_kat_kernel(uint32_t *out)
 {
     for (int k = 0; k < 3; k++) {
-        nrt_cu::philox4 c = {{0, 0, 0, 0}};
+        nrt_philox4 c = {{0, 0, 0, 0}};
         uint32_t k0 = 0, k1 = 0;
         if (k == 1) {
             c = {{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}};
@@ -309,7 +294,7 @@ __global__ void philox_kat_kernel(uint32_t *out)
             k0 = 0xa4093822u;
             k1 = 0x299f31d0u;
         }
-        const nrt_cu::philox4 r = nrt_cu::philox4x32_10(c, k0, k1);
+        const nrt_philox4 r = nrt_philox4x32_10(c, k0, k1);
         for (int i = 0; i < 4; i++)
             out[4 * k + i] = r.v[i];
     }
@@ -569,17 +554,17 @@ static void set_step(nrt_cuda_net *net, unsigned long long step)
     CK(cudaMemcpy(net->step, &step, sizeof step, cudaMemcpyHostToDevice));
 }
 
-static void want_dropout(uint64_t seed, uint64_t step, double p, const std::vector<float> &x,
-                         std::vector<float> &mask, std::vector<float> &y)
+/* The cpu runtime's masks for the same key, layer and step. */
+static void want_dropout(uint64_t key, uint32_t layer, uint64_t step, double p,
+                         const std::vector<float> &x, std::vector<float> &mask,
+                         std::vector<float> &y)
 {
-    const uint64_t cut = nrt_cu::dropout_cut(p);
-    const float scale = nrt_cu::dropout_scale(p);
+    nrt_net cpu = {};
+    cpu.dropout_key = key;
+    cpu.step = step;
     mask.resize(x.size());
     y.resize(x.size());
-    for (size_t i = 0; i < x.size(); i++) {
-        mask[i] = nrt_cuda_dropout_keep(seed, step, i, cut) ? scale : 0.0f;
-        y[i] = x[i] * mask[i];
-    }
+    nrt_dropout_fwd(&cpu, layer, x.data(), y.data(), mask.data(), x.size(), p);
 }
 
 static void test_dropout(nrt_cuda_net *net)
@@ -592,10 +577,10 @@ static void test_dropout(nrt_cuda_net *net)
             step += 1;
             set_step(net, step);
             std::vector<float> x = randv(count), dy = randv(count), mask, y;
-            want_dropout(net->seed, step, p, x, mask, y);
+            want_dropout(net->dropout_key, 3, step, p, x, mask, y);
             Dev<float> dx(x), ddy(dy), gy(count), gm(count), gdx(count);
             nrt_error err = {};
-            if (!launched(net, nrt_cu::dropout_fwd(net, dx.p, gy.p, gm.p, count, p, &err), err,
+            if (!launched(net, nrt_cu::dropout_fwd(net, 3, dx.p, gy.p, gm.p, count, p, &err), err,
                           "dropout_fwd"))
                 continue;
             const std::vector<float> hm = gm.get();
@@ -629,7 +614,7 @@ static void test_dropout(nrt_cuda_net *net)
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CK(cudaStreamBeginCapture(net->stream, cudaStreamCaptureModeThreadLocal));
-    const int rc = nrt_cu::dropout_fwd(net, dx.p, gy.p, gm.p, count, p, &err);
+    const int rc = nrt_cu::dropout_fwd(net, 3, dx.p, gy.p, gm.p, count, p, &err);
     CK(cudaStreamEndCapture(net->stream, &graph));
     if (rc != 0) {
         result(false, "dropout_fwd captured: %s", err.msg);
@@ -642,7 +627,7 @@ static void test_dropout(nrt_cuda_net *net)
         CK(cudaGraphLaunch(exec, net->stream));
         CK(cudaStreamSynchronize(net->stream));
         std::vector<float> mask, y;
-        want_dropout(net->seed, s, p, x, mask, y);
+        want_dropout(net->dropout_key, 3, s, p, x, mask, y);
         const std::vector<float> hm = gm.get();
         compare_exact(name("dropout_fwd in a graph, step %llu: mask", s), hm, mask);
         if (!prev.empty())
@@ -862,7 +847,6 @@ int main(int argc, char **argv)
 {
     const bool do_bench = argc > 1 && strcmp(argv[1], "--bench") == 0;
     nrt_rng_seed(&g_rng, 20240611);
-    test_philox_host();
 
     int devices = 0;
     const cudaError_t e = cudaGetDeviceCount(&devices);
@@ -880,7 +864,7 @@ int main(int argc, char **argv)
     nrt_cuda_net net;
     memset(&net, 0, sizeof net);
     net.device = 0;
-    net.seed = 0x0123456789abcdefULL;
+    net.dropout_key = 0x0123456789abcdefULL;
     CK(cudaStreamCreate(&net.stream));
     CB(cublasCreate(&net.blas));
     CB(cublasSetStream(net.blas, net.stream));

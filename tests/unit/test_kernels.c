@@ -862,12 +862,40 @@ static void test_sums(void)
 
 /* --------------------------------------------------------------- dropout */
 
-/* nrt_dropout_fwd against its definition: four generators (lanes), lane
- * L seeded with the L-th of four draws from r; value i is decided by
- * 32 bits u of lane (i mod 8) / 2's output number i / 8 (its low half for
- * even i, its high half for odd i): dropped when u / 2^32 < p.  A kept
- * value is scaled by (float)(1/(1-p)). */
-static void check_dropout(double pd, size_t n)
+/* Random123's known-answer vectors for Philox4x32-10 (kat_vectors). */
+static void test_philox(void)
+{
+    static const struct {
+        uint32_t ctr[4], key[2], out[4];
+    } kat[3] = {
+        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
+        {{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+         {0xffffffffu, 0xffffffffu},
+         {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
+        {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
+         {0xa4093822u, 0x299f31d0u},
+         {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
+    };
+    for (int k = 0; k < 3; k++) {
+        nrt_philox4 c = {{kat[k].ctr[0], kat[k].ctr[1], kat[k].ctr[2], kat[k].ctr[3]}};
+        nrt_philox4 r = nrt_philox4x32_10(c, kat[k].key[0], kat[k].key[1]);
+        CHECK(!memcmp(r.v, kat[k].out, sizeof r.v),
+              "philox4x32_10: known-answer vector %d: %08x %08x %08x %08x", k, r.v[0], r.v[1],
+              r.v[2], r.v[3]);
+    }
+    /* nrt_dropout_block's packing: counter (b, layer, step), key */
+    const uint64_t key = (uint64_t)kat[2].key[1] << 32 | kat[2].key[0];
+    const uint64_t step = (uint64_t)kat[2].ctr[3] << 32 | kat[2].ctr[2];
+    nrt_philox4 r = nrt_dropout_block(key, kat[2].ctr[1], step, kat[2].ctr[0]);
+    CHECK(!memcmp(r.v, kat[2].out, sizeof r.v), "nrt_dropout_block: key and counter packing");
+    printf("philox: 3 known answers checked\n");
+}
+
+/* nrt_dropout_fwd against its definition, value by value: dropped when
+ * nrt_dropout_word(key, layer, step, i) < ceil(p 2^32) (computed here in
+ * long double arithmetic, not as nrt_dropout_cut does), a kept value
+ * scaled by (float)(1/(1-p)). */
+static void check_dropout(double pd, size_t n, uint32_t layer, uint64_t step)
 {
     float *x = randv(n), *y = malloc((n + 1) * sizeof *y);
     float *mask = malloc((n + 1) * sizeof *mask);
@@ -875,36 +903,21 @@ static void check_dropout(double pd, size_t n)
     float *ry = malloc((n + 1) * sizeof *ry);
     if (n > 3)
         x[3] = INFINITY; /* x * 0 is NaN, as x[i] * mask[i] was */
-    nrt_rng r1, r2;
-    nrt_rng_seed(&r1, 777 + n);
-    r2 = r1;
-    nrt_dropout_fwd(&r1, x, y, mask, n, pd);
+    nrt_net net = {.dropout_key = 0x0123456789abcdefull ^ n, .step = step};
+    nrt_dropout_fwd(&net, layer, x, y, mask, n, pd);
     const float scale = (float)(1.0 / (1.0 - pd));
+    const long double cut = ceill((long double)pd * 4294967296.0L);
     size_t dropped = 0;
-    nrt_rng lane[4];
-    uint64_t out[4] = {0};
-    if (pd < 1)
-        for (int l = 0; l < 4; l++)
-            nrt_rng_seed(&lane[l], nrt_rng_next(&r2));
     for (size_t i = 0; i < n; i++) {
-        if (pd < 1 && i % 8 == 0)
-            for (int l = 0; l < 4; l++)
-                out[l] = nrt_rng_next(&lane[l]);
-        uint64_t draw = out[i % 8 / 2];
-        uint32_t u = (uint32_t)(i % 2 ? draw >> 32 : draw);
-        if (pd >= 1)
-            rmask[i] = 0.0f;
-        else
-            rmask[i] = (double)u / 4294967296.0 < pd ? 0.0f : scale;
+        uint32_t u = nrt_dropout_word(net.dropout_key, layer, step, i);
+        rmask[i] = pd >= 1 || (long double)u < cut ? 0.0f : scale;
         ry[i] = x[i] * rmask[i];
         dropped += rmask[i] == 0.0f;
     }
     CHECK(!memcmp(mask, rmask, n * sizeof *mask) &&
               !memcmp(y, ry, n * sizeof *y),
-          "dropout p=%g n=%zu: masks or outputs differ from the reference",
-          pd, n);
-    CHECK(!memcmp(&r1, &r2, sizeof r1),
-          "dropout p=%g n=%zu: generator state differs afterwards", pd, n);
+          "dropout p=%g n=%zu layer %u step %llu: masks or outputs differ from the reference",
+          pd, n, layer, (unsigned long long)step);
     if (n >= 10000)
         CHECK(fabs((double)dropped / n - (pd < 1 ? pd : 1)) < 0.02,
               "dropout p=%g: dropped %zu of %zu", pd, dropped, n);
@@ -915,16 +928,84 @@ static void check_dropout(double pd, size_t n)
     free(ry);
 }
 
+/* The masks of two layers, or of two steps, are unrelated: of the values
+ * one drops, the other drops about p, not all. */
+static void check_dropout_streams(void)
+{
+    const size_t n = 1 << 16;
+    float *x = randv(n), *y = malloc(n * sizeof *y);
+    float *m[3];
+    for (int k = 0; k < 3; k++)
+        m[k] = malloc(n * sizeof *m[k]);
+    nrt_net net = {.dropout_key = 42, .step = 7};
+    nrt_dropout_fwd(&net, 1, x, y, m[0], n, 0.5);
+    nrt_dropout_fwd(&net, 2, x, y, m[1], n, 0.5);
+    net.step = 8;
+    nrt_dropout_fwd(&net, 1, x, y, m[2], n, 0.5);
+    for (int k = 1; k < 3; k++) {
+        size_t both = 0, first = 0;
+        for (size_t i = 0; i < n; i++) {
+            first += m[0][i] == 0.0f;
+            both += m[0][i] == 0.0f && m[k][i] == 0.0f;
+        }
+        CHECK(fabs((double)both / (double)first - 0.5) < 0.02,
+              "dropout: %s share %zu of %zu dropped values", k == 1 ? "two layers" : "two steps",
+              both, first);
+    }
+    free(x);
+    free(y);
+    for (int k = 0; k < 3; k++)
+        free(m[k]);
+}
+
 static void test_dropout(void)
 {
     /* 0.6, 0.8, 0.9: (float)(1 / (1 - (double)pf)) would be off by ulps. */
     static const double ps[] = {0.0, 0.1, 0.5, 1.0, 0.25, 0.6, 0.8,
-                                0.9, 0.111, 0.33, 0.05, 0.999, 1.5};
-    static const size_t ns[] = {0, 1, 7, 1000, 30000};
+                                0.9, 0.111, 0.33, 0.05, 0.999, 1.5, 0x1p-33};
+    static const size_t ns[] = {0, 1, 7, 8, 255, 256, 257, 1000, 30000};
     for (size_t i = 0; i < sizeof ps / sizeof *ps; i++)
         for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
-            check_dropout(ps[i], ns[j]);
+            check_dropout(ps[i], ns[j], (uint32_t)j, (uint64_t)i << 33 | j);
+    check_dropout_streams();
     printf("dropout: %zu probabilities checked\n", sizeof ps / sizeof *ps);
+}
+
+/* nrt_order_at is a permutation of 0 .. n-1 for every n, identity without
+ * shuffling, different for another epoch or key, and not close to the
+ * identity: few samples stay near their place. */
+static void test_order(void)
+{
+    static const size_t ns[] = {0, 1, 2, 3, 4, 5, 17, 64, 65, 1000, 1797, 65537, 300000};
+    unsigned char *seen = malloc(300000);
+    for (size_t j = 0; j < sizeof ns / sizeof *ns; j++) {
+        const size_t n = ns[j];
+        for (int shuffle = 0; shuffle < 2; shuffle++) {
+            nrt_order o, o2;
+            nrt_order_init(&o, 99, 3, n, shuffle);
+            nrt_order_init(&o2, 99, 4, n, shuffle);
+            memset(seen, 0, n);
+            size_t bad = 0, fixed = 0, near = 0, same = 0;
+            for (size_t i = 0; i < n; i++) {
+                uint32_t k = nrt_order_at(&o, (uint32_t)i);
+                if (k >= n || seen[k]++)
+                    bad++;
+                fixed += k == i;
+                near += (k > i ? k - i : i - k) < n / 100;
+                same += k == nrt_order_at(&o2, (uint32_t)i);
+            }
+            CHECK(bad == 0, "order n=%zu shuffle=%d: not a permutation (%zu bad)", n, shuffle,
+                  bad);
+            if (!shuffle)
+                CHECK(fixed == n, "order n=%zu: file order moved %zu samples", n, n - fixed);
+            else if (n >= 1000)
+                CHECK(fixed < 10 && near < n / 20 && same < 10,
+                      "order n=%zu: %zu fixed, %zu within 1%%, %zu as the next epoch", n, fixed,
+                      near, same);
+        }
+    }
+    free(seen);
+    printf("order: %zu sizes checked\n", sizeof ns / sizeof *ns);
 }
 
 /* ------------------------------------------------- maxpool 2x2 fast path */
@@ -1483,9 +1564,11 @@ static void run_job(const struct job *j)
             j->out[n + i] = j->in[i] * j->out[i];
         }
         break;
-    case J_DROPOUT:
-        nrt_dropout_fwd(j->r, j->in, j->out + n, j->out, (size_t)n, 0.5f);
+    case J_DROPOUT: {
+        nrt_net net = {.dropout_key = nrt_rng_next(j->r)};
+        nrt_dropout_fwd(&net, 1, j->in, j->out + n, j->out, (size_t)n, 0.5f);
         break;
+    }
     }
 }
 
@@ -1713,7 +1796,9 @@ int main(int argc, char **argv)
     test_avgpool();
     test_conv_batch();
     test_sums();
+    test_philox();
     test_dropout();
+    test_order();
     test_maxpool_fast();
     test_avgpool_fast();
     test_losses();

@@ -1,0 +1,127 @@
+#!/bin/bash
+# tests/gpu/parity.sh — the GPU backend against the cpu backend, model by
+# model: from the same initial weights (--load), 100 steps on each device,
+# every step's loss logged (--log-every 1); the losses must agree within
+# 1e-4 relative at every step.  Twice per model: in file order
+# (--no-shuffle), and shuffled — both backends compute the same epoch order
+# and the same dropout masks (runtime/philox.h), so shuffling and dropout
+# keep parity too.
+#
+# usage: NETC=./netc tests/gpu/parity.sh [MODEL...]     (default: models/*.net)
+#   DEVICE   the device compared with the cpu (default: cuda).  DEVICE=cpu
+#            compares the cpu at 1 thread with the cpu at 2 threads, which
+#            must agree bit for bit: the check a machine without a GPU can
+#            make of this script and of the cpu side.
+#   STEPS    steps per run (default: 100)
+#   RTOL     the tolerance (default: 1e-4)
+#   KEEP     a directory to keep the logs in (default: none)
+#
+# Prints one line per model and run, ends with "parity: N passed, N failed";
+# exits 0 if all passed, 1 if not, 77 if DEVICE is cuda and there is none.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+NETC=${NETC:-$root/netc}
+DEVICE=${DEVICE:-cuda}
+STEPS=${STEPS:-100}
+RTOL=${RTOL:-1e-4}
+PYTHON=${PYTHON:-python3}
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/netc-parity.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+[ -x "$NETC" ] || { echo "parity.sh: $NETC: no netc there (set NETC)" >&2; exit 1; }
+
+if [ $# -eq 0 ]; then
+    set -- "$root"/models/*.net
+fi
+
+# Synthetic CIFAR-format data for the models whose data is not bundled.
+"$PYTHON" "$root/bench/make_cifar.py" "$work/c10.bin" --records 640 --classes 10 --seed 1
+"$PYTHON" "$root/bench/make_cifar.py" "$work/c101.bin" --records 320 --classes 101 --seed 3
+data_flags() {
+    case $1 in
+    cifar10) echo --data "$work/c10.bin" --test-data "$work/c10.bin" ;;
+    cnn101) echo --data "$work/c101.bin" --test-data "$work/c101.bin" ;;
+    esac
+}
+
+if [ "$DEVICE" = cpu ]; then
+    a_flags="--device cpu --threads 1"
+    b_flags="--device cpu --threads 2"
+    rtol=0 # threads never change a result
+else
+    a_flags="--device cpu"
+    b_flags="--device $DEVICE"
+    rtol=$RTOL
+fi
+
+passed=0
+failed=0
+first=1
+for model in "$@"; do
+    name=$(basename "$model" .net)
+    prog=$work/$name
+    if ! "$NETC" "$model" -o "$prog" > "$work/$name.netc.log" 2>&1; then
+        echo "FAIL $name: netc: $(head -5 "$work/$name.netc.log")"
+        failed=$((failed + 1))
+        continue
+    fi
+    if [ $first = 1 ] && [ "$DEVICE" != cpu ]; then
+        first=0
+        if "$prog" --list-devices 2>&1 | grep -q '^no CUDA device'; then
+            echo "parity.sh: no CUDA device: skipped"
+            exit 77
+        fi
+    fi
+    # shellcheck disable=SC2046
+    if ! "$prog" --device cpu --max-steps 0 --save "$work/$name.w0.safetensors" \
+        $(data_flags "$name") > /dev/null 2> "$work/$name.w0.err"; then
+        echo "FAIL $name: saving the initial weights: $(cat "$work/$name.w0.err")"
+        failed=$((failed + 1))
+        continue
+    fi
+    for order in --no-shuffle --shuffled; do
+        flags="--load $work/$name.w0.safetensors --max-steps $STEPS --log-every 1 --quiet"
+        [ "$order" = --no-shuffle ] && flags="$flags --no-shuffle"
+        ok=1
+        for side in a b; do
+            eval "dev=\$${side}_flags"
+            # shellcheck disable=SC2086,SC2154
+            if ! "$prog" $dev $flags $(data_flags "$name") \
+                --metrics "$work/$name$order.$side.jsonl" > "$work/$name$order.$side.out" 2>&1; then
+                echo "FAIL $name $order: $dev: $(tail -3 "$work/$name$order.$side.out")"
+                ok=0
+            fi
+        done
+        if [ $ok = 1 ] && "$PYTHON" - "$work/$name$order.a.jsonl" "$work/$name$order.b.jsonl" \
+            "$rtol" "$STEPS" "$name $order" <<'EOF'; then
+import json, sys
+a_path, b_path, rtol, steps, what = sys.argv[1:]
+rtol, steps = float(rtol), int(steps)
+def losses(path):
+    return [json.loads(l)["loss"] for l in open(path) if l.startswith('{"step"')]
+a, b = losses(a_path), losses(b_path)
+if len(a) != steps or len(b) != steps:
+    print(f"FAIL {what}: {len(a)} and {len(b)} step losses, expected {steps}")
+    sys.exit(1)
+worst, at = 0.0, 0
+for i, (x, y) in enumerate(zip(a, b)):
+    d = abs(x - y) / max(abs(x), abs(y), 1e-30)
+    if d > worst or d != d:
+        worst, at = d, i
+ok = worst <= rtol
+print(f"{'ok  ' if ok else 'FAIL'} {what}: {steps} steps, largest relative difference "
+      f"{worst:.3g} at step {at + 1} ({a[at]:.9g} vs {b[at]:.9g}); last loss {a[-1]:.6g}")
+sys.exit(0 if ok else 1)
+EOF
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+        fi
+    done
+done
+if [ -n "${KEEP:-}" ]; then
+    mkdir -p "$KEEP" && cp "$work"/*.jsonl "$KEEP/" 2> /dev/null
+fi
+echo "parity: $passed passed, $failed failed"
+[ $failed -eq 0 ]
