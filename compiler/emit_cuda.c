@@ -84,6 +84,24 @@ static void emit_backward(Emit *e)
     emit_blank(e);
 }
 
+/* WORKSPACE: the largest workspace a layer's passes borrow (the layers
+ * run one after another, so they share it). */
+static void emit_workspace(Emit *e)
+{
+    emitf(e, "/* Bytes of device workspace the passes borrow: the largest need of a layer. */");
+    emitf(e, "static constexpr size_t WORKSPACE = std::max<size_t>({");
+    e->indent++;
+    emitf(e, "0,");
+    for (int i = 0; i < e->p->nnodes; i++) {
+        const Node *n = &e->p->nodes[i];
+        if (n->op->cu_workspace)
+            emitf(e, "%s, /* layer %d */", n->op->cu_workspace(e, n), n->index);
+    }
+    e->indent--;
+    emitf(e, "});");
+    emit_blank(e);
+}
+
 void emit_cuda(FILE *out, const Program *p, const char *source, Arena *a)
 {
     Emit e = {out, p, a, 0, true};
@@ -101,8 +119,11 @@ void emit_cuda(FILE *out, const Program *p, const char *source, Arena *a)
             emit_node(&e, &p->nodes[i]);
     emit_forward(&e);
     emit_backward(&e);
+    emit_workspace(&e);
     emitf(&e, "/* What the model descriptor in the C file points at. */");
     emitf(&e, "extern \"C\" const nrt_cuda_model netc_cuda_model = {");
     emitf(&e, "    forward, backward, nrt_cuda_device_count, nrt_cuda_list_devices, nrt_cuda_open,");
+    emitf(&e, "    WORKSPACE, %lld, /* workspace bytes; floats of activations a sample */",
+          (long long)p->cuda_act_size);
     emitf(&e, "};");
 }

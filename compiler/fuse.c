@@ -12,7 +12,10 @@
  * to backward, so each non-aliased value gets its own slice of the
  * activation buffer (per-sample offsets; the runtime multiplies by the
  * batch capacity).  Views (flatten) and absorbed activations alias the
- * value they come from.  Gradients need only two buffers: each backward
+ * value they come from.  What a node keeps for its backward pass (aux)
+ * follows: first what both backends use (dropout's mask), then what only
+ * the cpu's passes do (conv2d's padded input), so that the GPU allocates
+ * the buffer up to cuda_act_size.  Gradients need only two buffers: each backward
  * pass reads d y from one and writes d x to the other, except elementwise
  * ops and views, which work in place.
  */
@@ -67,10 +70,19 @@ void fuse_and_plan(Program *p)
             off += val->size;
         }
     }
+    for (int cpu_only = 0; cpu_only < 2; cpu_only++) {
+        if (cpu_only)
+            p->cuda_act_size = off;
+        for (int i = 0; i < p->nnodes; i++) {
+            Node *n = &p->nodes[i];
+            if (n->op->aux_cpu_only == cpu_only) {
+                n->aux_offset = off;
+                off += n->aux_size;
+            }
+        }
+    }
     for (int i = 0; i < p->nnodes; i++) {
         Node *n = &p->nodes[i];
-        n->aux_offset = off;
-        off += n->aux_size;
         n->iaux_offset = ioff;
         ioff += n->iaux_size;
         if (n->scratch > p->scratch_size)

@@ -219,6 +219,10 @@ typedef struct OpDef {
      * netrt_cuda.cuh's kernels and elementwise device lambdas. */
     void (*cu_fwd)(Emit *e, const Node *n);
     void (*cu_bwd)(Emit *e, const Node *n);
+    /* The bytes of device workspace its passes borrow, as a C++ constant
+     * expression (conv2d_dw's partial sums), or NULL: none. */
+    const char *(*cu_workspace)(Emit *e, const Node *n);
+    bool aux_cpu_only;   /* its aux is the cpu passes' alone (conv2d's "xp") */
 } OpDef;
 
 /* How a batch of images lies in memory: [n, C, H, W] (NC, the data's) or
@@ -305,6 +309,7 @@ struct Program {
     bool misplaced_loss, misplaced_optimizer; /* 'mse' written as a layer */
     /* memory plan (fuse.c) */
     int64_t act_size, iact_size, grad_size, scratch_size;
+    int64_t cuda_act_size; /* the GPU's: act_size less the cpu-only aux */
     /* backward order (autodiff.c): node indices, last layer first */
     int *bwd;
     int nbwd;

@@ -995,6 +995,12 @@ static void conv2d_cu_fwd(Emit *e, const Node *n)
     cu_epilogue(e, n, arena_printf(e->arena, "(size_t)%lld * np", c.O), "i / np");
 }
 
+static const char *conv2d_cu_workspace(Emit *e, const Node *n)
+{
+    return arena_printf(e->arena, "nrt_cu::conv2d_dw_workspace<%s, %s>()",
+                        conv_targs(e, conv_of(e->p, n)), input_cn(e, n) ? "true" : "false");
+}
+
 static void conv2d_cu_bwd(Emit *e, const Node *n)
 {
     struct conv c = conv_of(e->p, n);
@@ -1098,7 +1104,7 @@ static const OpDef ops[] = {
     {{"linear", "y = x W^T + b (nn.Linear; in_features from the input)",
       {SIZE("out_features"), {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
      linear_shape, linear_fwd, linear_bwd, NULL, NULL, true, false, NULL, false, LAYOUT_NC,
-     linear_cu_fwd, linear_cu_bwd},
+     linear_cu_fwd, linear_cu_bwd, NULL, false},
     {{"conv2d", "2-D convolution (nn.Conv2d; in_channels from the input)",
       {SIZE("out_channels"),
        {"kernel", A_PAIR, NULL, 1, 4096, "kernel_size", NULL},
@@ -1106,36 +1112,36 @@ static const OpDef ops[] = {
        {"padding", A_PAIR, "0", 0, 4096, NULL, NULL},
        {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
      conv2d_shape, conv2d_fwd, conv2d_bwd, NULL, NULL, true, false, "xp", false, LAYOUT_CN,
-     conv2d_cu_fwd, conv2d_cu_bwd},
+     conv2d_cu_fwd, conv2d_cu_bwd, conv2d_cu_workspace, true},
     {{"maxpool2d", "max pooling (nn.MaxPool2d; stride defaults to kernel)",
       {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
        {"stride", A_INT, "", 1, 4096, NULL, NULL},
        {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
      pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false, LAYOUT_KEEP,
-     pool_cu_fwd, pool_cu_bwd},
+     pool_cu_fwd, pool_cu_bwd, NULL, false},
     {{"avgpool2d", "average pooling (nn.AvgPool2d, count_include_pad=True)",
       {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
        {"stride", A_INT, "", 1, 4096, NULL, NULL},
        {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
      pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false, LAYOUT_KEEP,
-     pool_cu_fwd, pool_cu_bwd},
+     pool_cu_fwd, pool_cu_bwd, NULL, false},
     {{"relu", "max(x, 0)", NOARGS}, same_shape, act_fwd, act_bwd, relu_f, relu_b, false, false, NULL, false, LAYOUT_KEEP,
-     act_cu_fwd, act_cu_bwd},
+     act_cu_fwd, act_cu_bwd, NULL, false},
     {{"leaky_relu", "x if x > 0 else negative_slope * x",
       {{"negative_slope", A_NUM, "0.01", 0, BIG, NULL, NULL}}},
      same_shape, act_fwd, act_bwd, leaky_f, leaky_b, false, false, NULL, false, LAYOUT_KEEP,
-     act_cu_fwd, act_cu_bwd},
+     act_cu_fwd, act_cu_bwd, NULL, false},
     {{"tanh", "tanh(x)", NOARGS}, same_shape, act_fwd, act_bwd, tanh_f, tanh_b, false, false, NULL, false, LAYOUT_KEEP,
-     act_cu_fwd, act_cu_bwd},
+     act_cu_fwd, act_cu_bwd, NULL, false},
     {{"sigmoid", "1 / (1 + exp(-x))", NOARGS}, same_shape, act_fwd, act_bwd, sigmoid_f, sigmoid_b, false, false, NULL, false, LAYOUT_KEEP,
-     act_cu_fwd, act_cu_bwd},
+     act_cu_fwd, act_cu_bwd, NULL, false},
     {{"flatten", "[C, H, W] -> [C*H*W] (nn.Flatten)", NOARGS},
      flatten_shape, flatten_fwd, flatten_bwd, NULL, NULL, false, true, NULL, false, LAYOUT_NC,
-     flatten_cu_fwd, flatten_cu_bwd},
+     flatten_cu_fwd, flatten_cu_bwd, NULL, false},
     {{"dropout", "zeroes each value with probability p in training (nn.Dropout)",
       {{"p", A_NUM, "0.5", 0, 1, NULL, NULL}}},
      dropout_shape, dropout_fwd, dropout_bwd, NULL, NULL, false, false, "mask", true, LAYOUT_KEEP,
-     dropout_cu_fwd, dropout_cu_bwd},
+     dropout_cu_fwd, dropout_cu_bwd, NULL, false},
 };
 
 const OpDef *op_table(int *n)

@@ -391,6 +391,9 @@ typedef struct nrt_cuda_model {
     int (*list_devices)(FILE *out, nrt_error *err);
     int (*open)(const struct nrt_model *m, const nrt_run_config *c,
                 nrt_backend *out, nrt_error *err);
+    size_t workspace;        /* bytes of device workspace the passes need */
+    size_t act_size;         /* floats of activations per sample on the GPU:
+                                model->act_size less the cpu-only aux */
 } nrt_cuda_model;
 
 /* Everything generated code tells the runtime about a model. */

@@ -553,11 +553,12 @@ static int alloc_net(Ctx *c, nrt_error *err)
     const int need_m = c->h.kind == NRT_ADAM || c->h.momentum != 0;
     if (dalloc(c, &net->param, np, "the parameters", err) ||
         dalloc(c, &net->grad, np, "the gradients", err) ||
-        dalloc(c, &net->act, cap * m->act_size, "the activations", err) ||
+        dalloc(c, &net->act, cap * m->cuda->act_size, "the activations", err) ||
         dalloc(c, &net->gbuf[0], cap * m->grad_size, "the gradient buffers", err) ||
         dalloc(c, &net->gbuf[1], cap * m->grad_size, "the gradient buffers", err) ||
         dalloc(c, &net->scratch, cap * m->scratch_size, "the scratch buffer", err) ||
         dalloc(c, &net->iact, cap * m->iact_size, "the integer activations", err) ||
+        dalloc(c, (char **)&net->workspace, m->cuda->workspace, "the workspace", err) ||
         dalloc(c, &c->bx, cap * m->in_size, "the batch", err) ||
         (cls && dalloc(c, &c->blabel, cap, "the batch", err)) ||
         (!cls && dalloc(c, &c->by, cap * (size_t)m->n_out, "the batch", err)) ||
@@ -566,6 +567,7 @@ static int alloc_net(Ctx *c, nrt_error *err)
         dalloc(c, &c->dev, 1, "the run's scalars", err) ||
         palloc(c, &c->host, 1, "the run's scalars", err))
         return -1;
+    net->workspace_bytes = m->cuda->workspace;
     net->loss = &c->dev->loss;
     net->step = &c->dev->step;
     return 0;

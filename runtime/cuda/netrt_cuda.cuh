@@ -26,12 +26,10 @@
  * (never by timing), with no floating-point atomics, so one input gives
  * one result bit for bit on one GPU model.
  *
- * One launcher, conv2d_dw, keeps partial sums in device memory of its own:
- * a static __device__ array per instantiation (its split-K partials, at
- * most 8 MiB; not counted by nrt_cuda_mem).  Calls of one instantiation
- * must therefore not run concurrently on different streams.  (A run has
- * one stream; two concurrent runs of one model in one process would have
- * to serialise their backward passes.)
+ * One launcher, conv2d_dw, keeps partial sums in the net's workspace
+ * (net->workspace, at most 8 MiB; conv2d_dw_workspace gives the bytes a
+ * geometry needs, and the generated file's WORKSPACE the largest need of
+ * its layers, which the backend allocates).
  *
  * Everything here has internal linkage (an unnamed namespace): each .cu
  * that includes this file gets its own copy of what it instantiates.
@@ -39,6 +37,7 @@
 #ifndef NETRT_CUDA_CUH
 #define NETRT_CUDA_CUH
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstddef>
@@ -440,10 +439,6 @@ inline int conv2d_fwd(nrt_cuda_net *net, int n, const float *x, const float *w, 
 
 /* ----------------------------------------------- conv2d weight gradient */
 
-/* The split-K partial sums of conv2d_dw: SIZE floats for one geometry. */
-template <int SIZE>
-__device__ float dw_partial[SIZE];
-
 /* Splits of the long K of dw: as many as give about DW_BLOCKS blocks,
  * each at least DW_MIN_CHUNK products long, and at most what fits in
  * DW_PARTIAL_MAX floats of partial sums (and 256). */
@@ -455,7 +450,7 @@ template <int TOTAL>
 struct DwSplits {
     static constexpr int MAX_RAW = DW_PARTIAL_MAX / TOTAL;
     static constexpr int MAX = MAX_RAW > 256 ? 256 : MAX_RAW < 1 ? 1 : MAX_RAW;
-    static constexpr int SIZE = MAX > 1 ? MAX * TOTAL : 1;
+    static constexpr int SIZE = MAX > 1 ? MAX * TOTAL : 0; /* floats of partial sums */
 };
 
 /* A = dy [O, n*OH*OW] (k = output position), k fastest. */
@@ -502,10 +497,11 @@ struct DwB {
     }
 };
 
-template <class G, class T, bool CN, int PSIZE>
+template <class G, class T, bool CN>
 __global__ void __launch_bounds__(T::NT)
     conv2d_dw_kernel(int n, int chunk, const float *__restrict__ x,
-                     const float *__restrict__ dy, float *__restrict__ dw)
+                     const float *__restrict__ dy, float *__restrict__ dw,
+                     float *__restrict__ partial)
 {
     __shared__ int koff[T::BN], kpos[T::BN];
     const int P = n * G::OHW;
@@ -528,7 +524,7 @@ __global__ void __launch_bounds__(T::NT)
     float acc[T::TM][T::TN];
     igemm<T>(acc, kbeg, kend, la, lb);
 
-    float *out = gridDim.z == 1 ? dw : dw_partial<PSIZE> + (size_t)split * (G::O * G::CKK);
+    float *out = gridDim.z == 1 ? dw : partial + (size_t)split * (G::O * G::CKK);
 #pragma unroll
     for (int i = 0; i < T::TM; i++) {
         const int m = m0 + T::row(ty, i);
@@ -544,15 +540,24 @@ __global__ void __launch_bounds__(T::NT)
 }
 
 /* dw[i] = the partials of the splits summed in split order. */
-template <int TOTAL, int PSIZE>
-__global__ void conv2d_dw_reduce_kernel(int splits, float *__restrict__ dw)
+template <int TOTAL>
+__global__ void conv2d_dw_reduce_kernel(int splits, const float *__restrict__ partial,
+                                        float *__restrict__ dw)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < TOTAL; i += gridDim.x * blockDim.x) {
-        float s = dw_partial<PSIZE>[i];
+        float s = partial[i];
         for (int q = 1; q < splits; q++)
-            s += dw_partial<PSIZE>[(size_t)q * TOTAL + i];
+            s += partial[(size_t)q * TOTAL + i];
         dw[i] = s;
     }
+}
+
+/* The bytes of workspace conv2d_dw needs for a geometry. */
+template <int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH, int SW, int PH,
+          int PW, bool CN_IN>
+constexpr size_t conv2d_dw_workspace()
+{
+    return sizeof(float) * (size_t)DwSplits<O * C * KH * KW>::SIZE;
 }
 
 /* dw [O, C*KH*KW] = dy [O, n*OH*OW] cols(x)^T, overwritten:
@@ -588,11 +593,15 @@ inline int conv2d_dw(nrt_cuda_net *net, int n, const float *x, const float *dy, 
         splits = 1;
     const int chunk = cdiv(cdiv(P, splits), T::BK) * T::BK;
     splits = cdiv(P, chunk);
+    float *partial = static_cast<float *>(net->workspace);
+    if (splits > 1 && (!partial || net->workspace_bytes < sizeof(float) * (size_t)S::SIZE))
+        return bad_arg("conv2d_dw", "the net's workspace is smaller than the split-K partial "
+                       "sums need (conv2d_dw_workspace)", err);
     const dim3 grid(cdiv(G::CKK, T::BN), cdiv(O, T::BM), splits);
-    conv2d_dw_kernel<G, T, CN_IN, S::SIZE><<<grid, T::NT, 0, net->stream>>>(n, chunk, x, dy, dw);
+    conv2d_dw_kernel<G, T, CN_IN><<<grid, T::NT, 0, net->stream>>>(n, chunk, x, dy, dw, partial);
     if (splits > 1)
-        conv2d_dw_reduce_kernel<TOTAL, S::SIZE>
-            <<<grid_for(TOTAL, 256), 256, 0, net->stream>>>(splits, dw);
+        conv2d_dw_reduce_kernel<TOTAL>
+            <<<grid_for(TOTAL, 256), 256, 0, net->stream>>>(splits, partial, dw);
     return NRT_LAUNCHED("nrt_cu::conv2d_dw", err);
 }
 

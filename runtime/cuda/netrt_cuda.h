@@ -56,6 +56,10 @@ struct nrt_cuda_net {
      * *step and i (philox.h, as on the cpu), so a captured graph replays
      * new masks: the runtime advances *step on the device. */
     uint64_t dropout_key;
+    /* Device memory the passes borrow within a launcher (conv2d_dw's
+     * split-K partial sums): model->cuda->workspace bytes. */
+    void *workspace;
+    size_t workspace_bytes;
     unsigned long long *step;
     cudaStream_t stream;
     cublasHandle_t blas;

@@ -1,0 +1,164 @@
+#!/bin/bash
+# tests/gpu/run.sh — everything that needs a GPU, in one script: build netc
+# with CUDA, run the kernel tests (tests/gpu/test_cuda_kernels.cu), the
+# parity of every model with the cpu backend (tests/gpu/parity.sh, with the
+# training set resident and, once, kept on the host), compute-sanitizer on
+# two models, and the benchmark against PyTorch (bench/gpu/run.sh).  It
+# writes a report with every log: bench/results/DATE-GPU.md, and a copy
+# under $OUT when that is set (the device tool brings $OUT back).
+#
+# usage: tests/gpu/run.sh [STAGE...]
+#   stages: build kernels parity sanitizer bench (default: all, in order).
+#   Stages after build reuse its tree, so a long run can be split into
+#   calls: `run.sh build kernels parity`, then `run.sh sanitizer bench`;
+#   each call appends to the day's report.
+#
+# Without a GPU it runs what a cpu can of each stage — the build, the
+# kernel test's compilation, parity.sh with DEVICE=cpu, bench/gpu/run.sh with
+# DEVICE=cpu — and says so in the report: a check of the scripts, not of
+# the GPU.
+#
+# Environment: PYTHON (with torch; default /usr/bin/python3), JOBS (make
+# -j; default: the number of cores), CUDA_ARCH (default sm_90), BUILD (the
+# build tree; default: the source tree itself), COMMIT (the commit named in
+# the report, where the tree is not a git checkout: a `make dist` tarball).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+PYTHON=${PYTHON:-/usr/bin/python3}
+JOBS=${JOBS:-$(getconf _NPROCESSORS_ONLN)}
+CUDA_ARCH=${CUDA_ARCH:-sm_90}
+BUILD=${BUILD:-$root}
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+
+stages=${*:-build kernels parity sanitizer bench}
+day=$(date +%Y-%m-%d)
+report=$root/bench/results/$day-GPU.md
+mkdir -p "$root/bench/results"
+logs=$(mktemp -d "${TMPDIR:-/tmp}/netc-gpu.XXXXXX")
+trap 'rm -rf "$logs"' EXIT
+
+if nvidia-smi -L >/dev/null 2>&1; then
+    gpu=1
+    device_line=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader |
+        head -1)
+else
+    gpu=0
+    device_line="no GPU: the cpu-side parts only"
+fi
+
+# section TITLE LOGFILE STATUS: appends a section with the log to the report
+section() {
+    {
+        echo
+        echo "## $1 — $3"
+        echo
+        echo '```'
+        cat "$2"
+        echo '```'
+    } >>"$report"
+    echo "== $1: $3"
+}
+
+if [ ! -f "$report" ]; then
+    {
+        echo "# GPU run of $day"
+        echo
+        echo "Written by tests/gpu/run.sh; commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null ||
+            echo 'unknown (not a git checkout; set COMMIT)')}."
+        echo
+        echo "Device: $device_line"
+    } >"$report"
+fi
+
+stage_build() {
+    local log=$logs/build.log
+    {
+        "$NVCC" --version | tail -2
+        if [ $gpu = 1 ]; then nvidia-smi 2>&1 | head -15; fi
+        [ -f "$root/configure" ] || autoreconf -fi
+        mkdir -p "$BUILD"
+        (cd "$BUILD" && "$root/configure" --with-cuda --with-cuda-arch="$CUDA_ARCH" -q &&
+            make -j"$JOBS" >/dev/null) &&
+            grep -E '^(NETRT_CUDA_GENCODE|NVCC) =' "$BUILD/Makefile"
+    } >"$log" 2>&1
+    local rc=$?
+    section "Build (configure --with-cuda --with-cuda-arch=$CUDA_ARCH)" "$log" \
+        "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
+    return $rc
+}
+
+stage_kernels() {
+    local log=$logs/kernels.log bin=$BUILD/tests/gpu/test_cuda_kernels
+    {
+        # shellcheck disable=SC2046
+        "$NVCC" -std=c++17 -O3 -arch="$CUDA_ARCH" -Xcompiler -Wall,-Wextra \
+            -I"$BUILD" -I"$root/runtime" -I"$root/runtime/cuda" \
+            "$root/tests/gpu/test_cuda_kernels.cu" "$root/runtime/cuda/device.cu" \
+            "$BUILD/runtime/libnetrt.a" -lcublas -lgomp -lm -o "$bin" && "$bin"
+    } >"$log" 2>&1
+    local rc=$?
+    section "Kernels against the cpu runtime (tests/gpu/test_cuda_kernels.cu)" "$log" \
+        "$(case $rc in 0) echo ok ;; 77) echo "skipped: no GPU" ;; *) echo "FAILED ($rc)" ;; esac)"
+}
+
+stage_parity() {
+    local log=$logs/parity.log dev=cuda rc
+    [ $gpu = 1 ] || dev=cpu
+    DEVICE=$dev NETC=$BUILD/netc "$root/tests/gpu/parity.sh" >"$log" 2>&1
+    rc=$?
+    if [ $gpu = 1 ]; then
+        # the training set kept on the host: batches staged through pinned buffers
+        echo "--- NETRT_CUDA_HOST_DATA=1 (host-staged batches)" >>"$log"
+        NETRT_CUDA_HOST_DATA=1 DEVICE=cuda NETC=$BUILD/netc \
+            "$root/tests/gpu/parity.sh" "$root/models/digits_mlp.net" \
+            "$root/models/cifar10.net" >>"$log" 2>&1 || rc=1
+    fi
+    section "Parity with the cpu backend (tests/gpu/parity.sh, DEVICE=$dev)" "$log" \
+        "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
+}
+
+stage_sanitizer() {
+    local log=$logs/sanitizer.log rc=0 m
+    if [ $gpu = 0 ] || ! command -v compute-sanitizer >/dev/null; then
+        echo "no GPU or no compute-sanitizer" >"$log"
+        section "compute-sanitizer" "$log" "skipped"
+        return 0
+    fi
+    : >"$log"
+    for m in digits_mlp digits_cnn; do
+        "$BUILD/netc" "$root/models/$m.net" -o "$logs/$m" >>"$log" 2>&1 || rc=1
+        for tool in memcheck initcheck racecheck synccheck; do
+            echo "--- $m: compute-sanitizer --tool $tool, 30 steps" >>"$log"
+            compute-sanitizer --tool "$tool" --error-exitcode 9 "$logs/$m" --device cuda \
+                --max-steps 30 --quiet >>"$log" 2>&1 || rc=1
+        done
+    done
+    section "compute-sanitizer (memcheck, initcheck, racecheck, synccheck)" "$log" \
+        "$([ $rc -eq 0 ] && echo ok || echo FAILED)"
+}
+
+stage_bench() {
+    local log=$logs/bench.log dev=cuda
+    [ $gpu = 1 ] || dev=cpu
+    DEVICE=$dev NETC=$BUILD/netc PYTHON=$PYTHON "$root/bench/gpu/run.sh" >"$log" 2>"$logs/bench.err"
+    local rc=$?
+    [ $rc -eq 0 ] || tail -20 "$logs/bench.err" >>"$log"
+    section "Benchmark against PyTorch (bench/gpu/run.sh, DEVICE=$dev)" "$log" \
+        "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
+}
+
+status=0
+for s in $stages; do
+    case $s in
+    build | kernels | parity | sanitizer | bench) "stage_$s" || status=1 ;;
+    *) echo "run.sh: unknown stage $s (build kernels parity sanitizer bench)" >&2; exit 2 ;;
+    esac
+    [ "$s" = build ] && [ $status -ne 0 ] && break
+done
+if [ -n "${OUT:-}" ]; then
+    cp "$report" "$OUT/"
+fi
+echo "report: $report"
+exit $status
