@@ -40,7 +40,8 @@ struct Scalars {
     unsigned long long cursor;  /* position in the epoch's order */
     unsigned long long step;    /* updates done so far (dropout; Adam's t - 1) */
     float loss;                 /* the batch's mean loss, written by forward */
-    nrt_order order;            /* the epoch's order */
+    nrt_order order;            /* the epoch's order (the host reads its
+                                   pinned mirror: host mode, checks) */
 };
 
 struct Alloc { void *p; size_t bytes; int pinned; };
@@ -64,7 +65,6 @@ struct Ctx {
     int data_tried, has_data, has_test, resident;
     nrt_dataset train;     /* the caller's, by value: host mode reads it */
     DevData dtrain, dtest;
-    nrt_order order;       /* the epoch's order, as the host sees it */
     cudaEvent_t order_copied;
     size_t cursor;         /* the host's view of the device cursor */
     /* host mode: two pinned batches, so one fills while the other copies */
@@ -246,7 +246,7 @@ static int stage_batch(Ctx *c, size_t start, int n, nrt_error *err)
     if (NRT_CUDA(cudaEventSynchronize(c->staged[k]), err))
         return -1;
     for (int i = 0; i < n; i++)
-        c->host_idx[i] = nrt_order_at(&c->order, (uint32_t)(start + (size_t)i));
+        c->host_idx[i] = nrt_order_at(&c->host->order, (uint32_t)(start + (size_t)i));
     nrt_dataset_gather(&c->train, c->host_idx, (size_t)n, c->pin_x[k], c->pin_label[k],
                        c->pin_y[k]);
     if (to_batch(c, c->pin_x[k], c->pin_label[k], c->pin_y[k], (size_t)n,
@@ -268,9 +268,9 @@ static int be_step(void *ctx, size_t start, int n, float *loss, nrt_error *err)
     if (start != c->cursor)
         return nrt_errorf(err, "internal error: a step at sample %zu of the epoch, expected %zu",
                           start, c->cursor);
-    if ((size_t)n > c->order.n - start)
+    if ((size_t)n > c->host->order.n - start)
         return nrt_errorf(err, "internal error: a step past the end of the epoch's order "
-                          "(%zu + %d > %u)", start, n, c->order.n);
+                          "(%zu + %d > %u)", start, n, c->host->order.n);
     if (!c->resident && stage_batch(c, start, n, err))
         return -1;
     cudaGraphExec_t exec = find_graph(c, n);
@@ -402,7 +402,6 @@ static int be_set_order(void *ctx, const nrt_order *order, nrt_error *err)
      * last step that reads it.  The cursor starts again at 0. */
     if (NRT_CUDA(cudaEventSynchronize(c->order_copied), err))
         return -1;
-    c->order = *order;
     c->host->order = *order;
     if (copy(c, &c->dev->order, &c->host->order, sizeof(nrt_order), cudaMemcpyHostToDevice,
              err) ||
