@@ -21,26 +21,6 @@ static const char *init_kind(int k)
     return names[k];
 }
 
-/* A C string literal for s. */
-static const char *c_string(Arena *a, const char *s)
-{
-    if (!s)
-        return "NULL";
-    size_t n = strlen(s);
-    char *out = arena_alloc(a, 4 * n + 3), *o = out;
-    *o++ = '"';
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            *o++ = '\\', *o++ = (char)*c;
-        else if (*c < 0x20 || *c >= 0x7f || *c == '?')
-            o += sprintf(o, "\\%03o", *c);
-        else
-            *o++ = (char)*c;
-    }
-    *o++ = '"';
-    return out;
-}
-
 static void emit_source(Emit *e, const char *field, const nrt_source *s)
 {
     emitf(e, ".%s = {%s, %s, %d, %d, %s, %d},", field, c_string(e->arena, s->kind),
@@ -48,7 +28,7 @@ static void emit_source(Emit *e, const char *field, const nrt_source *s)
           c_float(e->arena, s->scale ? s->scale : 1.0), s->standardize);
 }
 
-void emit_driver(Emit *e, const char *source, bool cuda)
+void emit_driver(Emit *e, bool cuda)
 {
     const Program *p = e->p;
     if (cuda) {
@@ -78,7 +58,7 @@ void emit_driver(Emit *e, const char *source, bool cuda)
     e->indent++;
     emitf(e, ".abi = NETRT_ABI,");
     emitf(e, ".name = %s,", c_string(e->arena, p->name));
-    emitf(e, ".source = %s,", c_string(e->arena, source));
+    emitf(e, ".source = %s,", c_string(e->arena, e->opt->source));
     char dims[96] = "";
     size_t len = 0;
     for (int k = 0; k < p->input.rank; k++)

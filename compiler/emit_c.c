@@ -19,17 +19,73 @@
 void emitf(Emit *e, const char *fmt, ...)
 {
     va_list ap;
-    for (int i = 0; i < e->indent; i++)
-            fputs("    ", e->out);
     va_start(ap, fmt);
-    vfprintf(e->out, fmt, ap);
+    char line[1024];
+    int len = vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    char *text = line;
+    if (len >= (int)sizeof line) {
+        text = arena_alloc(e->arena, (size_t)len + 1);
+        va_start(ap, fmt);
+        vsnprintf(text, (size_t)len + 1, fmt, ap);
+        va_end(ap);
+    }
+    /* in a model line's region, each line of code gets its #line; a
+     * comment of one line needs none, the next line has its own */
+    size_t n = strlen(text);
+    bool comment = n >= 4 && !strncmp(text, "/*", 2) && !strcmp(text + n - 2, "*/");
+    for (int i = 0; i < e->indent; i++)
+        fputs("    ", e->out);
+    if (e->model_line > 0 && !comment) {
+        fprintf(e->out, "#line %d %s\n", e->model_line, c_string(e->arena, e->opt->source));
+        for (int i = 0; i < e->indent; i++)
+            fputs("    ", e->out);
+        e->line++;
+    }
+    fputs(text, e->out);
     fputc('\n', e->out);
+    e->line++;
 }
 
 void emit_blank(Emit *e)
 {
     fputc('\n', e->out);
+    e->line++;
+}
+
+/* A compiler counts lines after #line from the one that follows it, so
+ * every line of a model line's region gets its own: the C of one layer is
+ * many lines, and all of them are that layer's line. */
+void emit_at(Emit *e, int model_line)
+{
+    if (!e->opt->lines || model_line == e->model_line)
+        return;
+    e->model_line = model_line;
+    if (model_line == 0) {
+        /* this directive is line e->line + 1; the next is e->line + 2 */
+        const char *name = e->opt->out_name ? e->opt->out_name : "<stdout>";
+        fprintf(e->out, "#line %d %s\n", e->line + 2, c_string(e->arena, name));
+        e->line++;
+    }
+}
+
+const char *c_string(Arena *a, const char *s)
+{
+    if (!s)
+        return "NULL";
+    size_t n = strlen(s);
+    char *out = arena_alloc(a, 4 * n + 3), *o = out;
+    *o++ = '"';
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            *o++ = '\\', *o++ = (char)*c;
+        else if (*c < 0x20 || *c >= 0x7f || *c == '?')
+            o += sprintf(o, "\\%03o", *c);
+        else
+            *o++ = (char)*c;
+    }
+    *o++ = '"';
+    return out;
 }
 
 const char *c_float(Arena *a, double v)
@@ -75,9 +131,9 @@ const char *pass_name(Emit *e, const Node *n, const char *pass)
 }
 
 /* The model line a node comes from, without leading blanks or comment. */
-static const char *source_line(Emit *e, const Stmt *s)
+const char *source_line(const Program *prog, const Stmt *s)
 {
-    const Diag *d = e->p->diag;
+    const Diag *d = prog->diag;
     const char *p = d->src, *end = d->src + d->len;
     for (int l = 1; l < s->loc.first_line && p < end; p++)
         if (*p == '\n')
@@ -89,7 +145,7 @@ static const char *source_line(Emit *e, const Stmt *s)
         q++;
     while (q > p && (q[-1] == ' ' || q[-1] == '\t'))
         q--;
-    char *text = arena_alloc(e->arena, (size_t)(q - p) + 1);
+    char *text = arena_alloc(prog->arena, (size_t)(q - p) + 1);
     memcpy(text, p, (size_t)(q - p));
     /* keep the comment closed whatever the line holds */
     for (char *c = text; *c; c++)
@@ -102,12 +158,12 @@ void emit_layer_comment(Emit *e, const Node *n)
 {
     const Program *p = e->p;
     emitf(e, "/*");
-    emitf(e, " * layer %d: %s    (line %d)", n->index, source_line(e, n->stmt),
+    emitf(e, " * layer %d: %s    (line %d)", n->index, source_line(p, n->stmt),
           n->stmt->loc.first_line);
     const Shape *out = &p->values[n->out].shape;
     if (n->fused) {
         emitf(e, " * fused with layer %d: %s    (line %d)", n->fused->index,
-              source_line(e, n->fused->stmt), n->fused->stmt->loc.first_line);
+              source_line(p, n->fused->stmt), n->fused->stmt->loc.first_line);
         out = &p->values[n->fused->out].shape;
     }
     /* where a batch lies channel first, say so: [C, n, H, W] */
@@ -149,6 +205,7 @@ void emit_pass_locals(Emit *e, const Node *n, bool bwd)
 static void emit_node(Emit *e, const Node *n)
 {
     emit_layer_comment(e, n);
+    emit_at(e, n->stmt->loc.first_line);
     emitf(e, "static void %s(nrt_net *net, int n, const float *x, float *y)", pass_name(e, n, "fwd"));
     emitf(e, "{");
     e->indent++;
@@ -174,6 +231,7 @@ static void emit_node(Emit *e, const Node *n)
     n->op->emit_bwd(e, n);
     e->indent--;
     emitf(e, "}");
+    emit_at(e, 0);
     emit_blank(e);
 }
 
@@ -235,11 +293,13 @@ static void emit_forward(Emit *e)
     int last = p->nvalues - 1;
     emitf(e, "*out = %s;", value_expr(e, last));
     emitf(e, "float *dlast = net->training ? %s : NULL;", grad_expr(e, last));
+    emit_at(e, p->loss_stmt->loc.first_line);
     if (p->target_kind == NRT_TARGET_CLASS)
         emitf(e, "return nrt_xent(%s, b->label, n, %d, dlast); /* fused log-softmax */",
               value_expr(e, last), p->n_out);
     else
         emitf(e, "return nrt_mse(%s, b->y, n, %d, dlast);", value_expr(e, last), p->n_out);
+    emit_at(e, 0);
     e->indent--;
     emitf(e, "}");
     emit_blank(e);
@@ -261,10 +321,10 @@ static void emit_backward(Emit *e)
     emit_blank(e);
 }
 
-void emit_c(FILE *out, const Program *p, const char *source, Arena *a, bool cuda)
+void emit_c(FILE *out, const Program *p, const EmitOptions *o, Arena *a, bool cuda)
 {
-    Emit e = {out, p, a, 0, false};
-    emitf(&e, "/* Generated by netc %s from %s. Do not edit. */", NETC_VERSION, source);
+    Emit e = {.out = out, .p = p, .arena = a, .opt = o};
+    emitf(&e, "/* Generated by netc %s from %s. Do not edit. */", NETC_VERSION, o->source);
     emitf(&e, "#include <math.h>");
     emitf(&e, "#include <string.h>");
     emit_blank(&e);
@@ -277,5 +337,5 @@ void emit_c(FILE *out, const Program *p, const char *source, Arena *a, bool cuda
             emit_node(&e, &p->nodes[i]);
     emit_forward(&e);
     emit_backward(&e);
-    emit_driver(&e, source, cuda);
+    emit_driver(&e, cuda);
 }

@@ -26,10 +26,15 @@ static void usage(FILE *out)
           "\n"
           "  -o FILE         write the program (or, with --emit, the source) to FILE;\n"
           "                  default: the model's file name without .net\n"
-          "  --emit=c        write the generated C instead of a program (to stdout\n"
-          "                  without -o)\n"
-          "  --emit=cuda     write the generated CUDA passes (.cu), fusion groups in\n"
-          "                  comments\n"
+          "  --emit=KIND     write KIND instead of a program (to stdout without -o):\n"
+          "                    c        the generated C\n"
+          "                    cuda     the generated CUDA passes (.cu)\n"
+          "                    ir       the graph: shapes, passes, fusion groups and\n"
+          "                             the memory plan, as text\n"
+          "                    dot      the graph for graphviz (dot -Tsvg)\n"
+          "                    summary  each layer's output shape and parameters\n"
+          "  --no-line       no #line directives in generated C and CUDA (by default\n"
+          "                  they point compilers and debuggers at the model file)\n"
           "  --no-cuda       build a cpu-only program (default: with the CUDA backend\n"
           "                  when netc was configured with CUDA)\n"
           "  --check         check the model and print its summary: each layer, its\n"
@@ -96,7 +101,9 @@ static char *read_file(const char *path, size_t *len)
     return buf;
 }
 
-enum { EMIT_C, EMIT_C_FOR_CUDA, EMIT_CUDA };
+/* What netc can write: --emit=KIND (and the C a CUDA build compiles). */
+enum { EMIT_C, EMIT_C_FOR_CUDA, EMIT_CUDA, EMIT_IR, EMIT_DOT, EMIT_SUMMARY };
+static const char *const kind_names[] = {"c", NULL, "cuda", "ir", "dot", "summary"};
 
 #ifdef NETC_HAVE_CUDA
 #define NETC_WITH_CUDA true
@@ -129,20 +136,34 @@ static const char *source_name(const char *path)
     return base + 1;
 }
 
-/* What netc writes: the C program, or the CUDA passes (.cu). */
-static void emit_kind(FILE *f, const Program *p, const char *source, Arena *a, int kind)
+/* Writes one output kind to f; out_name is what #line calls f. */
+static void emit_kind(FILE *f, const Program *p, const EmitOptions *o, Arena *a, int kind)
 {
-    if (kind == EMIT_CUDA)
-        emit_cuda(f, p, source, a);
-    else
-        emit_c(f, p, source, a, kind == EMIT_C_FOR_CUDA);
+    switch (kind) {
+    case EMIT_CUDA:
+        emit_cuda(f, p, o, a);
+        break;
+    case EMIT_IR:
+        emit_ir(f, p, o, a);
+        break;
+    case EMIT_DOT:
+        emit_dot(f, p, o, a);
+        break;
+    case EMIT_SUMMARY:
+        print_summary(f, p);
+        break;
+    default:
+        emit_c(f, p, o, a, kind == EMIT_C_FOR_CUDA);
+    }
 }
 
 /* Writes the output to path atomically, or to stdout if path is NULL. */
-static int write_out(const Program *p, const char *source, const char *path, Arena *a, int kind)
+static int write_out(const Program *p, const EmitOptions *o0, const char *path, Arena *a, int kind)
 {
+    EmitOptions o = *o0;
+    o.out_name = path;
     if (!path) {
-        emit_kind(stdout, p, source, a, kind);
+        emit_kind(stdout, p, &o, a, kind);
         return fflush(stdout) == 0 ? 0 : -1;
     }
     char *tmp = arena_printf(a, "%s.netc-XXXXXX", path);
@@ -156,7 +177,7 @@ static int write_out(const Program *p, const char *source, const char *path, Are
         }
         return -1;
     }
-    emit_kind(f, p, source, a, kind);
+    emit_kind(f, p, &o, a, kind);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad || chmod(tmp, 0644) != 0 || rename(tmp, path) != 0) {
         fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
@@ -168,7 +189,7 @@ static int write_out(const Program *p, const char *source, const char *path, Are
 
 /* A temporary file TMPDIR/netc-XXXXXX.SUFFIX holding one output kind;
  * NULL (with the error said) on failure. */
-static char *write_temp(const Program *p, const char *source, Arena *a, int kind, const char *suffix)
+static char *write_temp(const Program *p, const EmitOptions *o0, Arena *a, int kind, const char *suffix)
 {
     const char *tmpdir = getenv("TMPDIR");
     char *path = arena_printf(a, "%s/netc-XXXXXX%s", tmpdir && *tmpdir ? tmpdir : "/tmp", suffix);
@@ -182,7 +203,9 @@ static char *write_temp(const Program *p, const char *source, Arena *a, int kind
         }
         return NULL;
     }
-    emit_kind(f, p, source, a, kind);
+    EmitOptions o = *o0;
+    o.out_name = path;
+    emit_kind(f, p, &o, a, kind);
     if (ferror(f) | (fclose(f) != 0)) {
         fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
         unlink(path);
@@ -220,7 +243,7 @@ static void find_runtime(BuildOptions *o)
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *out = NULL;
-    bool check = false, emit = false, verbose = false, no_cuda = false;
+    bool check = false, emit = false, verbose = false, no_cuda = false, lines = true;
     int kind = EMIT_C;
 
     for (int i = 1; i < argc; i++) {
@@ -233,15 +256,19 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--check")) {
             check = true;
-        } else if (!strcmp(a, "--emit=c")) {
-            emit = true;
-            kind = EMIT_C;
-        } else if (!strcmp(a, "--emit=cuda")) {
-            emit = true;
-            kind = EMIT_CUDA;
         } else if (!strncmp(a, "--emit=", 7)) {
-            fprintf(stderr, "netc: error: unknown output kind '%s' (expected c or cuda)\n", a + 7);
-            return 2;
+            emit = true;
+            kind = -1;
+            for (int k = 0; k < (int)(sizeof kind_names / sizeof *kind_names); k++)
+                if (kind_names[k] && !strcmp(a + 7, kind_names[k]))
+                    kind = k;
+            if (kind < 0) {
+                fprintf(stderr, "netc: error: unknown output kind '%s' (expected c, cuda, ir, dot "
+                        "or summary)\n", a + 7);
+                return 2;
+            }
+        } else if (!strcmp(a, "--no-line")) {
+            lines = false;
         } else if (!strcmp(a, "--no-cuda")) {
             no_cuda = true;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
@@ -296,9 +323,9 @@ int main(int argc, char **argv)
     autodiff(p);
     fuse_and_plan(p);
 
-    const char *source = source_name(model_path);
+    EmitOptions eo = {.source = source_name(model_path), .lines = lines};
     if (emit) {
-        status = write_out(p, source, out, arena, kind) == 0 ? 0 : 1;
+        status = write_out(p, &eo, out, arena, kind) == 0 ? 0 : 1;
         goto done;
     }
 
@@ -311,8 +338,8 @@ int main(int argc, char **argv)
      * NETC_CUDA=no (the test suite's cpu tests) */
     const char *env_cuda = getenv("NETC_CUDA");
     bool cuda = NETC_WITH_CUDA && !no_cuda && !(env_cuda && !strcmp(env_cuda, "no"));
-    char *csrc = write_temp(p, source, arena, cuda ? EMIT_C_FOR_CUDA : EMIT_C, ".c");
-    char *cusrc = cuda && csrc ? write_temp(p, source, arena, EMIT_CUDA, ".cu") : NULL;
+    char *csrc = write_temp(p, &eo, arena, cuda ? EMIT_C_FOR_CUDA : EMIT_C, ".c");
+    char *cusrc = cuda && csrc ? write_temp(p, &eo, arena, EMIT_CUDA, ".cu") : NULL;
     if (csrc && (!cuda || cusrc))
         status = build_program(&bo, csrc, cusrc, out) == 0 ? 0 : 1;
     if (csrc)

@@ -12,7 +12,8 @@
  *   autodiff.c  forward graph → backward graph, built at compile time
  *   fuse.c      fusion (activation into its producer's epilogue) and the
  *               memory plan (where each value and gradient lives)
- *   emit_c.c    graph → C functions, one per layer pass
+ *   emit_c.c    graph → C functions, one per layer pass (emit_cuda.c:
+ *               the same as CUDA; emit_ir.c: as text or graphviz)
  *   driver.c    the model descriptor and main() of the program
  *   build.c     the C compiler run on the result, without a shell
  *
@@ -348,21 +349,38 @@ void fuse_and_plan(Program *p);
 
 /* ---------------------------------------------------------------- emit_c.c */
 
+/* What every emitter is told besides the program. */
+typedef struct EmitOptions {
+    const char *source;   /* the model file, as the output names it */
+    const char *out_name; /* the output's own name, for #line ("<stdout>") */
+    bool lines;           /* #line directives back to the model file */
+} EmitOptions;
+
 struct Emit {
     FILE *out;
     const Program *p;
     Arena *arena;
     int indent;
     bool cuda;          /* emitting the .cu file (emit_cuda.c) */
+    const EmitOptions *opt;
+    int line;           /* lines written so far */
+    int model_line;     /* > 0: the lines being written are this model line's */
 };
 
-/* Prints one line of C at the current indentation. */
+/* Prints one line of C at the current indentation; inside emit_at's
+ * region it is preceded by a #line naming the model line. */
 void emitf(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void emit_blank(Emit *e);
+/* Attributes the lines that follow to line model_line of the model file
+ * (compiler messages and debuggers then point there), or with 0 returns
+ * to the output's own numbering.  Nothing without opt->lines. */
+void emit_at(Emit *e, int model_line);
+/* A C string literal for s ("NULL" for NULL). */
+const char *c_string(Arena *a, const char *s);
 /* Writes the whole C program: layer passes (emit_c.c), then the model
  * descriptor and main (driver.c).  cuda: the descriptor points at the
  * passes of the .cu file emit_cuda writes beside it. */
-void emit_c(FILE *out, const Program *p, const char *source, Arena *a, bool cuda);
+void emit_c(FILE *out, const Program *p, const EmitOptions *o, Arena *a, bool cuda);
 /* A C float literal for v: "0.01f", "1.0f". */
 const char *c_float(Arena *a, double v);
 /* The shortest C double literal that reads back as v: "0.1", "1.0". */
@@ -383,16 +401,26 @@ void emit_value_locals(Emit *e);
  * #if that checks the runtime's ABI. */
 void emit_pass_calls(Emit *e, bool bwd);
 void emit_abi_check(Emit *e);
+/* The model line a statement comes from, without indentation or comment. */
+const char *source_line(const Program *p, const Stmt *s);
 
 /* ------------------------------------------------------------- emit_cuda.c */
 
 /* Writes the CUDA passes of the program (a .cu file) and the descriptor
  * entry that names them: netc_cuda_model. */
-void emit_cuda(FILE *out, const Program *p, const char *source, Arena *a);
+void emit_cuda(FILE *out, const Program *p, const EmitOptions *o, Arena *a);
+
+/* ---------------------------------------------------------------- emit_ir.c */
+
+/* --emit=ir: the graph as readable text — values with shapes and layouts,
+ * the forward and backward passes, fusion groups and the memory plan. */
+void emit_ir(FILE *out, const Program *p, const EmitOptions *o, Arena *a);
+/* --emit=dot: the same graph for graphviz. */
+void emit_dot(FILE *out, const Program *p, const EmitOptions *o, Arena *a);
 
 /* ---------------------------------------------------------------- driver.c */
 
-void emit_driver(Emit *e, const char *source, bool cuda);
+void emit_driver(Emit *e, bool cuda);
 
 /* ---------------------------------------------------------------- build.c */
 

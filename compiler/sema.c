@@ -483,6 +483,7 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
             once(p, &seen.loss, s);
             if (seen.loss == s) {
                 p->loss = find_sig(p, loss_sigs, s->call, "loss");
+                p->loss_stmt = s;
                 ArgVal av[MAX_ARGS];
                 if (p->loss && !bind_args(p, p->loss, s->call, av))
                     p->loss = NULL;

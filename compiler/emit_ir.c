@@ -1,0 +1,242 @@
+/*
+ * emit_ir.c — the graph IR as text (--emit=ir) and as graphviz (--emit=dot).
+ *
+ * What the C and CUDA emitters are given, made readable: the values with
+ * their shapes and layouts, the forward passes in order, the backward
+ * passes in theirs, the fusion groups (one generated function each way per
+ * group) and the memory plan — where each value, gradient and saved
+ * tensor lives and which of them share memory.  Sizes are per sample,
+ * as everywhere in the IR; the runtime multiplies them by the batch.
+ *
+ * Both outputs depend on nothing but the model, like the code emitters.
+ */
+#include "netc.h"
+
+#include <string.h>
+
+/* A node that gets functions of its own: not a view, not absorbed. */
+static bool is_group(const Program *p, const Node *n)
+{
+    return !n->absorbed && !ir_is_view(p, n);
+}
+
+/* The fusion group a node belongs to: g0, g1, …, or -1 for a view. */
+static int group_of(const Program *p, const Node *n)
+{
+    int g = 0;
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *m = &p->nodes[i];
+        if (m == n || (m->fused == n))
+            return is_group(p, m) ? g : -1;
+        if (is_group(p, m))
+            g++;
+    }
+    return -1;
+}
+
+static const char *value_name(Emit *e, int v)
+{
+    const IrValue *val = &e->p->values[v];
+    return arena_printf(e->arena, "%%%d %s%s", v, shape_str(e->arena, &val->shape),
+                        val->cn ? " cn" : "");
+}
+
+static void emit_values(Emit *e)
+{
+    const Program *p = e->p;
+    emitf(e, "input");
+    emitf(e, "  %-28s %s, the batch as loaded: [n, ...]", value_name(e, 0),
+          p->input_name ? p->input_name : "input");
+    emit_blank(e);
+    emitf(e, "forward");
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        int g = group_of(p, n);
+        const char *where = g < 0 ? "a view: no pass"
+                            : n->absorbed ? arena_printf(e->arena, "g%d, in its epilogue", g)
+                                          : arena_printf(e->arena, "g%d", g);
+        const char *what = n->op->is_view && g >= 0 ? "; a transpose from channel first" : "";
+        emitf(e, "  %-28s = %s %%%d", value_name(e, n->out), source_line(p, n->stmt), n->in);
+        emitf(e, "  %-28s   layer %d, line %d, %s%s", "", n->index, n->stmt->loc.first_line, where,
+              what);
+        for (int k = 0; k < n->nparams; k++) {
+            const Param *prm = &p->params[n->param0 + k];
+            char dims[96];
+            size_t len = (size_t)snprintf(dims, sizeof dims, "[");
+            for (int j = 0; j < prm->rank; j++)
+                len += (size_t)snprintf(dims + len, sizeof dims - len, "%s%lld", j ? ", " : "",
+                                        (long long)prm->dim[j]);
+            snprintf(dims + len, sizeof dims - len, "]");
+            emitf(e, "  %-28s   param %s %s", "", prm->name, dims);
+        }
+    }
+    int last = p->nvalues - 1;
+    emitf(e, "  %-28s = %s(%%%d, %s)", "loss", p->loss->name, last,
+          p->target_kind == NRT_TARGET_CLASS ? "label" : "target");
+    emitf(e, "  %-28s   line %d; %s", "", p->loss_stmt->loc.first_line,
+          p->target_kind == NRT_TARGET_CLASS
+              ? "log-softmax fused in: d%N = (softmax - onehot) / n"
+              : "d%N = 2 (y - t) / (n * outputs)");
+    emit_blank(e);
+}
+
+static void emit_backward(Emit *e)
+{
+    const Program *p = e->p;
+    emitf(e, "backward  (in this order; d%%0 only when asked for, as by gradient checks)");
+    for (int k = 0; k < p->nbwd; k++) {
+        const Node *n = &p->nodes[p->bwd[k]];
+        if (!is_group(p, n))
+            continue;
+        int out = last_visible(n)->out;
+        char grads[256] = "";
+        size_t len = 0;
+        for (int j = 0; j < n->nparams; j++)
+            len += (size_t)snprintf(grads + len, sizeof grads - len, ", d%s",
+                                    p->params[n->param0 + j].name);
+        const char *through = n->fused ? arena_printf(e->arena, " through %s %d", n->fused->op->sig.name,
+                                                      n->fused->index)
+                                       : "";
+        emitf(e, "  g%-3d %-12s d%%%d%s -> d%%%d%s", group_of(p, n),
+              arena_printf(e->arena, "%s %d", n->op->sig.name, n->index), out, through, n->in, grads);
+    }
+    emit_blank(e);
+}
+
+static void emit_groups(Emit *e)
+{
+    const Program *p = e->p;
+    emitf(e, "fusion groups  (each is one forward and one backward function)");
+    int g = 0;
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        if (!is_group(p, n))
+            continue;
+        const char *members = n->fused ? arena_printf(e->arena, "%s %d + %s %d", n->op->sig.name, n->index,
+                                                      n->fused->op->sig.name, n->fused->index)
+                                       : arena_printf(e->arena, "%s %d", n->op->sig.name, n->index);
+        emitf(e, "  g%-3d %-24s %s, %s", g++, members, pass_name(e, n, "fwd"), pass_name(e, n, "bwd"));
+    }
+    emit_blank(e);
+}
+
+static void emit_plan(Emit *e)
+{
+    const Program *p = e->p;
+    emitf(e, "memory plan  (floats a sample unless said)");
+    emitf(e, "  parameters   %zu floats in one buffer; their gradients and the optimizer's",
+          p->param_count);
+    emitf(e, "               state are buffers of the same layout");
+    for (int i = 0; i < p->nparams; i++)
+        emitf(e, "    %-18s [%zu, %zu)", p->params[i].name, p->params[i].offset,
+              p->params[i].offset + p->params[i].size);
+    emitf(e, "  activations  %lld (on a GPU %lld: no cpu-only saved tensors)", (long long)p->act_size,
+          (long long)p->cuda_act_size);
+    for (int v = 1; v < p->nvalues; v++) {
+        const IrValue *val = &p->values[v];
+        if (val->alias < 0)
+            emitf(e, "    %-18s [%lld, %lld)", arena_printf(e->arena, "%%%d", v),
+                  (long long)val->offset, (long long)(val->offset + val->size));
+        else
+            emitf(e, "    %-18s shares %%%d's memory (%s)", arena_printf(e->arena, "%%%d", v),
+                  ir_root(p, v), p->nodes[v - 1].absorbed ? "fused" : "a view");
+    }
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        if (n->aux_size)
+            emitf(e, "    %-18s [%lld, %lld)%s", arena_printf(e->arena, "layer %d %s", n->index, n->op->aux_name),
+                  (long long)n->aux_offset, (long long)(n->aux_offset + n->aux_size),
+                  n->op->aux_cpu_only ? " cpu only" : "");
+    }
+    emitf(e, "  int32        %lld", (long long)p->iact_size);
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        if (n->iaux_size)
+            emitf(e, "    %-18s [%lld, %lld)", arena_printf(e->arena, "layer %d arg", n->index),
+                  (long long)n->iaux_offset, (long long)(n->iaux_offset + n->iaux_size));
+    }
+    emitf(e, "  gradients    2 buffers of %lld, used in turn; activations, views and",
+          (long long)p->grad_size);
+    emitf(e, "               dropout write d x over d y");
+    for (int v = p->nvalues - 1; v >= 1; v--)
+        emitf(e, "    %-18s gbuf[%d]", arena_printf(e->arena, "d%%%d", v), p->values[v].grad_buf);
+    emitf(e, "    %-18s net->dinput, when asked for", "d%0");
+    emitf(e, "  scratch      %lld, reused by every layer's pass", (long long)p->scratch_size);
+}
+
+void emit_ir(FILE *out, const Program *p, const EmitOptions *o, Arena *a)
+{
+    Emit e = {.out = out, .p = p, .arena = a, .opt = o};
+    emitf(&e, "; netc %s: the IR of model %s, from %s", NETC_VERSION, p->name, o->source);
+    emitf(&e, "; %%N is a value and d%%N its gradient; shapes and sizes are per sample;");
+    emitf(&e, "; cn: laid out channel first, [C, n, H, W]");
+    emit_blank(&e);
+    emit_values(&e);
+    emit_backward(&e);
+    emit_groups(&e);
+    emit_plan(&e);
+}
+
+/* A graphviz string: quotes and backslashes escaped, newlines as \n. */
+static const char *dot_string(Arena *a, const char *s)
+{
+    size_t n = strlen(s);
+    char *out = arena_alloc(a, 2 * n + 3), *o = out;
+    *o++ = '"';
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\' || *s == '\n')
+            *o++ = '\\';
+        *o++ = *s == '\n' ? 'n' : *s;
+    }
+    *o++ = '"';
+    return out;
+}
+
+void emit_dot(FILE *out, const Program *p, const EmitOptions *o, Arena *a)
+{
+    Emit e = {.out = out, .p = p, .arena = a, .opt = o};
+    emitf(&e, "// netc %s: model %s, from %s (render: dot -Tsvg)", NETC_VERSION, p->name, o->source);
+    emitf(&e, "digraph %s {", dot_string(a, p->name));
+    e.indent++;
+    emitf(&e, "rankdir=TB;");
+    emitf(&e, "node [shape=box, style=rounded, fontname=\"Helvetica\", fontsize=11];");
+    emitf(&e, "edge [fontname=\"Helvetica\", fontsize=9];");
+    emitf(&e, "v0 [shape=oval, label=%s];",
+          dot_string(a, arena_printf(a, "%s %s", p->input_name ? p->input_name : "input",
+                                     shape_str(a, &p->input))));
+    int g = 0;
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        bool grouped = is_group(p, n) && n->fused;
+        if (grouped) {
+            emitf(&e, "subgraph cluster_g%d {", g);
+            e.indent++;
+            emitf(&e, "label=%s; style=dashed; fontname=\"Helvetica\"; fontsize=9;",
+                  dot_string(a, arena_printf(a, "g%d: %s", g, pass_name(&e, n, "fwd"))));
+        }
+        for (const Node *m = n; m; m = m == n && grouped ? n->fused : NULL) {
+            const char *label = arena_printf(a, "%d: %s\nline %d", m->index, source_line(p, m->stmt),
+                                             m->stmt->loc.first_line);
+            emitf(&e, "v%d [label=%s%s];", m->out, dot_string(a, label),
+                  ir_is_view(p, m) ? ", style=\"rounded,dotted\"" : "");
+        }
+        if (grouped) {
+            e.indent--;
+            emitf(&e, "}");
+        }
+        if (is_group(p, n))
+            g++;
+        if (n->fused)
+            i++;
+    }
+    int last = p->nvalues - 1;
+    emitf(&e, "loss [shape=oval, label=%s];",
+          dot_string(a, arena_printf(a, "loss: %s\nline %d", p->loss->name, p->loss_stmt->loc.first_line)));
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        emitf(&e, "v%d -> v%d [label=%s];", n->in, n->out, dot_string(a, value_name(&e, n->in)));
+    }
+    emitf(&e, "v%d -> loss [label=%s];", last, dot_string(a, value_name(&e, last)));
+    e.indent--;
+    emitf(&e, "}");
+}

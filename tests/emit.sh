@@ -1,0 +1,99 @@
+# tests/emit.sh — netc's inspection outputs: --emit=c|cuda|ir|dot|summary
+# give the same bytes for the same input, the IR shows the graph, the
+# fusion groups and the memory plan, dot renders, and the #line directives
+# of generated code send every line of a layer's passes to that layer's
+# model line and every other line to the output's own.
+. "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
+
+models="$SRC/models/*.net $SRC/tests/gradcheck/*.net"
+
+# the presumed "file:line" of every line of a C or CUDA file, as a
+# compiler reads its #line directives, checked against the rules above
+# (blank lines and one-line comments hold no code and may be anywhere):
+# prints the first line that breaks one, nothing when all hold
+check_lines() { # FILE OUT_NAME MODEL_NAME LOSS_LINE
+    awk -v out="$2" -v model="$3" -v loss="$4" '
+        BEGIN { file = out; next_line = 1 }
+        /^[ \t]*#line [0-9]+ "/ {
+            n = $2; f = $3; gsub(/"/, "", f)
+            file = f; next_line = n; next
+        }
+        /^ \* layer [0-9]+: .*\(line [0-9]+\)$/ {
+            layer = $NF; sub(/\)$/, "", layer)
+        }
+        {
+            at = next_line++
+            if (file == out && at != NR) { print NR ": presumed " file ":" at; exit }
+            code = $0 !~ /^[ \t]*$/ && $0 !~ /^[ \t]*\/\*.*\*\/$/
+            if (file == model && code && at != layer && at != loss) {
+                print NR ": presumed " file ":" at ", the layer is at line " layer; exit
+            }
+            if (file != out && file != model) { print NR ": presumed " file; exit }
+        }' "$1"
+}
+
+for model in $models; do
+    name=$(basename "$model" .net)
+    # the name generated code gives the model: as written, or its base name
+    # when absolute (output does not depend on where the tree lives)
+    case $model in /*) cited=$name.net ;; *) cited=$model ;; esac
+    for kind in c cuda ir dot summary; do
+        check "'$NETC' --emit=$kind '$model' -o '$WORK/$name.$kind'" "$name: --emit=$kind failed"
+        # twice to stdout, from two directories with two TMPDIRs
+        "$NETC" --emit=$kind "$model" > "$WORK/$name.once.$kind"
+        (cd "$WORK" && TMPDIR="$WORK" "$NETC" --emit=$kind "$model" > "$WORK/$name.again.$kind")
+        check "cmp -s '$WORK/$name.once.$kind' '$WORK/$name.again.$kind'" \
+            "$name: --emit=$kind differs between two runs"
+    done
+    "$NETC" --check "$model" > "$WORK/$name.check"
+    check "cmp -s '$WORK/$name.check' '$WORK/$name.summary'" "$name: --emit=summary is not --check's summary"
+
+    loss=$(grep -n '^[[:space:]]*loss[[:space:]]' "$model" | head -1 | cut -d: -f1)
+    for kind in c cuda; do
+        bad=$(check_lines "$WORK/$name.$kind" "$WORK/$name.$kind" "$cited" "$loss")
+        check "[ -z '$bad' ]" "$name: --emit=$kind: a #line is wrong: $bad"
+        n=$(grep -c '#line' "$WORK/$name.$kind")
+        check "[ $n -gt 0 ]" "$name: --emit=$kind has no #line directive"
+        "$NETC" --emit=$kind --no-line "$model" -o "$WORK/$name.noline.$kind"
+        check "! grep -q '#line' '$WORK/$name.noline.$kind'" "$name: --no-line left a #line in --emit=$kind"
+        # without the directives, the same code
+        grep -v '^[[:space:]]*#line ' "$WORK/$name.$kind" > "$WORK/$name.stripped.$kind"
+        check "cmp -s '$WORK/$name.stripped.$kind' '$WORK/$name.noline.$kind'" \
+            "$name: --emit=$kind with and without --no-line differ in more than #line"
+    done
+    # to stdout, #line names "<stdout>"
+    bad=$(check_lines "$WORK/$name.once.c" "<stdout>" "$cited" "$loss")
+    check "[ -z '$bad' ]" "$name: --emit=c to stdout: a #line is wrong: $bad"
+
+    if command -v dot > /dev/null 2>&1; then
+        check "dot -Tsvg '$WORK/$name.dot' -o '$WORK/$name.svg' 2> '$WORK/dot.err' && [ -s '$WORK/$name.svg' ]" \
+            "$name: dot cannot render --emit=dot: $(cat "$WORK/dot.err" 2>/dev/null)"
+    fi
+done
+command -v dot > /dev/null 2>&1 || echo "note: graphviz's dot not found; --emit=dot not rendered"
+
+# the IR of digits_cnn: values with shapes, groups, the memory plan
+ir=$WORK/digits_cnn.ir
+check "grep -q '^  %1 \[16, 8, 8\] cn  *= conv2d(16, kernel=3, padding=1) %0$' '$ir'" "IR: conv2d's value"
+check "grep -q 'layer 1, line 7, g0, in its epilogue' '$ir'" "IR: relu fused into g0"
+check "grep -q '^  g0   conv2d 0 + relu 1  *conv2d_0_fwd, conv2d_0_bwd$' '$ir'" "IR: fusion group g0"
+check "grep -q 'g5   linear 7     d%9 through relu 8 -> d%7, d7.weight, d7.bias' '$ir'" "IR: a backward pass"
+check "grep -q '^  activations  2798 (on a GPU 2122' '$ir'" "IR: activation sizes"
+check "grep -q '^    %2  *shares %1.s memory (fused)$' '$ir'" "IR: memory reuse of a fused value"
+check "grep -q '^  gradients    2 buffers of 1024' '$ir'" "IR: gradient buffers"
+check "grep -q '^    layer 0 xp  *\[2122, 2222) cpu only$' '$ir'" "IR: a cpu-only saved tensor"
+
+# debuggers: a layer's pass is at its model line (DWARF 4, which every
+# addr2line reads)
+if command -v addr2line > /dev/null 2>&1 && command -v nm > /dev/null 2>&1; then
+    cp "$SRC/models/digits_cnn.net" "$WORK/dc.net"
+    (cd "$WORK" && NETC_CUDA=no NETC_CFLAGS="-O0 -g -gdwarf-4" "$NETC" dc.net -o dc)
+    addr=$(nm "$WORK/dc" | awk '$3 == "conv2d_3_bwd" { print $1 }')
+    where=$(addr2line -e "$WORK/dc" "0x$addr" 2>/dev/null)
+    check "[ \"\${where##*/}\" = dc.net:9 ]" "conv2d_3_bwd is at '$where', not dc.net:9"
+fi
+
+# bad kinds are refused
+"$NETC" --emit=asm "$SRC/models/digits_cnn.net" > "$WORK/out" 2> "$WORK/err"
+check "[ $? -eq 2 ] && grep -q \"unknown output kind 'asm'\" '$WORK/err'" "--emit=asm: $(cat "$WORK/err")"
+finish
