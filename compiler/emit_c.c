@@ -329,6 +329,8 @@ void emit_c(FILE *out, const Program *p, const EmitOptions *o, Arena *a, bool cu
     emitf(&e, "#include <string.h>");
     emit_blank(&e);
     emitf(&e, "#include <netrt.h>");
+    if (o->lib)
+        emitf(&e, "#include %s", c_string(a, o->lib_header));
     emit_blank(&e);
     emit_abi_check(&e);
     emit_blank(&e);

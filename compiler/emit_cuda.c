@@ -125,7 +125,7 @@ void emit_cuda(FILE *out, const Program *p, const EmitOptions *o, Arena *a)
     emit_backward(&e);
     emit_workspace(&e);
     emitf(&e, "/* What the model descriptor in the C file points at. */");
-    emitf(&e, "extern \"C\" const nrt_cuda_model netc_cuda_model = {");
+    emitf(&e, "extern \"C\" const nrt_cuda_model %s = {", cuda_model_symbol(a, o));
     emitf(&e, "    forward, backward, nrt_cuda_device_count, nrt_cuda_list_devices, nrt_cuda_open,");
     emitf(&e, "    WORKSPACE, %lld, /* workspace bytes; floats of activations a sample */",
           (long long)p->cuda_act_size);

@@ -33,6 +33,9 @@ static void usage(FILE *out)
           "                             the memory plan, as text\n"
           "                    dot      the graph for graphviz (dot -Tsvg)\n"
           "                    summary  each layer's output shape and parameters\n"
+          "                    lib      a C library: FILE.h, FILE.c (and FILE.cu with\n"
+          "                             CUDA), the model behind create, load, save,\n"
+          "                             predict, train_step and destroy\n"
           "  --no-line       no #line directives in generated C and CUDA (by default\n"
           "                  they point compilers and debuggers at the model file)\n"
           "  --no-cuda       build a cpu-only program (default: with the CUDA backend\n"
@@ -102,8 +105,9 @@ static char *read_file(const char *path, size_t *len)
 }
 
 /* What netc can write: --emit=KIND (and the C a CUDA build compiles). */
-enum { EMIT_C, EMIT_C_FOR_CUDA, EMIT_CUDA, EMIT_IR, EMIT_DOT, EMIT_SUMMARY };
-static const char *const kind_names[] = {"c", NULL, "cuda", "ir", "dot", "summary"};
+enum { EMIT_C, EMIT_C_FOR_CUDA, EMIT_CUDA, EMIT_IR, EMIT_DOT, EMIT_SUMMARY, EMIT_LIB,
+       EMIT_LIB_HEADER };
+static const char *const kind_names[] = {"c", NULL, "cuda", "ir", "dot", "summary", "lib", NULL};
 
 #ifdef NETC_HAVE_CUDA
 #define NETC_WITH_CUDA true
@@ -152,20 +156,21 @@ static void emit_kind(FILE *f, const Program *p, const EmitOptions *o, Arena *a,
     case EMIT_SUMMARY:
         print_summary(f, p);
         break;
+    case EMIT_LIB_HEADER:
+        emit_lib_header(f, p, o, a);
+        break;
     default:
         emit_c(f, p, o, a, kind == EMIT_C_FOR_CUDA);
     }
 }
 
-/* Writes the output to path atomically, or to stdout if path is NULL. */
-static int write_out(const Program *p, const EmitOptions *o0, const char *path, Arena *a, int kind)
+/* Writes one output kind to a temporary file beside path, to be renamed
+ * over it by commit(); NULL (with the error said) on failure. */
+static char *write_beside(const Program *p, const EmitOptions *o0, const char *path, Arena *a,
+                          int kind)
 {
     EmitOptions o = *o0;
     o.out_name = path;
-    if (!path) {
-        emit_kind(stdout, p, &o, a, kind);
-        return fflush(stdout) == 0 ? 0 : -1;
-    }
     char *tmp = arena_printf(a, "%s.netc-XXXXXX", path);
     int fd = mkstemp(tmp);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
@@ -175,16 +180,74 @@ static int write_out(const Program *p, const EmitOptions *o0, const char *path, 
             close(fd);
             unlink(tmp);
         }
-        return -1;
+        return NULL;
     }
     emit_kind(f, p, &o, a, kind);
     int bad = ferror(f);
-    if (fclose(f) != 0 || bad || chmod(tmp, 0644) != 0 || rename(tmp, path) != 0) {
+    if (fclose(f) != 0 || bad || chmod(tmp, 0644) != 0) {
         fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
         unlink(tmp);
-        return -1;
+        return NULL;
     }
-    return 0;
+    return tmp;
+}
+
+/* Writes the outputs kinds[i] to paths[i], all or none: each to a
+ * temporary file first, renamed into place once all are complete. */
+static int write_files(const Program *p, const EmitOptions *o, Arena *a, int n,
+                       const char *const *paths, const int *kinds)
+{
+    char *tmp[4] = {NULL};
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        if (!(tmp[i] = write_beside(p, o, paths[i], a, kinds[i])))
+            rc = -1;
+    for (int i = 0; i < n && rc == 0; i++)
+        if (rename(tmp[i], paths[i]) != 0) {
+            fprintf(stderr, "netc: error: cannot write '%s': %s\n", paths[i], strerror(errno));
+            rc = -1;
+        }
+    for (int i = 0; i < n; i++)
+        if (tmp[i] && rc != 0)
+            unlink(tmp[i]);
+    return rc;
+}
+
+/* Writes the output to path atomically, or to stdout if path is NULL. */
+static int write_out(const Program *p, const EmitOptions *o0, const char *path, Arena *a, int kind)
+{
+    if (path)
+        return write_files(p, o0, a, 1, &path, &kind);
+    EmitOptions o = *o0;
+    o.out_name = NULL;
+    emit_kind(stdout, p, &o, a, kind);
+    return fflush(stdout) == 0 ? 0 : -1;
+}
+
+/* The C identifier of a library's API: the output's base name, every
+ * other character an underscore ("my-net" -> my_net). */
+static const char *lib_prefix(Arena *a, const char *out)
+{
+    const char *base = strrchr(out, '/');
+    base = base ? base + 1 : out;
+    char *id = arena_printf(a, "%s%s", *base >= '0' && *base <= '9' ? "m" : "", base);
+    for (char *c = id; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')))
+            *c = '_';
+    return id;
+}
+
+/* --emit=lib: OUT.h, OUT.c and with CUDA OUT.cu. */
+static int write_lib(const Program *p, const EmitOptions *o0, const char *out, Arena *a)
+{
+    EmitOptions o = *o0;
+    o.lib = lib_prefix(a, out);
+    const char *base = strrchr(out, '/');
+    o.lib_header = arena_printf(a, "%s.h", base ? base + 1 : out);
+    const char *paths[3] = {arena_printf(a, "%s.h", out), arena_printf(a, "%s.c", out),
+                            arena_printf(a, "%s.cu", out)};
+    const int kinds[3] = {EMIT_LIB_HEADER, o.cuda ? EMIT_C_FOR_CUDA : EMIT_C, EMIT_CUDA};
+    return write_files(p, &o, a, o.cuda ? 3 : 2, paths, kinds);
 }
 
 /* A temporary file TMPDIR/netc-XXXXXX.SUFFIX holding one output kind;
@@ -263,8 +326,8 @@ int main(int argc, char **argv)
                 if (kind_names[k] && !strcmp(a + 7, kind_names[k]))
                     kind = k;
             if (kind < 0) {
-                fprintf(stderr, "netc: error: unknown output kind '%s' (expected c, cuda, ir, dot "
-                        "or summary)\n", a + 7);
+                fprintf(stderr, "netc: error: unknown output kind '%s' (expected c, cuda, ir, dot, "
+                        "summary or lib)\n", a + 7);
                 return 2;
             }
         } else if (!strcmp(a, "--no-line")) {
@@ -323,7 +386,15 @@ int main(int argc, char **argv)
     autodiff(p);
     fuse_and_plan(p);
 
-    EmitOptions eo = {.source = source_name(model_path), .lines = lines};
+    /* CUDA when this netc was built with it, unless --no-cuda or
+     * NETC_CUDA=no (the test suite's cpu tests) */
+    const char *env_cuda = getenv("NETC_CUDA");
+    bool cuda = NETC_WITH_CUDA && !no_cuda && !(env_cuda && !strcmp(env_cuda, "no"));
+    EmitOptions eo = {.source = source_name(model_path), .lines = lines, .cuda = cuda};
+    if (kind == EMIT_LIB) {
+        status = write_lib(p, &eo, out ? out : default_output(arena, model_path), arena) ? 1 : 0;
+        goto done;
+    }
     if (emit) {
         status = write_out(p, &eo, out, arena, kind) == 0 ? 0 : 1;
         goto done;
@@ -334,10 +405,6 @@ int main(int argc, char **argv)
     BuildOptions bo = {0};
     find_runtime(&bo);
     bo.verbose = verbose;
-    /* CUDA when this netc was built with it, unless --no-cuda or
-     * NETC_CUDA=no (the test suite's cpu tests) */
-    const char *env_cuda = getenv("NETC_CUDA");
-    bool cuda = NETC_WITH_CUDA && !no_cuda && !(env_cuda && !strcmp(env_cuda, "no"));
     char *csrc = write_temp(p, &eo, arena, cuda ? EMIT_C_FOR_CUDA : EMIT_C, ".c");
     char *cusrc = cuda && csrc ? write_temp(p, &eo, arena, EMIT_CUDA, ".cu") : NULL;
     if (csrc && (!cuda || cusrc))

@@ -14,7 +14,8 @@
  *               memory plan (where each value and gradient lives)
  *   emit_c.c    graph → C functions, one per layer pass (emit_cuda.c:
  *               the same as CUDA; emit_ir.c: as text or graphviz)
- *   driver.c    the model descriptor and main() of the program
+ *   driver.c    the model descriptor and main() of the program, or the
+ *               C API of a library (--emit=lib)
  *   build.c     the C compiler run on the result, without a shell
  *
  * ops.c holds the table of every op: its arguments and defaults, shape rule
@@ -354,6 +355,10 @@ typedef struct EmitOptions {
     const char *source;   /* the model file, as the output names it */
     const char *out_name; /* the output's own name, for #line ("<stdout>") */
     bool lines;           /* #line directives back to the model file */
+    const char *lib;      /* --emit=lib: the API's prefix ("digits_cnn"); NULL:
+                             a program, with main() */
+    const char *lib_header; /* --emit=lib: the header's file name, included */
+    bool cuda;            /* --emit=lib: the library has a .cu file */
 } EmitOptions;
 
 struct Emit {
@@ -421,6 +426,11 @@ void emit_dot(FILE *out, const Program *p, const EmitOptions *o, Arena *a);
 /* ---------------------------------------------------------------- driver.c */
 
 void emit_driver(Emit *e, bool cuda);
+/* The name of the .cu file's nrt_cuda_model: netc_cuda_model in a
+ * program, PREFIX_cuda_model in a library (two can be linked together). */
+const char *cuda_model_symbol(Arena *a, const EmitOptions *o);
+/* --emit=lib's header: the C API of the model. */
+void emit_lib_header(FILE *out, const Program *p, const EmitOptions *o, Arena *a);
 
 /* ---------------------------------------------------------------- build.c */
 

@@ -1,6 +1,7 @@
 /*
  * main.c — the generated program's main: flags, data, the training loop,
- * evaluation, metrics, weights in and out.
+ * metrics, gradient checks.  The backends it trains on are backend.c's and
+ * libnetrt_cuda's; weights go in and out through safetensors.c.
  *
  * A generated program calls nrt_main(&model, argc, argv) and nothing else;
  * the model descriptor tells this file the shapes, the parameters, the
@@ -33,8 +34,6 @@
 #include <cblas.h>
 #endif
 
-enum { STREAM_INIT = 1, STREAM_SHUFFLE = 2, STREAM_DROPOUT = 3 };
-
 typedef struct Options {
     const char *device, *data, *test_data, *save, *load, *metrics;
     int epochs, batch, threads, log_every, quiet, shuffle;
@@ -44,11 +43,6 @@ typedef struct Options {
     int gradcheck;       /* > 0: check gradients on this many samples */
     int list_devices;    /* --list-devices */
 } Options;
-
-static uint64_t stream_key(uint64_t seed, uint64_t stream)
-{
-    return seed ^ (stream * 0xd1b54a32d192ed03ull);
-}
 
 static double now(void)
 {
@@ -204,115 +198,6 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
     return 0;
 }
 
-/* ---------------------------------------------------------------- the net */
-
-static void net_free(nrt_net *net)
-{
-    free(net->param);
-    free(net->grad);
-    free(net->act);
-    free(net->iact);
-    free(net->gbuf[0]);
-    free(net->gbuf[1]);
-    free(net->scratch);
-    free(net->dinput);
-    *net = (nrt_net){0};
-}
-
-static void *alloc_floats(size_t n, size_t size, int *ok)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p)
-        *ok = 0;
-    return p;
-}
-
-static int net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err)
-{
-    int ok = 1;
-    *net = (nrt_net){0};
-    net->model = m;
-    net->cap = cap;
-    size_t c = (size_t)cap;
-    net->param = alloc_floats(m->param_count, sizeof(float), &ok);
-    net->grad = alloc_floats(m->param_count, sizeof(float), &ok);
-    net->act = alloc_floats(c * m->act_size, sizeof(float), &ok);
-    net->iact = alloc_floats(c * m->iact_size, sizeof(int32_t), &ok);
-    net->gbuf[0] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
-    net->gbuf[1] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
-    net->scratch = alloc_floats(c * m->scratch_size, sizeof(float), &ok);
-    if (!ok) {
-        net_free(net);
-        return nrt_errorf(err, "out of memory for a batch of %d (%.1f MiB of activations)",
-                          cap, (double)(c * (m->act_size + 2 * m->grad_size + m->scratch_size)) * 4 / 1048576);
-    }
-    return 0;
-}
-
-/* ----------------------------------------------------- weights in and out */
-
-static const char *dims_str(char *buf, size_t len, int rank, const int64_t *dim)
-{
-    size_t n = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < rank && n < len; i++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "", (long long)dim[i]);
-    if (n < len)
-        snprintf(buf + n, len - n, "]");
-    return buf;
-}
-
-static int load_weights(const nrt_model *m, float *param, const char *path, nrt_error *err)
-{
-    nrt_st_file *f;
-    if (nrt_safetensors_open(path, &f, err))
-        return -1;
-    int rc = 0;
-    for (int i = 0; i < m->n_params && rc == 0; i++) {
-        const nrt_param *p = &m->params[i];
-        const char *dtype = NULL;
-        const nrt_tensor *t = nrt_safetensors_find(f, p->name, &dtype);
-        char want[96], got[96];
-        dims_str(want, sizeof want, p->rank, p->dim);
-        if (!t && dtype)
-            rc = nrt_errorf(err, "%s: tensor '%s' has dtype %s; netc needs F32", path, p->name, dtype);
-        else if (!t)
-            rc = nrt_errorf(err, "%s: no tensor '%s' (the model has %s %s)", path, p->name, p->name, want);
-        else if (t->rank != p->rank || memcmp(t->dim, p->dim, sizeof(int64_t) * (size_t)p->rank))
-            rc = nrt_errorf(err, "%s: tensor '%s' has shape %s, the model expects %s", path, p->name,
-                            dims_str(got, sizeof got, t->rank, t->dim), want);
-        else
-            memcpy(param + p->offset, t->data, sizeof(float) * p->size);
-    }
-    for (int i = 0; i < nrt_safetensors_count(f) && rc == 0; i++) {
-        const char *name = nrt_safetensors_name(f, i);
-        int found = 0;
-        for (int k = 0; k < m->n_params; k++)
-            found |= !strcmp(name, m->params[k].name);
-        if (!found)
-            rc = nrt_errorf(err, "%s: tensor '%s' is not a parameter of model '%s'", path, name, m->name);
-    }
-    nrt_safetensors_close(f);
-    return rc;
-}
-
-static int save_weights(const nrt_model *m, const float *param, const char *path, nrt_error *err)
-{
-    nrt_tensor *t = calloc((size_t)m->n_params + 1, sizeof *t);
-    if (!t)
-        return nrt_errorf(err, "out of memory");
-    for (int i = 0; i < m->n_params; i++) {
-        const nrt_param *p = &m->params[i];
-        t[i].name = p->name;
-        t[i].rank = p->rank;
-        memcpy(t[i].dim, p->dim, sizeof t[i].dim);
-        t[i].data = param + p->offset;
-    }
-    const char *meta[] = {"format", "pt", "netc_model", m->name};
-    int rc = nrt_safetensors_save(path, t, m->n_params, meta, 2, err);
-    free(t);
-    return rc;
-}
-
 /* ------------------------------------------------------------------- data */
 
 typedef struct Data {
@@ -369,61 +254,6 @@ static int load_data(const nrt_model *m, const Options *o, Data *d, nrt_error *e
         free(std);
     }
     return 0;
-}
-
-/* A batch gathered from a dataset into buffers of capacity cap. */
-typedef struct Batcher {
-    float *x, *y;
-    int32_t *label;
-} Batcher;
-
-static int batcher_init(Batcher *b, const nrt_model *m, int cap)
-{
-    size_t c = (size_t)cap;
-    b->x = malloc(sizeof(float) * c * m->in_size);
-    b->label = malloc(sizeof(int32_t) * c);
-    b->y = malloc(sizeof(float) * c * (size_t)m->n_out);
-    return b->x && b->label && b->y ? 0 : -1;
-}
-
-static void batcher_free(Batcher *b)
-{
-    free(b->x);
-    free(b->label);
-    free(b->y);
-}
-
-static nrt_batch gather(Batcher *bt, const nrt_dataset *d, const uint32_t *idx, size_t n)
-{
-    nrt_dataset_gather(d, idx, n, bt->x, d->label ? bt->label : NULL, d->y ? bt->y : NULL);
-    nrt_batch b = {(int)n, bt->x, bt->label, bt->y};
-    return b;
-}
-
-/* ------------------------------------------------------------- evaluation */
-
-typedef struct Eval {
-    double loss, accuracy;
-} Eval;
-
-static Eval evaluate(nrt_net *net, Batcher *bt, const nrt_dataset *d, int cap, uint32_t *idx)
-{
-    const nrt_model *m = net->model;
-    double loss = 0;
-    long long correct = 0;
-    net->training = 0;
-    for (size_t i = 0; i < d->n; i++)
-        idx[i] = (uint32_t)i;
-    for (size_t s = 0; s < d->n; s += (size_t)cap) {
-        size_t n = d->n - s < (size_t)cap ? d->n - s : (size_t)cap;
-        nrt_batch b = gather(bt, d, idx + s, n);
-        const float *out;
-        loss += (double)m->forward(net, &b, &out) * (double)n;
-        if (m->target_kind == NRT_TARGET_CLASS)
-            correct += nrt_correct(out, b.label, b.n, m->n_out);
-    }
-    Eval e = {loss / (double)d->n, (double)correct / (double)d->n};
-    return e;
 }
 
 /* ---------------------------------------------------------------- gradcheck */
@@ -485,18 +315,22 @@ static int gradcheck(nrt_net *net, const nrt_dataset *d, int nsamples, uint64_t 
 {
     const nrt_model *m = net->model;
     size_t n = (size_t)nsamples < d->n ? (size_t)nsamples : d->n;
-    Batcher bt;
     uint32_t *idx = malloc(sizeof *idx * n);
+    float *x = malloc(sizeof(float) * n * m->in_size);
+    int32_t *label = d->label ? malloc(sizeof(int32_t) * n) : NULL;
+    float *y = d->y ? malloc(sizeof(float) * n * d->ydim) : NULL;
     float *analytic = malloc(sizeof(float) * m->param_count + 1);
     float *dinput = calloc(n * m->in_size, sizeof(float));
-    if (batcher_init(&bt, m, (int)n) || !idx || !analytic || !dinput) {
+    if (!idx || !x || (d->label && !label) || (d->y && !y) || !analytic || !dinput) {
         fprintf(stderr, "gradcheck: out of memory\n");
+        free(idx), free(x), free(label), free(y), free(analytic), free(dinput);
         return 1;
     }
     for (size_t i = 0; i < n; i++)
         idx[i] = (uint32_t)i;
-    nrt_batch b = gather(&bt, d, idx, n);
-    net->dropout_key = stream_key(seed, STREAM_DROPOUT);
+    nrt_dataset_gather(d, idx, n, x, label, y);
+    nrt_batch b = {(int)n, x, label, y};
+    net->dropout_key = nrt_stream_key(seed, NRT_STREAM_DROPOUT);
     net->training = 1;
     net->dinput = dinput;
     loss_at(net, &b);
@@ -515,155 +349,17 @@ static int gradcheck(nrt_net *net, const nrt_dataset *d, int nsamples, uint64_t 
     }
     size_t nin = n * m->in_size, stride = nin > 256 ? nin / 256 : 1;
     for (size_t k = 0; k < nin; k += stride)
-        check_one(net, &b, bt.x + k, dinput[k], "input", (long long)k, &c, verbose);
+        check_one(net, &b, x + k, dinput[k], "input", (long long)k, &c, verbose);
     printf("gradcheck: %lld values checked on %zu samples, %lld at kinks, max error %.3g: %s\n",
            c.checked, n, c.kinks, c.max_err, c.failed ? "FAILED" : "ok");
-    batcher_free(&bt);
+    free(x);
+    free(label);
+    free(y);
     free(idx);
     free(analytic);
     net->dinput = NULL;
     free(dinput);
     return c.failed ? 1 : 0;
-}
-
-/* ------------------------------------------------------------------- cpu */
-
-/* The cpu backend: the generated passes on this machine's cores. */
-typedef struct Cpu {
-    const nrt_model *m;
-    nrt_net net;
-    nrt_optim_state opt;
-    Batcher bt;
-    const nrt_dataset *train, *test;
-    uint32_t *order;       /* the epoch's order, train->n indices */
-    uint32_t *eval_idx;
-    double loss_sum;
-} Cpu;
-
-static int cpu_set_data(void *ctx, const nrt_dataset *train, const nrt_dataset *test,
-                        nrt_error *err)
-{
-    Cpu *c = ctx;
-    c->train = train;
-    c->test = test;
-    free(c->order);
-    free(c->eval_idx);
-    c->order = malloc(sizeof *c->order * (train->n ? train->n : 1));
-    c->eval_idx = malloc(sizeof *c->eval_idx * (test && test->n ? test->n : 1));
-    return c->order && c->eval_idx ? 0 : nrt_errorf(err, "out of memory");
-}
-
-static int cpu_set_params(void *ctx, const float *param, nrt_error *err)
-{
-    (void)err;
-    Cpu *c = ctx;
-    memcpy(c->net.param, param, sizeof(float) * c->m->param_count);
-    return 0;
-}
-
-static int cpu_get_params(void *ctx, float *param, nrt_error *err)
-{
-    (void)err;
-    Cpu *c = ctx;
-    memcpy(param, c->net.param, sizeof(float) * c->m->param_count);
-    return 0;
-}
-
-static int cpu_set_order(void *ctx, const nrt_order *order, nrt_error *err)
-{
-    Cpu *c = ctx;
-    if (order->n > c->train->n)
-        return nrt_errorf(err, "internal error: an order of %u samples for %zu", order->n,
-                          c->train->n);
-    for (uint32_t i = 0; i < order->n; i++)
-        c->order[i] = nrt_order_at(order, i);
-    return 0;
-}
-
-static int cpu_step(void *ctx, size_t start, int n, float *loss, nrt_error *err)
-{
-    (void)err;
-    Cpu *c = ctx;
-    nrt_batch b = gather(&c->bt, c->train, c->order + start, (size_t)n);
-    const float *out;
-    c->net.training = 1;
-    float l = c->m->forward(&c->net, &b, &out);
-    c->m->backward(&c->net, &b);
-    nrt_optim_step(&c->opt, c->net.param, c->net.grad);
-    c->net.step++;
-    c->loss_sum += (double)l * (double)n;
-    if (loss)
-        *loss = l;
-    return 0;
-}
-
-static int cpu_take_loss_sum(void *ctx, double *sum, nrt_error *err)
-{
-    (void)err;
-    Cpu *c = ctx;
-    *sum = c->loss_sum;
-    c->loss_sum = 0;
-    return 0;
-}
-
-static int cpu_evaluate(void *ctx, double *loss, double *accuracy, nrt_error *err)
-{
-    Cpu *c = ctx;
-    if (!c->test)
-        return nrt_errorf(err, "no test data");
-    Eval e = evaluate(&c->net, &c->bt, c->test, c->net.cap, c->eval_idx);
-    *loss = e.loss;
-    *accuracy = c->m->target_kind == NRT_TARGET_CLASS ? e.accuracy : NAN;
-    return 0;
-}
-
-static size_t cpu_peak_memory(void *ctx)
-{
-    (void)ctx;
-    return 0;
-}
-
-static void cpu_close(void *ctx)
-{
-    Cpu *c = ctx;
-    if (!c)
-        return;
-    free(c->order);
-    free(c->eval_idx);
-    batcher_free(&c->bt);
-    nrt_optim_free(&c->opt);
-    net_free(&c->net);
-    free(c);
-}
-
-static int cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, nrt_error *err)
-{
-    Cpu *c = calloc(1, sizeof *c);
-    if (!c)
-        return nrt_errorf(err, "out of memory");
-    c->m = m;
-    if (net_alloc(&c->net, m, rc->cap, err) || nrt_optim_init(&c->opt, &rc->optim, m->param_count, err)) {
-        cpu_close(c);
-        return -1;
-    }
-    if (batcher_init(&c->bt, m, rc->cap)) {
-        cpu_close(c);
-        return nrt_errorf(err, "out of memory");
-    }
-    c->net.dropout_key = rc->dropout_key;
-    *be = (nrt_backend){.ctx = c,
-                        .name = "cpu",
-                        .loss_free = 1,
-                        .set_data = cpu_set_data,
-                        .set_params = cpu_set_params,
-                        .get_params = cpu_get_params,
-                        .set_order = cpu_set_order,
-                        .step = cpu_step,
-                        .take_loss_sum = cpu_take_loss_sum,
-                        .evaluate = cpu_evaluate,
-                        .peak_memory = cpu_peak_memory,
-                        .close = cpu_close};
-    return 0;
 }
 
 /* ------------------------------------------------------------------ train */
@@ -704,7 +400,7 @@ static int train(Run *r)
     const Options *o = r->o;
     nrt_backend *be = &r->be;
     nrt_error *err = &r->err;
-    const uint64_t shuffle_key = stream_key(o->seed, STREAM_SHUFFLE);
+    const uint64_t shuffle_key = nrt_stream_key(o->seed, NRT_STREAM_SHUFFLE);
     const nrt_dataset *d = &r->data.train;
     int live = !o->quiet && isatty(2);
     double t0 = now(), total_samples = 0;
@@ -807,72 +503,6 @@ static int list_devices(const nrt_model *m, nrt_error *err)
     return m->cuda->list_devices(stdout, err);
 }
 
-enum { DEV_CPU, DEV_AUTO, DEV_CUDA };
-
-/* cpu | auto | cuda | cuda:N, checked before anything is loaded. */
-static int parse_device(const char *dev, int *kind, int *index, nrt_error *err)
-{
-    *index = 0;
-    if (!strcmp(dev, "cpu") || !strcmp(dev, "auto")) {
-        *kind = dev[0] == 'c' ? DEV_CPU : DEV_AUTO;
-        return 0;
-    }
-    if (strncmp(dev, "cuda", 4) || (dev[4] != '\0' && dev[4] != ':'))
-        return nrt_errorf(err, "unknown device '%s' (expected cpu, cuda, cuda:N or auto)", dev);
-    *kind = DEV_CUDA;
-    if (dev[4] == ':') {
-        char *end;
-        errno = 0;
-        long k = strtol(dev + 5, &end, 10);
-        if (errno || end == dev + 5 || *end || k < 0 || k > 1000000)
-            return nrt_errorf(err, "--device %s: the device index must be a whole number", dev);
-        *index = (int)k;
-    }
-    return 0;
-}
-
-/* Opens the backend --device names (kind from parse_device, the CUDA
- * index in rc->device).  auto: the first CUDA device when there is one,
- * else the cpu, said in one line. */
-static int open_device(Run *r, int kind, const nrt_run_config *rc)
-{
-    const char *dev = r->o->device;
-    const nrt_model *m = r->m;
-    nrt_error *err = &r->err;
-    if (kind == DEV_CPU)
-        return cpu_open(m, rc, &r->be, err);
-    int is_cuda = kind == DEV_CUDA;
-    if (!m->cuda) {
-        if (is_cuda)
-            return nrt_errorf(err, "--device %s: this program was built without CUDA "
-                              "(netc was configured without it); use --device cpu or auto", dev);
-        if (!r->o->quiet)
-            printf("device: cpu (auto: this program was built without CUDA)\n");
-        return cpu_open(m, rc, &r->be, err);
-    }
-    int count = m->cuda->device_count(err);
-    if (count < 0 && is_cuda)
-        return -1;
-    if (count <= 0) {
-        if (is_cuda)
-            return nrt_errorf(err, "--device %s: no CUDA device found (CUDA_VISIBLE_DEVICES=%s)",
-                              dev, getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES")
-                                                                  : "unset");
-        if (!r->o->quiet)
-            printf("device: cpu (auto: %s)\n", count < 0 ? err->msg : "no CUDA device");
-        return cpu_open(m, rc, &r->be, err);
-    }
-    if (rc->device >= count)
-        return nrt_errorf(err, "--device %s: there %s only %d CUDA device%s (cuda:0%s)", dev,
-                          count == 1 ? "is" : "are", count, count == 1 ? "" : "s",
-                          count == 1 ? "" : " and up");
-    if (m->cuda->open(m, rc, &r->be, err))
-        return -1;
-    if (!is_cuda && !r->o->quiet)
-        printf("device: %s (auto)\n", r->be.name);
-    return 0;
-}
-
 /* OpenMP threads that wait for work by spinning (libgomp's default) are
  * fast on an idle machine and disastrous on a busy one: a spinning thread
  * holds a core the thread it waits for needs, and a step gets 5-50 times
@@ -894,11 +524,11 @@ static void prefer_passive_waits(char **argv)
 static int run_gradcheck(Run *r)
 {
     nrt_net net;
-    if (net_alloc(&net, r->m, r->o->gradcheck, &r->err))
+    if (nrt_net_alloc(&net, r->m, r->o->gradcheck, &r->err))
         return -1;
     memcpy(net.param, r->param, sizeof(float) * r->m->param_count);
     int status = gradcheck(&net, &r->data.train, r->o->gradcheck, r->o->seed);
-    net_free(&net);
+    nrt_net_free(&net);
     return status;
 }
 
@@ -934,9 +564,9 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
             goto fail;
         return 0;
     }
-    int dev_kind;
-    nrt_run_config rc = {.dropout_key = stream_key(o.seed, STREAM_DROPOUT), .optim = m->optim};
-    if (parse_device(o.device, &dev_kind, &rc.device, err))
+    int dev_index;
+    nrt_run_config rc = {.dropout_key = nrt_stream_key(o.seed, NRT_STREAM_DROPOUT), .optim = m->optim};
+    if (nrt_device_parse(o.device, &dev_index, err) < 0)
         goto fail;
     int need_data = o.max_steps != 0 || o.gradcheck > 0;
 
@@ -948,9 +578,9 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         goto fail;
     }
     nrt_rng init;
-    nrt_rng_seed(&init, stream_key(o.seed, STREAM_INIT));
+    nrt_rng_seed(&init, nrt_stream_key(o.seed, NRT_STREAM_INIT));
     nrt_init_params(m->params, m->n_params, r.param, &init);
-    if (o.load && load_weights(m, r.param, o.load, err))
+    if (o.load && nrt_weights_load(m, r.param, o.load, err))
         goto fail;
     if (o.gradcheck > 0) {
         status = run_gradcheck(&r);
@@ -962,7 +592,12 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
     if (o.lr >= 0)
         rc.optim.lr = (float)o.lr;
     r.lr = rc.optim.lr;
-    if (open_device(&r, dev_kind, &rc) || r.be.set_params(r.be.ctx, r.param, err))
+    char note[256];
+    if (nrt_backend_open(m, o.device, &rc, &r.be, note, sizeof note, err))
+        goto fail;
+    if (note[0] && !o.quiet)
+        printf("device: %s\n", note);
+    if (r.be.set_params(r.be.ctx, r.param, err))
         goto fail;
     if (o.metrics) {
         r.metrics = fopen(o.metrics, "w");
@@ -984,7 +619,7 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         if (t > 0)
             goto done;
     }
-    if (o.save && (r.be.get_params(r.be.ctx, r.param, err) || save_weights(m, r.param, o.save, err)))
+    if (o.save && (r.be.get_params(r.be.ctx, r.param, err) || nrt_weights_save(m, r.param, o.save, err)))
         goto fail;
     if (r.metrics && fclose(r.metrics) != 0) {
         r.metrics = NULL;

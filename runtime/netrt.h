@@ -31,7 +31,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 5
+#define NETRT_ABI 6
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,6 +66,11 @@ void nrt_shuffle(nrt_rng *r, uint32_t *idx, size_t n);
 /* The order of an epoch's n samples (philox.h): a permutation keyed by
  * key and the epoch if shuffle, else file order.  n < 2^32. */
 void nrt_order_init(nrt_order *o, uint64_t key, uint64_t epoch, size_t n, int shuffle);
+
+/* A run's random streams each have a key of their own derived from the
+ * seed, so that changing one (say, no shuffling) leaves the others be. */
+enum nrt_stream { NRT_STREAM_INIT = 1, NRT_STREAM_SHUFFLE = 2, NRT_STREAM_DROPOUT = 3 };
+uint64_t nrt_stream_key(uint64_t seed, enum nrt_stream stream);
 
 /* ----------------------------------------------------------------- data.c */
 
@@ -151,6 +156,15 @@ const nrt_tensor *nrt_safetensors_find(const nrt_st_file *f, const char *name,
 int nrt_safetensors_count(const nrt_st_file *f);
 const char *nrt_safetensors_name(const nrt_st_file *f, int i);
 void nrt_safetensors_close(nrt_st_file *f);
+
+/* A model's flat parameters from and to a safetensors file, tensor by
+ * tensor with PyTorch's names; a missing, extra or misshapen tensor is an
+ * error naming it.  (Defined with the model's types, below.) */
+struct nrt_model;
+int nrt_weights_load(const struct nrt_model *m, float *param, const char *path,
+                     nrt_error *err);
+int nrt_weights_save(const struct nrt_model *m, const float *param, const char *path,
+                     nrt_error *err);
 
 /* -------------------------------------------------------------- kernels.c */
 
@@ -373,6 +387,12 @@ typedef struct nrt_backend {
     int (*take_loss_sum)(void *ctx, double *sum, nrt_error *err);
     /* Mean loss and accuracy (class targets; else NaN) over the test set. */
     int (*evaluate)(void *ctx, double *loss, double *accuracy, nrt_error *err);
+    /* The model's output ([n, n_out]: logits or values) for n samples of
+     * the caller's, x [n, in_size], in evaluation mode (no dropout). */
+    int (*predict)(void *ctx, const float *x, size_t n, float *out, nrt_error *err);
+    /* Forward, backward and update on a batch the caller holds (n up to
+     * the capacity; labels already checked); loss as for step. */
+    int (*train_batch)(void *ctx, const nrt_batch *b, float *loss, nrt_error *err);
     /* Bytes of device memory in use at the peak (0 on the cpu). */
     size_t (*peak_memory)(void *ctx);
     void (*close)(void *ctx);
@@ -428,6 +448,58 @@ typedef struct nrt_model {
     /* The CUDA passes, or NULL in a program built without CUDA. */
     const nrt_cuda_model *cuda;
 } nrt_model;
+
+/* -------------------------------------------------------------- backend.c */
+
+/* The cpu's buffers for a batch of up to cap samples, zeroed; and their
+ * release (safe on a zeroed or half-allocated net). */
+int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err);
+void nrt_net_free(nrt_net *net);
+
+/* The cpu backend. */
+int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be,
+                 nrt_error *err);
+
+enum nrt_device_kind { NRT_DEVICE_CPU = 0, NRT_DEVICE_AUTO = 1, NRT_DEVICE_CUDA = 2 };
+
+/* "cpu", "auto", "cuda" or "cuda:N": its kind (and N in *index), or -1
+ * with the reason in err. */
+int nrt_device_parse(const char *dev, int *index, nrt_error *err);
+
+/* Opens the backend dev names (rc->device is replaced by dev's index).
+ * "auto" is the first CUDA device when there is one, else the cpu; what
+ * it chose, and why, goes to note ("cpu (auto: no CUDA device)"), which
+ * is left empty for a device named outright. */
+int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *rc,
+                     nrt_backend *be, char *note, size_t note_len, nrt_error *err);
+
+/* -------------------------------------------------------------- session.c */
+
+/* A model as an object a C program holds: the API `netc --emit=lib`
+ * writes a typed wrapper of.  Not thread-safe: one thread at a time. */
+typedef struct nrt_session nrt_session;
+
+/* Opens a session on dev ("cpu", "cuda", "cuda:N", "auto"; NULL: the
+ * model's device) for batches of up to cap samples (0: the model's batch).
+ * The weights start as a program's do: the model's initializers, drawn
+ * with its seed. */
+int nrt_session_open(const nrt_model *m, const char *dev, int cap, nrt_session **out,
+                     nrt_error *err);
+/* "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)" */
+const char *nrt_session_device(const nrt_session *s);
+/* Weights from and to safetensors files, with PyTorch's names. */
+int nrt_session_load(nrt_session *s, const char *path, nrt_error *err);
+int nrt_session_save(nrt_session *s, const char *path, nrt_error *err);
+/* out [n, n_out] = the model's output (logits, or predicted values) for
+ * x [n, in_size]; any n, in batches of up to the capacity. */
+int nrt_session_predict(nrt_session *s, const float *x, size_t n, float *out,
+                        nrt_error *err);
+/* One optimizer step on n samples (1 to the capacity): x [n, in_size] and
+ * label [n] (class targets) or y [n, n_out] (value targets; the other is
+ * NULL).  *loss (if loss is not NULL) receives the batch's mean loss. */
+int nrt_session_train_step(nrt_session *s, const float *x, const int32_t *label,
+                           const float *y, int n, float *loss, nrt_error *err);
+void nrt_session_close(nrt_session *s);
 
 /* ----------------------------------------------------------------- main.c */
 

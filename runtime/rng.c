@@ -97,3 +97,8 @@ void nrt_order_init(nrt_order *o, uint64_t key, uint64_t epoch, size_t n, int sh
     for (int k = 0; k < NRT_ORDER_ROUNDS; k++)
         o->key[k] = (uint32_t)(nrt_rng_next(&r) >> 32);
 }
+
+uint64_t nrt_stream_key(uint64_t seed, enum nrt_stream stream)
+{
+    return seed ^ ((uint64_t)stream * 0xd1b54a32d192ed03ull);
+}

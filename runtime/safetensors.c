@@ -1354,3 +1354,67 @@ const char *nrt_safetensors_name(const nrt_st_file *f, int i)
         return NULL;
     return f->ent[i].t.name;
 }
+
+/* ------------------------------------------------------- a model's weights */
+
+static const char *dims_str(char *buf, size_t len, int rank, const int64_t *dim)
+{
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < rank && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "", (long long)dim[i]);
+    if (n < len)
+        snprintf(buf + n, len - n, "]");
+    return buf;
+}
+
+int nrt_weights_load(const nrt_model *m, float *param, const char *path, nrt_error *err)
+{
+    nrt_st_file *f;
+    if (nrt_safetensors_open(path, &f, err))
+        return -1;
+    int rc = 0;
+    for (int i = 0; i < m->n_params && rc == 0; i++) {
+        const nrt_param *p = &m->params[i];
+        const char *dtype = NULL;
+        const nrt_tensor *t = nrt_safetensors_find(f, p->name, &dtype);
+        char want[96], got[96];
+        dims_str(want, sizeof want, p->rank, p->dim);
+        if (!t && dtype)
+            rc = nrt_errorf(err, "%s: tensor '%s' has dtype %s; netc needs F32", path, p->name, dtype);
+        else if (!t)
+            rc = nrt_errorf(err, "%s: no tensor '%s' (the model has %s %s)", path, p->name, p->name, want);
+        else if (t->rank != p->rank || memcmp(t->dim, p->dim, sizeof(int64_t) * (size_t)p->rank))
+            rc = nrt_errorf(err, "%s: tensor '%s' has shape %s, the model expects %s", path, p->name,
+                            dims_str(got, sizeof got, t->rank, t->dim), want);
+        else
+            memcpy(param + p->offset, t->data, sizeof(float) * p->size);
+    }
+    for (int i = 0; i < nrt_safetensors_count(f) && rc == 0; i++) {
+        const char *name = nrt_safetensors_name(f, i);
+        int found = 0;
+        for (int k = 0; k < m->n_params; k++)
+            found |= !strcmp(name, m->params[k].name);
+        if (!found)
+            rc = nrt_errorf(err, "%s: tensor '%s' is not a parameter of model '%s'", path, name, m->name);
+    }
+    nrt_safetensors_close(f);
+    return rc;
+}
+
+int nrt_weights_save(const nrt_model *m, const float *param, const char *path, nrt_error *err)
+{
+    nrt_tensor *t = calloc((size_t)m->n_params + 1, sizeof *t);
+    if (!t)
+        return nrt_errorf(err, "out of memory");
+    for (int i = 0; i < m->n_params; i++) {
+        const nrt_param *p = &m->params[i];
+        t[i].name = p->name;
+        t[i].rank = p->rank;
+        memcpy(t[i].dim, p->dim, sizeof t[i].dim);
+        t[i].data = param + p->offset;
+    }
+    const char *meta[] = {"format", "pt", "netc_model", m->name};
+    int rc = nrt_safetensors_save(path, t, m->n_params, meta, 2, err);
+    free(t);
+    return rc;
+}

@@ -161,8 +161,10 @@ static void keep_graph(Ctx *c, int n, cudaGraphExec_t exec)
 
 /* ----------------------------------------------------------------- step */
 
-/* The whole step on the stream: what a graph captures. */
-static int enqueue_step(Ctx *c, int n, nrt_error *err)
+/* The whole step on the stream: what a graph captures.  gather: the batch
+ * comes from the resident training set (else it is in the batch buffers
+ * already). */
+static int enqueue_step(Ctx *c, int n, int gather, nrt_error *err)
 {
     nrt_cuda_net *net = &c->net;
     net->x = c->bx;
@@ -171,7 +173,7 @@ static int enqueue_step(Ctx *c, int n, nrt_error *err)
     net->training = 1;
     const DevData *d = &c->dtrain;
     Scalars *sc = c->dev;
-    if ((c->resident &&
+    if ((gather &&
          nrt_cuda_gather(net->stream, c->sms, d->x, d->label, d->y, &sc->order, &sc->cursor, n,
                          c->train.dim, c->train.ydim, c->bx, c->blabel, c->by, err)) ||
         c->m->cuda->forward(net, n, err) || c->m->cuda->backward(net, n, err) ||
@@ -191,7 +193,7 @@ static int capture_step(Ctx *c, int n, cudaGraphExec_t *exec, nrt_error *err)
     *exec = NULL;
     if (NRT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), err))
         return -1;
-    int rc = enqueue_step(c, n, err);
+    int rc = enqueue_step(c, n, c->resident, err);
     cudaError_t e = cudaStreamEndCapture(s, &g);
     if (rc == 0)
         rc = NRT_CUDA(e, err);
@@ -255,6 +257,16 @@ static int stage_batch(Ctx *c, size_t start, int n, nrt_error *err)
     return NRT_CUDA(cudaEventRecord(c->staged[k], c->net.stream), err);
 }
 
+/* The mean loss of the last forward pass, waited for. */
+static int read_loss(Ctx *c, float *loss, nrt_error *err)
+{
+    if (copy(c, &c->host->loss, &c->dev->loss, sizeof(float), cudaMemcpyDeviceToHost, err) ||
+        NRT_CUDA(cudaStreamSynchronize(c->net.stream), err))
+        return -1;
+    *loss = c->host->loss;
+    return 0;
+}
+
 static int be_step(void *ctx, size_t start, int n, float *loss, nrt_error *err)
 {
     Ctx *c = (Ctx *)ctx;
@@ -281,18 +293,12 @@ static int be_step(void *ctx, size_t start, int n, float *loss, nrt_error *err)
         /* The first step of a size runs eagerly, which also loads every
          * kernel and sets cuBLAS up outside of a capture; the graph is
          * captured (not run) right after, for the next ones. */
-        if (enqueue_step(c, n, err) || capture_step(c, n, &exec, err))
+        if (enqueue_step(c, n, c->resident, err) || capture_step(c, n, &exec, err))
             return -1;
         keep_graph(c, n, exec);
     }
     c->cursor += (size_t)n;
-    if (!loss)
-        return 0;
-    if (copy(c, &c->host->loss, &c->dev->loss, sizeof(float), cudaMemcpyDeviceToHost, err) ||
-        NRT_CUDA(cudaStreamSynchronize(c->net.stream), err))
-        return -1;
-    *loss = c->host->loss;
-    return 0;
+    return loss ? read_loss(c, loss, err) : 0;
 }
 
 /* ----------------------------------------------------------------- data */
@@ -471,6 +477,49 @@ static int be_evaluate(void *ctx, double *loss, double *accuracy, nrt_error *err
     return 0;
 }
 
+/* The caller's samples, cap at a time: copied in, forward in evaluation
+ * mode, the output copied out.  The forward pass also computes a loss,
+ * against whatever targets the batch buffers hold (zeroed at open, or a
+ * past batch's: labels in range), which nobody reads. */
+static int be_predict(void *ctx, const float *x, size_t n, float *out, nrt_error *err)
+{
+    Ctx *c = (Ctx *)ctx;
+    nrt_cuda_net *net = &c->net;
+    const size_t cap = (size_t)net->cap, dim = c->m->in_size, nout = (size_t)c->m->n_out;
+    net->x = c->bx;
+    net->label = c->blabel;
+    net->y = c->by;
+    net->training = 0;
+    int rc = 0;
+    for (size_t s = 0; s < n && rc == 0; s += cap) {
+        const size_t k = n - s < cap ? n - s : cap;
+        rc = copy(c, c->bx, x + s * dim, sizeof(float) * k * dim, cudaMemcpyHostToDevice, err) ||
+                     c->m->cuda->forward(net, (int)k, err) ||
+                     copy(c, out + s * nout, net->out, sizeof(float) * k * nout,
+                          cudaMemcpyDeviceToHost, err) ||
+                     NRT_CUDA(cudaStreamSynchronize(net->stream), err)
+                 ? -1
+                 : 0;
+    }
+    net->training = 1;
+    return rc;
+}
+
+/* A step on the caller's batch: copied in, then the step without its
+ * gather, run eagerly (the graphs are the training loop's). */
+static int be_train_batch(void *ctx, const nrt_batch *b, float *loss, nrt_error *err)
+{
+    Ctx *c = (Ctx *)ctx;
+    if (b->n < 1 || b->n > c->net.cap)
+        return nrt_errorf(err, "internal error: a batch of %d samples (the capacity is %d)", b->n,
+                          c->net.cap);
+    if (to_batch(c, b->x, b->label, b->y, (size_t)b->n, cudaMemcpyHostToDevice, err) ||
+        enqueue_step(c, b->n, 0, err))
+        return -1;
+    return loss ? read_loss(c, loss, err)
+                : NRT_CUDA(cudaStreamSynchronize(c->net.stream), err); /* the caller's x is free */
+}
+
 /* ----------------------------------------------------------- parameters */
 
 /* On the run's stream: a plain cudaMemcpy would not wait for a
@@ -639,6 +688,8 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
     b.step = be_step;
     b.take_loss_sum = be_take_loss_sum;
     b.evaluate = be_evaluate;
+    b.predict = be_predict;
+    b.train_batch = be_train_batch;
     b.peak_memory = be_peak_memory;
     b.close = be_close;
     *out = b;

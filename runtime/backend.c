@@ -1,0 +1,361 @@
+/*
+ * backend.c — the cpu as an nrt_backend, and the choice of a backend by
+ * device name.
+ *
+ * The cpu backend runs the generated passes on this machine's cores over
+ * an nrt_net (buffers sized for a batch capacity).  main.c's training loop
+ * and session.c's C API drive it, or the GPU's (libnetrt_cuda, reached
+ * through the model's CUDA descriptor), through the same calls.
+ */
+#include "netrt.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- the net */
+
+void nrt_net_free(nrt_net *net)
+{
+    free(net->param);
+    free(net->grad);
+    free(net->act);
+    free(net->iact);
+    free(net->gbuf[0]);
+    free(net->gbuf[1]);
+    free(net->scratch);
+    free(net->dinput);
+    *net = (nrt_net){0};
+}
+
+static void *alloc_floats(size_t n, size_t size, int *ok)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (!p)
+        *ok = 0;
+    return p;
+}
+
+int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err)
+{
+    int ok = 1;
+    *net = (nrt_net){0};
+    net->model = m;
+    net->cap = cap;
+    size_t c = (size_t)cap;
+    net->param = alloc_floats(m->param_count, sizeof(float), &ok);
+    net->grad = alloc_floats(m->param_count, sizeof(float), &ok);
+    net->act = alloc_floats(c * m->act_size, sizeof(float), &ok);
+    net->iact = alloc_floats(c * m->iact_size, sizeof(int32_t), &ok);
+    net->gbuf[0] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
+    net->gbuf[1] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
+    net->scratch = alloc_floats(c * m->scratch_size, sizeof(float), &ok);
+    if (!ok) {
+        nrt_net_free(net);
+        return nrt_errorf(err, "out of memory for a batch of %d (%.1f MiB of activations)",
+                          cap, (double)(c * (m->act_size + 2 * m->grad_size + m->scratch_size)) * 4 / 1048576);
+    }
+    return 0;
+}
+
+/* --------------------------------------------------------------- batches */
+
+/* A batch gathered from a dataset into buffers of capacity cap. */
+typedef struct Batcher {
+    float *x, *y;
+    int32_t *label;
+} Batcher;
+
+static int batcher_init(Batcher *b, const nrt_model *m, int cap)
+{
+    size_t c = (size_t)cap;
+    b->x = malloc(sizeof(float) * c * m->in_size);
+    b->label = malloc(sizeof(int32_t) * c);
+    b->y = malloc(sizeof(float) * c * (size_t)m->n_out);
+    return b->x && b->label && b->y ? 0 : -1;
+}
+
+static void batcher_free(Batcher *b)
+{
+    free(b->x);
+    free(b->label);
+    free(b->y);
+}
+
+static nrt_batch gather(Batcher *bt, const nrt_dataset *d, const uint32_t *idx, size_t n)
+{
+    nrt_dataset_gather(d, idx, n, bt->x, d->label ? bt->label : NULL, d->y ? bt->y : NULL);
+    nrt_batch b = {(int)n, bt->x, bt->label, bt->y};
+    return b;
+}
+
+/* ------------------------------------------------------------- evaluation */
+
+typedef struct Eval {
+    double loss, accuracy;
+} Eval;
+
+static Eval evaluate(nrt_net *net, Batcher *bt, const nrt_dataset *d, int cap, uint32_t *idx)
+{
+    const nrt_model *m = net->model;
+    double loss = 0;
+    long long correct = 0;
+    net->training = 0;
+    for (size_t i = 0; i < d->n; i++)
+        idx[i] = (uint32_t)i;
+    for (size_t s = 0; s < d->n; s += (size_t)cap) {
+        size_t n = d->n - s < (size_t)cap ? d->n - s : (size_t)cap;
+        nrt_batch b = gather(bt, d, idx + s, n);
+        const float *out;
+        loss += (double)m->forward(net, &b, &out) * (double)n;
+        if (m->target_kind == NRT_TARGET_CLASS)
+            correct += nrt_correct(out, b.label, b.n, m->n_out);
+    }
+    Eval e = {loss / (double)d->n, (double)correct / (double)d->n};
+    return e;
+}
+
+/* ------------------------------------------------------------------- cpu */
+
+/* The cpu backend: the generated passes on this machine's cores. */
+typedef struct Cpu {
+    const nrt_model *m;
+    nrt_net net;
+    nrt_optim_state opt;
+    Batcher bt;
+    const nrt_dataset *train, *test;
+    uint32_t *order;       /* the epoch's order, train->n indices */
+    uint32_t *eval_idx;
+    double loss_sum;
+} Cpu;
+
+static int cpu_set_data(void *ctx, const nrt_dataset *train, const nrt_dataset *test,
+                        nrt_error *err)
+{
+    Cpu *c = ctx;
+    c->train = train;
+    c->test = test;
+    free(c->order);
+    free(c->eval_idx);
+    c->order = malloc(sizeof *c->order * (train->n ? train->n : 1));
+    c->eval_idx = malloc(sizeof *c->eval_idx * (test && test->n ? test->n : 1));
+    return c->order && c->eval_idx ? 0 : nrt_errorf(err, "out of memory");
+}
+
+static int cpu_set_params(void *ctx, const float *param, nrt_error *err)
+{
+    (void)err;
+    Cpu *c = ctx;
+    memcpy(c->net.param, param, sizeof(float) * c->m->param_count);
+    return 0;
+}
+
+static int cpu_get_params(void *ctx, float *param, nrt_error *err)
+{
+    (void)err;
+    Cpu *c = ctx;
+    memcpy(param, c->net.param, sizeof(float) * c->m->param_count);
+    return 0;
+}
+
+static int cpu_set_order(void *ctx, const nrt_order *order, nrt_error *err)
+{
+    Cpu *c = ctx;
+    if (order->n > c->train->n)
+        return nrt_errorf(err, "internal error: an order of %u samples for %zu", order->n,
+                          c->train->n);
+    for (uint32_t i = 0; i < order->n; i++)
+        c->order[i] = nrt_order_at(order, i);
+    return 0;
+}
+
+static int cpu_step(void *ctx, size_t start, int n, float *loss, nrt_error *err)
+{
+    (void)err;
+    Cpu *c = ctx;
+    nrt_batch b = gather(&c->bt, c->train, c->order + start, (size_t)n);
+    const float *out;
+    c->net.training = 1;
+    float l = c->m->forward(&c->net, &b, &out);
+    c->m->backward(&c->net, &b);
+    nrt_optim_step(&c->opt, c->net.param, c->net.grad);
+    c->net.step++;
+    c->loss_sum += (double)l * (double)n;
+    if (loss)
+        *loss = l;
+    return 0;
+}
+
+static int cpu_take_loss_sum(void *ctx, double *sum, nrt_error *err)
+{
+    (void)err;
+    Cpu *c = ctx;
+    *sum = c->loss_sum;
+    c->loss_sum = 0;
+    return 0;
+}
+
+static int cpu_evaluate(void *ctx, double *loss, double *accuracy, nrt_error *err)
+{
+    Cpu *c = ctx;
+    if (!c->test)
+        return nrt_errorf(err, "no test data");
+    Eval e = evaluate(&c->net, &c->bt, c->test, c->net.cap, c->eval_idx);
+    *loss = e.loss;
+    *accuracy = c->m->target_kind == NRT_TARGET_CLASS ? e.accuracy : NAN;
+    return 0;
+}
+
+/* The model's output for n samples x, in batches of up to cap, in
+ * evaluation mode (no dropout). */
+static int cpu_predict(void *ctx, const float *x, size_t n, float *out, nrt_error *err)
+{
+    (void)err;
+    Cpu *c = ctx;
+    const nrt_model *m = c->m;
+    const size_t cap = (size_t)c->net.cap, nout = (size_t)m->n_out;
+    c->net.training = 0;
+    /* the loss the forward pass computes is not wanted: any targets do */
+    memset(c->bt.label, 0, sizeof(int32_t) * cap);
+    memset(c->bt.y, 0, sizeof(float) * cap * nout);
+    for (size_t s = 0; s < n; s += cap) {
+        size_t k = n - s < cap ? n - s : cap;
+        nrt_batch b = {(int)k, x + s * m->in_size, c->bt.label, c->bt.y};
+        const float *y;
+        m->forward(&c->net, &b, &y);
+        memcpy(out + s * nout, y, sizeof(float) * k * nout);
+    }
+    return 0;
+}
+
+/* One update from a batch the caller holds. */
+static int cpu_train_batch(void *ctx, const nrt_batch *b, float *loss, nrt_error *err)
+{
+    (void)err;
+    Cpu *c = ctx;
+    const float *out;
+    c->net.training = 1;
+    float l = c->m->forward(&c->net, b, &out);
+    c->m->backward(&c->net, b);
+    nrt_optim_step(&c->opt, c->net.param, c->net.grad);
+    c->net.step++;
+    if (loss)
+        *loss = l;
+    return 0;
+}
+
+static size_t cpu_peak_memory(void *ctx)
+{
+    (void)ctx;
+    return 0;
+}
+
+static void cpu_close(void *ctx)
+{
+    Cpu *c = ctx;
+    if (!c)
+        return;
+    free(c->order);
+    free(c->eval_idx);
+    batcher_free(&c->bt);
+    nrt_optim_free(&c->opt);
+    nrt_net_free(&c->net);
+    free(c);
+}
+
+int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, nrt_error *err)
+{
+    Cpu *c = calloc(1, sizeof *c);
+    if (!c)
+        return nrt_errorf(err, "out of memory");
+    c->m = m;
+    if (nrt_net_alloc(&c->net, m, rc->cap, err) || nrt_optim_init(&c->opt, &rc->optim, m->param_count, err)) {
+        cpu_close(c);
+        return -1;
+    }
+    if (batcher_init(&c->bt, m, rc->cap)) {
+        cpu_close(c);
+        return nrt_errorf(err, "out of memory");
+    }
+    c->net.dropout_key = rc->dropout_key;
+    *be = (nrt_backend){.ctx = c,
+                        .name = "cpu",
+                        .loss_free = 1,
+                        .set_data = cpu_set_data,
+                        .set_params = cpu_set_params,
+                        .get_params = cpu_get_params,
+                        .set_order = cpu_set_order,
+                        .step = cpu_step,
+                        .take_loss_sum = cpu_take_loss_sum,
+                        .evaluate = cpu_evaluate,
+                        .predict = cpu_predict,
+                        .train_batch = cpu_train_batch,
+                        .peak_memory = cpu_peak_memory,
+                        .close = cpu_close};
+    return 0;
+}
+
+/* ---------------------------------------------------------------- devices */
+
+int nrt_device_parse(const char *dev, int *index, nrt_error *err)
+{
+    *index = 0;
+    if (!strcmp(dev, "cpu"))
+        return NRT_DEVICE_CPU;
+    if (!strcmp(dev, "auto"))
+        return NRT_DEVICE_AUTO;
+    if (strncmp(dev, "cuda", 4) || (dev[4] != '\0' && dev[4] != ':'))
+        return nrt_errorf(err, "unknown device '%s' (expected cpu, cuda, cuda:N or auto)", dev);
+    if (dev[4] == ':') {
+        char *end;
+        errno = 0;
+        long k = strtol(dev + 5, &end, 10);
+        if (errno || end == dev + 5 || *end || k < 0 || k > 1000000)
+            return nrt_errorf(err, "device %s: the device index must be a whole number", dev);
+        *index = (int)k;
+    }
+    return NRT_DEVICE_CUDA;
+}
+
+int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *rc0,
+                     nrt_backend *be, char *note, size_t note_len, nrt_error *err)
+{
+    nrt_run_config rc = *rc0;
+    if (note_len)
+        note[0] = '\0';
+    int kind = nrt_device_parse(dev, &rc.device, err);
+    if (kind < 0)
+        return -1;
+    if (kind == NRT_DEVICE_CPU)
+        return nrt_cpu_open(m, &rc, be, err);
+    int is_cuda = kind == NRT_DEVICE_CUDA;
+    if (!m->cuda) {
+        if (is_cuda)
+            return nrt_errorf(err, "device %s: this program was built without CUDA "
+                              "(netc was configured without it); use cpu or auto", dev);
+        snprintf(note, note_len, "cpu (auto: this program was built without CUDA)");
+        return nrt_cpu_open(m, &rc, be, err);
+    }
+    int count = m->cuda->device_count(err);
+    if (count < 0 && is_cuda)
+        return -1;
+    if (count <= 0) {
+        if (is_cuda)
+            return nrt_errorf(err, "device %s: no CUDA device found (CUDA_VISIBLE_DEVICES=%s)",
+                              dev, getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES")
+                                                                  : "unset");
+        snprintf(note, note_len, "cpu (auto: %s)", count < 0 ? err->msg : "no CUDA device");
+        return nrt_cpu_open(m, &rc, be, err);
+    }
+    if (rc.device >= count)
+        return nrt_errorf(err, "device %s: there %s only %d CUDA device%s (cuda:0%s)", dev,
+                          count == 1 ? "is" : "are", count, count == 1 ? "" : "s",
+                          count == 1 ? "" : " and up");
+    if (m->cuda->open(m, &rc, be, err))
+        return -1;
+    if (!is_cuda)
+        snprintf(note, note_len, "%s (auto)", be->name);
+    return 0;
+}

@@ -1,0 +1,124 @@
+/*
+ * session.c — a model as an object a C program holds: open it on a
+ * device, load or save its weights, predict, train a step, close it.
+ *
+ * This is what `netc --emit=lib` wraps in functions named after the model
+ * (digits_cnn_create, digits_cnn_predict, …).  A session is a backend (the
+ * cpu's or a GPU's, as backend.c chooses) with the host's copy of the
+ * weights; everything the caller passes is checked here, so a backend never
+ * sees a label out of range or a batch larger than its buffers.
+ */
+#include "netrt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct nrt_session {
+    const nrt_model *m;
+    nrt_backend be;
+    float *param; /* the host's copy, for load and save */
+    int cap;
+};
+
+int nrt_session_open(const nrt_model *m, const char *dev, int cap, nrt_session **out,
+                     nrt_error *err)
+{
+    *out = NULL;
+    if (m->abi != NETRT_ABI)
+        return nrt_errorf(err, "model '%s' was generated for netrt ABI %d, this library is ABI %d",
+                          m->name, m->abi, NETRT_ABI);
+    if (cap < 0 || cap > (1 << 20))
+        return nrt_errorf(err, "a batch capacity of %d (expected 1 to 1048576, or 0: the model's)",
+                          cap);
+    nrt_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return nrt_errorf(err, "out of memory");
+    s->m = m;
+    s->cap = cap ? cap : m->batch;
+    s->param = calloc(m->param_count ? m->param_count : 1, sizeof(float));
+    if (!s->param) {
+        free(s);
+        return nrt_errorf(err, "out of memory");
+    }
+    nrt_rng init;
+    nrt_rng_seed(&init, nrt_stream_key(m->seed, NRT_STREAM_INIT));
+    nrt_init_params(m->params, m->n_params, s->param, &init);
+    nrt_run_config rc = {.cap = s->cap, .dropout_key = nrt_stream_key(m->seed, NRT_STREAM_DROPOUT),
+                         .optim = m->optim};
+    char note[256];
+    if (nrt_backend_open(m, dev ? dev : m->device, &rc, &s->be, note, sizeof note, err) ||
+        s->be.set_params(s->be.ctx, s->param, err)) {
+        nrt_session_close(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+const char *nrt_session_device(const nrt_session *s)
+{
+    return s->be.name;
+}
+
+int nrt_session_load(nrt_session *s, const char *path, nrt_error *err)
+{
+    /* into the host copy first: a bad file changes nothing */
+    float *p = malloc(sizeof(float) * (s->m->param_count ? s->m->param_count : 1));
+    if (!p)
+        return nrt_errorf(err, "out of memory");
+    int rc = nrt_weights_load(s->m, p, path, err);
+    if (rc == 0)
+        rc = s->be.set_params(s->be.ctx, p, err);
+    if (rc == 0)
+        memcpy(s->param, p, sizeof(float) * s->m->param_count);
+    free(p);
+    return rc;
+}
+
+int nrt_session_save(nrt_session *s, const char *path, nrt_error *err)
+{
+    if (s->be.get_params(s->be.ctx, s->param, err))
+        return -1;
+    return nrt_weights_save(s->m, s->param, path, err);
+}
+
+int nrt_session_predict(nrt_session *s, const float *x, size_t n, float *out, nrt_error *err)
+{
+    if (n == 0)
+        return 0;
+    if (!x || !out)
+        return nrt_errorf(err, "predict: x and out must not be NULL");
+    return s->be.predict(s->be.ctx, x, n, out, err);
+}
+
+int nrt_session_train_step(nrt_session *s, const float *x, const int32_t *label, const float *y,
+                           int n, float *loss, nrt_error *err)
+{
+    const nrt_model *m = s->m;
+    int cls = m->target_kind == NRT_TARGET_CLASS;
+    if (n < 1 || n > s->cap)
+        return nrt_errorf(err, "train_step: a batch of %d samples (expected 1 to %d, the "
+                          "session's capacity)", n, s->cap);
+    if (!x)
+        return nrt_errorf(err, "train_step: x must not be NULL");
+    if (cls ? !label : !y)
+        return nrt_errorf(err, "train_step: model '%s' trains on %s", m->name,
+                          cls ? "class labels: label must not be NULL"
+                              : "target values: y must not be NULL");
+    for (int i = 0; cls && i < n; i++)
+        if (label[i] < 0 || label[i] >= m->n_out)
+            return nrt_errorf(err, "train_step: sample %d has label %d, outside [0, %d)", i,
+                              (int)label[i], m->n_out);
+    nrt_batch b = {n, x, cls ? label : NULL, cls ? NULL : y};
+    return s->be.train_batch(s->be.ctx, &b, loss, err);
+}
+
+void nrt_session_close(nrt_session *s)
+{
+    if (!s)
+        return;
+    if (s->be.close)
+        s->be.close(s->be.ctx);
+    free(s->param);
+    free(s);
+}
