@@ -38,6 +38,10 @@ static void usage(FILE *out)
           "                             predict, train_step and destroy\n"
           "  --no-line       no #line directives in generated C and CUDA (by default\n"
           "                  they point compilers and debuggers at the model file)\n"
+          "  -MD             also write make dependencies of the output (FILE.d)\n"
+          "  -MF FILE        ... to FILE (implies -MD)\n"
+          "  -MP             ... with a phony target for each dependency\n"
+          "  -MT TARGET      ... naming TARGET instead of the output\n"
           "  --no-cuda       build a cpu-only program (default: with the CUDA backend\n"
           "                  when netc was configured with CUDA)\n"
           "  --check         check the model and print its summary: each layer, its\n"
@@ -277,6 +281,64 @@ static char *write_temp(const Program *p, const EmitOptions *o0, Arena *a, int k
     return path;
 }
 
+/* -MD, -MF, -MP, -MT: make dependencies of the output, as gcc writes them. */
+typedef struct Deps {
+    bool on, phony;
+    const char *file, *target;
+} Deps;
+
+/* A file name as make reads it in a rule: blanks, '#' and '$' escaped. */
+static void put_make_name(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == ' ' || *s == '\t' || *s == '#' || *s == '\\')
+            fputc('\\', f);
+        else if (*s == '$')
+            fputc('$', f);
+        fputc(*s, f);
+    }
+}
+
+/* Writes "targets: prereqs" (and with phony an empty rule for each
+ * prerequisite) to path, atomically. */
+static int write_deps(Arena *a, const char *path, const char *const *targets, int ntargets,
+                      const char *const *prereqs, int nprereqs, bool phony)
+{
+    char *tmp = arena_printf(a, "%s.netc-XXXXXX", path);
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        return -1;
+    }
+    for (int i = 0; i < ntargets; i++) {
+        fputs(i ? " " : "", f);
+        put_make_name(f, targets[i]);
+    }
+    fputc(':', f);
+    for (int i = 0; i < nprereqs; i++) {
+        fputs(" \\\n ", f);
+        put_make_name(f, prereqs[i]);
+    }
+    fputc('\n', f);
+    for (int i = 0; phony && i < nprereqs; i++) {
+        fputc('\n', f);
+        put_make_name(f, prereqs[i]);
+        fputs(":\n", f);
+    }
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad || chmod(tmp, 0644) != 0 || rename(tmp, path) != 0) {
+        fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
 /* Where the runtime is: the environment, else the build tree when netc
  * runs from it, else the installed tree. */
 static void find_runtime(BuildOptions *o)
@@ -308,6 +370,7 @@ int main(int argc, char **argv)
     const char *model_path = NULL, *out = NULL;
     bool check = false, emit = false, verbose = false, no_cuda = false, lines = true;
     int kind = EMIT_C;
+    Deps deps = {0};
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -336,12 +399,22 @@ int main(int argc, char **argv)
             no_cuda = true;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             verbose = true;
-        } else if (!strcmp(a, "-o")) {
+        } else if (!strcmp(a, "-o") || !strcmp(a, "-MF") || !strcmp(a, "-MT")) {
             if (++i == argc) {
-                fprintf(stderr, "netc: error: -o needs a file name\n");
+                fprintf(stderr, "netc: error: %s needs a %s\n", a, a[1] == 'o' || a[2] == 'F'
+                                                                         ? "file name" : "target");
                 return 2;
             }
-            out = argv[i];
+            if (a[1] == 'o')
+                out = argv[i];
+            else if (a[2] == 'F')
+                deps.on = true, deps.file = argv[i];
+            else
+                deps.target = argv[i];
+        } else if (!strcmp(a, "-MD")) {
+            deps.on = true;
+        } else if (!strcmp(a, "-MP")) {
+            deps.phony = true;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "netc: error: unknown option '%s'\n", a);
             fprintf(stderr, "netc: note: 'netc --help' lists the options\n");
@@ -356,6 +429,10 @@ int main(int argc, char **argv)
     if (!model_path) {
         fprintf(stderr, "netc: error: no model file\n");
         usage(stderr);
+        return 2;
+    }
+    if (deps.on && (check || (emit && kind != EMIT_LIB && !out && !(deps.file && deps.target)))) {
+        fprintf(stderr, "netc: error: -MD needs an output file: give -o FILE (or -MF and -MT)\n");
         return 2;
     }
 
@@ -391,20 +468,42 @@ int main(int argc, char **argv)
     const char *env_cuda = getenv("NETC_CUDA");
     bool cuda = NETC_WITH_CUDA && !no_cuda && !(env_cuda && !strcmp(env_cuda, "no"));
     EmitOptions eo = {.source = source_name(model_path), .lines = lines, .cuda = cuda};
+    const char *targets[3] = {out};
+    int ntargets = 1;
+    const char *prereqs[8] = {model_path};
+    int nprereqs = 1;
     if (kind == EMIT_LIB) {
-        status = write_lib(p, &eo, out ? out : default_output(arena, model_path), arena) ? 1 : 0;
-        goto done;
+        if (!out)
+            out = default_output(arena, model_path);
+        status = write_lib(p, &eo, out, arena) ? 1 : 0;
+        targets[0] = arena_printf(arena, "%s.h", out);
+        targets[1] = arena_printf(arena, "%s.c", out);
+        targets[2] = arena_printf(arena, "%s.cu", out);
+        ntargets = cuda ? 3 : 2;
+        goto deps;
     }
     if (emit) {
         status = write_out(p, &eo, out, arena, kind) == 0 ? 0 : 1;
-        goto done;
+        goto deps;
     }
 
     if (!out)
         out = default_output(arena, model_path);
+    targets[0] = out;
     BuildOptions bo = {0};
     find_runtime(&bo);
     bo.verbose = verbose;
+    /* a program is rebuilt when the runtime it includes and links is */
+    prereqs[nprereqs++] = arena_printf(arena, "%s/netrt.h", bo.incdir);
+    prereqs[nprereqs++] = arena_printf(arena, "%s/philox.h", bo.incdir);
+    prereqs[nprereqs++] = arena_printf(arena, "%s/libnetrt.a", bo.libdir);
+    if (cuda) {
+        const char *cudainc = arena_printf(arena, "%s/cuda/netrt_cuda.cuh", bo.incdir);
+        if (access(cudainc, F_OK) != 0) /* installed: beside netrt.h */
+            cudainc = arena_printf(arena, "%s/netrt_cuda.cuh", bo.incdir);
+        prereqs[nprereqs++] = cudainc;
+        prereqs[nprereqs++] = arena_printf(arena, "%s/libnetrt_cuda.a", bo.libdir);
+    }
     char *csrc = write_temp(p, &eo, arena, cuda ? EMIT_C_FOR_CUDA : EMIT_C, ".c");
     char *cusrc = cuda && csrc ? write_temp(p, &eo, arena, EMIT_CUDA, ".cu") : NULL;
     if (csrc && (!cuda || cusrc))
@@ -414,6 +513,16 @@ int main(int argc, char **argv)
     if (cusrc)
         unlink(cusrc);
 
+deps:
+    if (status == 0 && deps.on) {
+        if (deps.target) {
+            targets[0] = deps.target;
+            ntargets = 1;
+        }
+        const char *file = deps.file ? deps.file : arena_printf(arena, "%s.d", out);
+        if (write_deps(arena, file, targets, ntargets, prereqs, nprereqs, deps.phony))
+            status = 1;
+    }
 done:
     arena_free(arena);
     free(src);

@@ -93,6 +93,33 @@ if command -v addr2line > /dev/null 2>&1 && command -v nm > /dev/null 2>&1; then
     check "[ \"\${where##*/}\" = dc.net:9 ]" "conv2d_3_bwd is at '$where', not dc.net:9"
 fi
 
+# make dependencies (-MD -MF -MP -MT), for a program and a library; make
+# reads them: the program is up to date, then not once the model changes
+cp "$SRC/models/digits_mlp.net" "$WORK/my model.net"
+(cd "$WORK" && NETC_CUDA=no "$NETC" -MD -MP "my model.net" -o prog)
+line1=$(sed -n 1p "$WORK/prog.d")
+line2=$(sed -n 2p "$WORK/prog.d")
+check '[ -x "$WORK/prog" ] && [ "$line1" = "prog: \\" ] && [ "$line2" = " my\\ model.net \\" ]' \
+    "-MD: prog.d: $(cat "$WORK/prog.d" 2>/dev/null)"
+check "grep -q '/libnetrt.a' '$WORK/prog.d' && grep -qx 'my. model.net:' '$WORK/prog.d'" \
+    "-MD -MP: prog.d lacks the runtime or the phony targets"
+printf 'prog:\n\t@echo rebuild\n-include prog.d\n' > "$WORK/Makefile"
+if command -v make > /dev/null 2>&1; then
+    check "(cd '$WORK' && make -q prog)" "make thinks the program is out of date"
+    touch -d '2000-01-01' "$WORK/prog"
+    check "! (cd '$WORK' && make -q prog)" "make thinks the program is up to date after the model changed"
+fi
+(cd "$WORK" && "$NETC" --emit=lib --no-cuda -MF lib.deps "my model.net" -o lib)
+check "head -1 '$WORK/lib.deps' | grep -q '^lib.h lib.c:'" "--emit=lib -MF: $(cat "$WORK/lib.deps" 2>/dev/null)"
+"$NETC" --emit=ir -MF "$WORK/ir.d" -MT graph.txt "$WORK/my model.net" > /dev/null
+check "head -1 '$WORK/ir.d' | grep -q '^graph.txt:'" "-MT: $(cat "$WORK/ir.d" 2>/dev/null)"
+"$NETC" --emit=c -MD "$WORK/my model.net" > /dev/null 2> "$WORK/err"
+check "[ $? -eq 2 ] && grep -q 'MD needs an output file' '$WORK/err'" "-MD to stdout: $(cat "$WORK/err")"
+# no dependencies for a failed compilation
+printf 'model bad {\n    input x[3]\n    linear(0)\n}\n' > "$WORK/bad.net"
+(cd "$WORK" && "$NETC" -MD bad.net -o bad 2> /dev/null)
+check "[ ! -e '$WORK/bad.d' ] && [ ! -e '$WORK/bad' ]" "a bad model left bad.d or bad behind"
+
 # bad kinds are refused
 "$NETC" --emit=asm "$SRC/models/digits_cnn.net" > "$WORK/out" 2> "$WORK/err"
 check "[ $? -eq 2 ] && grep -q \"unknown output kind 'asm'\" '$WORK/err'" "--emit=asm: $(cat "$WORK/err")"
