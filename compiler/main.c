@@ -339,27 +339,45 @@ static int write_deps(Arena *a, const char *path, const char *const *targets, in
     return 0;
 }
 
+/* An installed directory, moved with netc: when netc runs from elsewhere
+ * than the bindir it was installed to (a staged `make install
+ * DESTDIR=...`, a relocated package), the runtime is looked for where it
+ * lies relative to netc, as at install time: PREFIX/bin/netc ->
+ * PREFIX/include/netc, PREFIX/lib. */
+static const char *relocate(Arena *a, const char *exe_dir, const char *dir)
+{
+    const size_t np = strlen(NETC_PREFIX);
+    if (strncmp(NETC_BINDIR, NETC_PREFIX, np) || strncmp(dir, NETC_PREFIX, np))
+        return dir;
+    const char *bin = NETC_BINDIR + np; /* "/bin" */
+    const size_t ne = strlen(exe_dir), nb = strlen(bin);
+    if (ne < nb || strcmp(exe_dir + ne - nb, bin))
+        return dir;
+    return arena_printf(a, "%.*s%s", (int)(ne - nb), exe_dir, dir + np);
+}
+
 /* Where the runtime is: the environment, else the build tree when netc
- * runs from it, else the installed tree. */
-static void find_runtime(BuildOptions *o)
+ * runs from it, else the installed tree, wherever it now is. */
+static void find_runtime(BuildOptions *o, Arena *a)
 {
     o->incdir = getenv("NETC_INCLUDE_DIR");
     o->libdir = getenv("NETC_LIB_DIR");
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    bool in_build_tree = false;
+    const char *exe_dir = NETC_BINDIR;
     if (n > 0) {
         self[n] = '\0';
         char *slash = strrchr(self, '/');
         if (slash) {
             *slash = '\0';
-            in_build_tree = !strcmp(self, NETC_BUILDDIR);
+            exe_dir = self;
         }
     }
-    if (!o->incdir)
-        o->incdir = in_build_tree ? NETC_SRCDIR "/runtime" : NETC_INCLUDEDIR;
-    if (!o->libdir)
-        o->libdir = in_build_tree ? NETC_BUILDDIR "/runtime" : NETC_LIBDIR;
+    bool in_build_tree = !strcmp(exe_dir, NETC_BUILDDIR);
+    if (!o->incdir || !*o->incdir)
+        o->incdir = in_build_tree ? NETC_SRCDIR "/runtime" : relocate(a, exe_dir, NETC_INCLUDEDIR);
+    if (!o->libdir || !*o->libdir)
+        o->libdir = in_build_tree ? NETC_BUILDDIR "/runtime" : relocate(a, exe_dir, NETC_LIBDIR);
     o->cc = getenv("NETC_CC");
     if (!o->cc || !*o->cc)
         o->cc = NETC_CC;
@@ -491,7 +509,7 @@ int main(int argc, char **argv)
         out = default_output(arena, model_path);
     targets[0] = out;
     BuildOptions bo = {0};
-    find_runtime(&bo);
+    find_runtime(&bo, arena);
     bo.verbose = verbose;
     /* a program is rebuilt when the runtime it includes and links is */
     prereqs[nprereqs++] = arena_printf(arena, "%s/netrt.h", bo.incdir);

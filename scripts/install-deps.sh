@@ -1,12 +1,13 @@
 #!/bin/sh
 # scripts/install-deps.sh — installs what building and testing netc needs on
 # Debian (or Ubuntu): the C toolchain, flex, bison, Autotools, OpenBLAS, and
-# graphviz (the test that renders --emit=dot).
+# graphviz (the test that renders --emit=dot), cmake and man-db (the test
+# that builds examples/ against an installed tree and reads the man page).
 #   --with-torch   also Debian's python3-torch, for the tests and benchmarks
 #                  that compare with PyTorch (they are skipped without it)
 # Run as root, or with sudo available.
 set -eu
-packages="build-essential flex bison autoconf automake libtool pkg-config libopenblas-dev python3 graphviz"
+packages="build-essential flex bison autoconf automake libtool pkg-config libopenblas-dev python3 graphviz cmake man-db"
 for arg in "$@"; do
     case $arg in
     --with-torch) packages="$packages python3-torch" ;;
