@@ -168,32 +168,49 @@ static void emit_kind(FILE *f, const Program *p, const EmitOptions *o, Arena *a,
     }
 }
 
-/* Writes one output kind to a temporary file beside path, to be renamed
- * over it by commit(); NULL (with the error said) on failure. */
-static char *write_beside(const Program *p, const EmitOptions *o0, const char *path, Arena *a,
-                          int kind)
+/* A new temporary file beside path (path.netc-XXXXXX) in *tmp, open for
+ * writing; NULL (with the error said) on failure. */
+static FILE *create_beside(Arena *a, const char *path, char **tmp)
 {
-    EmitOptions o = *o0;
-    o.out_name = path;
-    char *tmp = arena_printf(a, "%s.netc-XXXXXX", path);
-    int fd = mkstemp(tmp);
+    *tmp = arena_printf(a, "%s.netc-XXXXXX", path);
+    int fd = mkstemp(*tmp);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
         fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
         if (fd >= 0) {
             close(fd);
-            unlink(tmp);
+            unlink(*tmp);
         }
-        return NULL;
     }
-    emit_kind(f, p, &o, a, kind);
+    return f;
+}
+
+/* Closes what create_beside opened, made readable as any output; on a
+ * write error the file is removed and the error said.  0 or -1. */
+static int finish_beside(FILE *f, const char *tmp, const char *path)
+{
     int bad = ferror(f);
     if (fclose(f) != 0 || bad || chmod(tmp, 0644) != 0) {
         fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
         unlink(tmp);
-        return NULL;
+        return -1;
     }
-    return tmp;
+    return 0;
+}
+
+/* Writes one output kind to a temporary file beside path, to be renamed
+ * over it; NULL (with the error said) on failure. */
+static char *write_beside(const Program *p, const EmitOptions *o0, const char *path, Arena *a,
+                          int kind)
+{
+    EmitOptions o = *o0;
+    o.out_name = path;
+    char *tmp;
+    FILE *f = create_beside(a, path, &tmp);
+    if (!f)
+        return NULL;
+    emit_kind(f, p, &o, a, kind);
+    return finish_beside(f, tmp, path) ? NULL : tmp;
 }
 
 /* Writes the outputs kinds[i] to paths[i], all or none: each to a
@@ -304,17 +321,10 @@ static void put_make_name(FILE *f, const char *s)
 static int write_deps(Arena *a, const char *path, const char *const *targets, int ntargets,
                       const char *const *prereqs, int nprereqs, bool phony)
 {
-    char *tmp = arena_printf(a, "%s.netc-XXXXXX", path);
-    int fd = mkstemp(tmp);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f) {
-        fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-            unlink(tmp);
-        }
+    char *tmp;
+    FILE *f = create_beside(a, path, &tmp);
+    if (!f)
         return -1;
-    }
     for (int i = 0; i < ntargets; i++) {
         fputs(i ? " " : "", f);
         put_make_name(f, targets[i]);
@@ -330,8 +340,9 @@ static int write_deps(Arena *a, const char *path, const char *const *targets, in
         put_make_name(f, prereqs[i]);
         fputs(":\n", f);
     }
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad || chmod(tmp, 0644) != 0 || rename(tmp, path) != 0) {
+    if (finish_beside(f, tmp, path))
+        return -1;
+    if (rename(tmp, path) != 0) {
         fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
         unlink(tmp);
         return -1;

@@ -29,12 +29,14 @@ if [ -x "$WORK/prog" ]; then
     "$WORK/prog" --list-devices > "$WORK/devices.out" 2>&1
     check "[ $? -eq 0 ] && [ -s '$WORK/devices.out' ]" "--list-devices failed: $(cat "$WORK/devices.out")"
     if grep -q '^no CUDA device' "$WORK/devices.out"; then
-        "$WORK/prog" --device cuda --max-steps 1 > "$WORK/cuda.out" 2> "$WORK/cuda.err"
+        # from the source tree: the model names its data relative to it
+        (cd "$SRC" && "$WORK/prog" --device cuda --max-steps 1) > "$WORK/cuda.out" 2> "$WORK/cuda.err"
         check "[ $? -eq 1 ]" "--device cuda without a GPU: exit status not 1"
         check "grep -q 'no CUDA device found' '$WORK/cuda.err'" \
             "--device cuda without a GPU: $(cat "$WORK/cuda.err")"
         check "[ \$(wc -l < '$WORK/cuda.err') -eq 1 ]" "--device cuda without a GPU: more than one line"
-        check "'$WORK/prog' --device auto --epochs 1 > '$WORK/auto.out'" "--device auto without a GPU failed"
+        check "(cd '$SRC' && '$WORK/prog' --device auto --epochs 1) > '$WORK/auto.out'" \
+            "--device auto without a GPU failed"
         check "grep -q '^device: cpu (auto: no CUDA device)' '$WORK/auto.out'" \
             "--device auto does not say it uses the cpu: $(head -2 "$WORK/auto.out")"
     fi
