@@ -865,11 +865,22 @@ __global__ void avgpool2d_bwd_kernel(int total, const float *__restrict__ dy,
     }
 }
 
+/* The checks every pooling launcher starts with: *total receives planes *
+ * per_plane, the threads to launch (0: nothing to do); -1 (err) when
+ * planes is negative or a count overflows int. */
 template <int H, int W, int OH, int OW, int K, int S, int P>
-struct PoolGeom {
+inline int pool_threads(const char *what, int planes, int per_plane, int *total, nrt_error *err)
+{
     static_assert(H > 0 && W > 0 && OH > 0 && OW > 0 && K > 0 && S > 0 && P >= 0,
                   "pool2d: sizes");
-};
+    *total = 0;
+    if (planes < 0)
+        return bad_arg(what, "negative plane count", err);
+    if (!fits_int((long long)planes * H * W) || !fits_int((long long)planes * OH * OW))
+        return too_big(what, err);
+    *total = planes * per_plane;
+    return 0;
+}
 
 /* nrt_maxpool2d_fwd over planes planes of H x W (planes = n*C whatever the
  * layout): y and arg [planes, OH, OW], arg the index in the plane. */
@@ -877,14 +888,11 @@ template <int H, int W, int OH, int OW, int K, int S, int P>
 inline int maxpool2d_fwd(nrt_cuda_net *net, int planes, const float *x, float *y,
                          int32_t *arg, nrt_error *err)
 {
-    (void)PoolGeom<H, W, OH, OW, K, S, P>();
-    if (planes < 0)
-        return bad_arg("maxpool2d_fwd", "negative plane count", err);
-    if (!fits_int((long long)planes * H * W) || !fits_int((long long)planes * OH * OW))
-        return too_big("maxpool2d_fwd", err);
-    if (planes == 0)
+    int total;
+    if (pool_threads<H, W, OH, OW, K, S, P>("maxpool2d_fwd", planes, OH * OW, &total, err))
+        return -1;
+    if (total == 0)
         return 0;
-    const int total = planes * OH * OW;
     maxpool2d_fwd_kernel<H, W, OH, OW, K, S, P>
         <<<grid_for(total, 256), 256, 0, net->stream>>>(total, x, y, arg);
     return NRT_LAUNCHED("nrt_cu::maxpool2d_fwd", err);
@@ -896,14 +904,11 @@ template <int H, int W, int OH, int OW, int K, int S, int P>
 inline int maxpool2d_bwd(nrt_cuda_net *net, int planes, const float *dy, const int32_t *arg,
                          float *dx, nrt_error *err)
 {
-    (void)PoolGeom<H, W, OH, OW, K, S, P>();
-    if (planes < 0)
-        return bad_arg("maxpool2d_bwd", "negative plane count", err);
-    if (!fits_int((long long)planes * H * W) || !fits_int((long long)planes * OH * OW))
-        return too_big("maxpool2d_bwd", err);
-    if (planes == 0)
+    int total;
+    if (pool_threads<H, W, OH, OW, K, S, P>("maxpool2d_bwd", planes, H * W, &total, err))
+        return -1;
+    if (total == 0)
         return 0;
-    const int total = planes * H * W;
     maxpool2d_bwd_kernel<H, W, OH, OW, K, S, P>
         <<<grid_for(total, 256), 256, 0, net->stream>>>(total, dy, arg, dx);
     return NRT_LAUNCHED("nrt_cu::maxpool2d_bwd", err);
@@ -914,14 +919,11 @@ template <int H, int W, int OH, int OW, int K, int S, int P>
 inline int avgpool2d_fwd(nrt_cuda_net *net, int planes, const float *x, float *y,
                          nrt_error *err)
 {
-    (void)PoolGeom<H, W, OH, OW, K, S, P>();
-    if (planes < 0)
-        return bad_arg("avgpool2d_fwd", "negative plane count", err);
-    if (!fits_int((long long)planes * H * W) || !fits_int((long long)planes * OH * OW))
-        return too_big("avgpool2d_fwd", err);
-    if (planes == 0)
+    int total;
+    if (pool_threads<H, W, OH, OW, K, S, P>("avgpool2d_fwd", planes, OH * OW, &total, err))
+        return -1;
+    if (total == 0)
         return 0;
-    const int total = planes * OH * OW;
     avgpool2d_fwd_kernel<H, W, OH, OW, K, S, P>
         <<<grid_for(total, 256), 256, 0, net->stream>>>(total, x, y);
     return NRT_LAUNCHED("nrt_cu::avgpool2d_fwd", err);
@@ -933,14 +935,11 @@ template <int H, int W, int OH, int OW, int K, int S, int P>
 inline int avgpool2d_bwd(nrt_cuda_net *net, int planes, const float *dy, float *dx,
                          nrt_error *err)
 {
-    (void)PoolGeom<H, W, OH, OW, K, S, P>();
-    if (planes < 0)
-        return bad_arg("avgpool2d_bwd", "negative plane count", err);
-    if (!fits_int((long long)planes * H * W) || !fits_int((long long)planes * OH * OW))
-        return too_big("avgpool2d_bwd", err);
-    if (planes == 0)
+    int total;
+    if (pool_threads<H, W, OH, OW, K, S, P>("avgpool2d_bwd", planes, H * W, &total, err))
+        return -1;
+    if (total == 0)
         return 0;
-    const int total = planes * H * W;
     avgpool2d_bwd_kernel<H, W, OH, OW, K, S, P>
         <<<grid_for(total, 256), 256, 0, net->stream>>>(total, dy, dx);
     return NRT_LAUNCHED("nrt_cu::avgpool2d_bwd", err);
