@@ -43,13 +43,9 @@ void emit_driver(Emit *e, bool cuda)
     emitf(e, "static const nrt_param params[] = {");
     for (int i = 0; i < p->nparams; i++) {
         const Param *prm = &p->params[i];
-        char dims[96] = "";
-        size_t len = 0;
-        for (int k = 0; k < prm->rank; k++)
-            len += (size_t)snprintf(dims + len, sizeof dims - len, "%s%lld", k ? ", " : "",
-                                    (long long)prm->dim[k]);
         emitf(e, "    {%s, %d, {%s}, %zu, %zu, %d, %d, %d, {%s, %s, %s}},",
-              c_string(e->arena, prm->name), prm->rank, dims, prm->offset, prm->size,
+              c_string(e->arena, prm->name), prm->rank,
+              dims_list(e->arena, prm->rank, prm->dim), prm->offset, prm->size,
               prm->fan_in, prm->fan_out, prm->is_bias, init_kind(prm->init.kind),
               c_float(e->arena, prm->init.a), c_float(e->arena, prm->init.b));
     }
@@ -61,13 +57,8 @@ void emit_driver(Emit *e, bool cuda)
     emitf(e, ".abi = NETRT_ABI,");
     emitf(e, ".name = %s,", c_string(e->arena, p->name));
     emitf(e, ".source = %s,", c_string(e->arena, e->opt->source));
-    char dims[96] = "";
-    size_t len = 0;
-    for (int k = 0; k < p->input.rank; k++)
-        len += (size_t)snprintf(dims + len, sizeof dims - len, "%s%lld", k ? ", " : "",
-                                (long long)p->input.d[k]);
     emitf(e, ".in_rank = %d,", p->input.rank);
-    emitf(e, ".in_dim = {%s},", dims);
+    emitf(e, ".in_dim = {%s},", dims_list(e->arena, p->input.rank, p->input.d));
     emitf(e, ".in_size = %lld,", (long long)shape_size(&p->input));
     emitf(e, ".target_kind = %s,", p->target_kind == NRT_TARGET_CLASS ? "NRT_TARGET_CLASS" : "NRT_TARGET_VALUE");
     emitf(e, ".n_out = %d,", p->n_out);
@@ -123,17 +114,24 @@ static const char *target_param(const Program *p)
     return p->target_kind == NRT_TARGET_CLASS ? "const int32_t *label" : "const float *y";
 }
 
+/* A function whose body is the one statement body. */
+static void emit_function(Emit *e, const char *signature, const char *body)
+{
+    emitf(e, "%s", signature);
+    emitf(e, "{");
+    emitf(e, "    %s", body);
+    emitf(e, "}");
+}
+
 /* The C API's functions, each a typed call of session.c's: the model's
  * handle is its session, under a type of its own. */
 static void emit_lib_functions(Emit *e)
 {
     const char *m = e->opt->lib;
+    Arena *a = e->arena;
     bool cls = e->p->target_kind == NRT_TARGET_CLASS;
     emitf(e, "/* The C API of %s.h: a %s is an nrt_session of this model. */", m, m);
-    emitf(e, "const nrt_model *%s_model(void)", m);
-    emitf(e, "{");
-    emitf(e, "    return &model;");
-    emitf(e, "}");
+    emit_function(e, arena_printf(a, "const nrt_model *%s_model(void)", m), "return &model;");
     emit_blank(e);
     emitf(e, "%s *%s_create(const char *device, int batch, nrt_error *err)", m, m);
     emitf(e, "{");
@@ -141,37 +139,26 @@ static void emit_lib_functions(Emit *e)
     emitf(e, "    return nrt_session_open(&model, device, batch, &s, err) ? NULL : (%s *)s;", m);
     emitf(e, "}");
     emit_blank(e);
-    emitf(e, "const char *%s_device(const %s *m)", m, m);
-    emitf(e, "{");
-    emitf(e, "    return nrt_session_device((const nrt_session *)m);");
-    emitf(e, "}");
+    emit_function(e, arena_printf(a, "const char *%s_device(const %s *m)", m, m),
+                  "return nrt_session_device((const nrt_session *)m);");
     emit_blank(e);
-    emitf(e, "int %s_load(%s *m, const char *path, nrt_error *err)", m, m);
-    emitf(e, "{");
-    emitf(e, "    return nrt_session_load((nrt_session *)m, path, err);");
-    emitf(e, "}");
+    emit_function(e, arena_printf(a, "int %s_load(%s *m, const char *path, nrt_error *err)", m, m),
+                  "return nrt_session_load((nrt_session *)m, path, err);");
     emit_blank(e);
-    emitf(e, "int %s_save(%s *m, const char *path, nrt_error *err)", m, m);
-    emitf(e, "{");
-    emitf(e, "    return nrt_session_save((nrt_session *)m, path, err);");
-    emitf(e, "}");
+    emit_function(e, arena_printf(a, "int %s_save(%s *m, const char *path, nrt_error *err)", m, m),
+                  "return nrt_session_save((nrt_session *)m, path, err);");
     emit_blank(e);
-    emitf(e, "int %s_predict(%s *m, const float *x, size_t n, float *out, nrt_error *err)", m, m);
-    emitf(e, "{");
-    emitf(e, "    return nrt_session_predict((nrt_session *)m, x, n, out, err);");
-    emitf(e, "}");
+    emit_function(e, arena_printf(a, "int %s_predict(%s *m, const float *x, size_t n, float *out, "
+                                  "nrt_error *err)", m, m),
+                  "return nrt_session_predict((nrt_session *)m, x, n, out, err);");
     emit_blank(e);
-    emitf(e, "int %s_train_step(%s *m, const float *x, %s, int n, float *loss, nrt_error *err)", m, m,
-          target_param(e->p));
-    emitf(e, "{");
-    emitf(e, "    return nrt_session_train_step((nrt_session *)m, x, %s, n, loss, err);",
-          cls ? "label, NULL" : "NULL, y");
-    emitf(e, "}");
+    emit_function(e, arena_printf(a, "int %s_train_step(%s *m, const float *x, %s, int n, float *loss, "
+                                  "nrt_error *err)", m, m, target_param(e->p)),
+                  arena_printf(a, "return nrt_session_train_step((nrt_session *)m, x, %s, n, loss, err);",
+                               cls ? "label, NULL" : "NULL, y"));
     emit_blank(e);
-    emitf(e, "void %s_destroy(%s *m)", m, m);
-    emitf(e, "{");
-    emitf(e, "    nrt_session_close((nrt_session *)m);");
-    emitf(e, "}");
+    emit_function(e, arena_printf(a, "void %s_destroy(%s *m)", m, m),
+                  "nrt_session_close((nrt_session *)m);");
 }
 
 void emit_lib_header(FILE *out, const Program *p, const EmitOptions *o, Arena *a)

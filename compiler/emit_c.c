@@ -172,12 +172,8 @@ void emit_layer_comment(Emit *e, const Node *n)
           in_cn ? " (channel first)" : "", shape_str(e->arena, out), out_cn ? " (channel first)" : "");
     for (int k = 0; k < n->nparams; k++) {
         const Param *prm = &p->params[n->param0 + k];
-        char dims[64] = "";
-        size_t len = 0;
-        for (int i = 0; i < prm->rank; i++)
-            len += (size_t)snprintf(dims + len, sizeof dims - len, "%s%lld", i ? ", " : "",
-                                    (long long)prm->dim[i]);
-        emitf(e, " * %s [%s] at param[%zu]", prm->name, dims, prm->offset);
+        emitf(e, " * %s [%s] at param[%zu]", prm->name, dims_list(e->arena, prm->rank, prm->dim),
+              prm->offset);
     }
     emitf(e, " */");
 }
@@ -258,7 +254,7 @@ void emit_pass_calls(Emit *e, bool bwd)
     const char *open = e->cuda ? "TRY(" : "", *close = e->cuda ? ", err));" : ");";
     for (int k = 0; k < (bwd ? p->nbwd : p->nnodes); k++) {
         const Node *n = &p->nodes[bwd ? p->bwd[k] : k];
-        if (n->absorbed || ir_is_view(p, n))
+        if (!ir_emits_passes(p, n))
             continue;
         int out = last_visible(n)->out;
         if (bwd)
@@ -335,7 +331,7 @@ void emit_c(FILE *out, const Program *p, const EmitOptions *o, Arena *a, bool cu
     emit_abi_check(&e);
     emit_blank(&e);
     for (int i = 0; i < p->nnodes; i++)
-        if (!p->nodes[i].absorbed && !ir_is_view(p, &p->nodes[i]))
+        if (ir_emits_passes(p, &p->nodes[i]))
             emit_node(&e, &p->nodes[i]);
     emit_forward(&e);
     emit_backward(&e);

@@ -119,7 +119,7 @@ void emit_cuda(FILE *out, const Program *p, const EmitOptions *o, Arena *a)
     emitf(&e, "#define TRY(call) do { if ((call) != 0) return -1; } while (0)");
     emit_blank(&e);
     for (int i = 0; i < p->nnodes; i++)
-        if (!p->nodes[i].absorbed && !ir_is_view(p, &p->nodes[i]))
+        if (ir_emits_passes(p, &p->nodes[i]))
             emit_node(&e, &p->nodes[i]);
     emit_forward(&e);
     emit_backward(&e);

@@ -14,12 +14,6 @@
 
 #include <string.h>
 
-/* A node that gets functions of its own: not a view, not absorbed. */
-static bool is_group(const Program *p, const Node *n)
-{
-    return !n->absorbed && !ir_is_view(p, n);
-}
-
 /* The fusion group a node belongs to: g0, g1, …, or -1 for a view. */
 static int group_of(const Program *p, const Node *n)
 {
@@ -27,8 +21,8 @@ static int group_of(const Program *p, const Node *n)
     for (int i = 0; i < p->nnodes; i++) {
         const Node *m = &p->nodes[i];
         if (m == n || (m->fused == n))
-            return is_group(p, m) ? g : -1;
-        if (is_group(p, m))
+            return ir_emits_passes(p, m) ? g : -1;
+        if (ir_emits_passes(p, m))
             g++;
     }
     return -1;
@@ -61,13 +55,8 @@ static void emit_values(Emit *e)
               what);
         for (int k = 0; k < n->nparams; k++) {
             const Param *prm = &p->params[n->param0 + k];
-            char dims[96];
-            size_t len = (size_t)snprintf(dims, sizeof dims, "[");
-            for (int j = 0; j < prm->rank; j++)
-                len += (size_t)snprintf(dims + len, sizeof dims - len, "%s%lld", j ? ", " : "",
-                                        (long long)prm->dim[j]);
-            snprintf(dims + len, sizeof dims - len, "]");
-            emitf(e, "  %-28s   param %s %s", "", prm->name, dims);
+            emitf(e, "  %-28s   param %s [%s]", "", prm->name,
+                  dims_list(e->arena, prm->rank, prm->dim));
         }
     }
     int last = p->nvalues - 1;
@@ -86,7 +75,7 @@ static void emit_backward(Emit *e)
     emitf(e, "backward  (in this order; d%%0 only when asked for, as by gradient checks)");
     for (int k = 0; k < p->nbwd; k++) {
         const Node *n = &p->nodes[p->bwd[k]];
-        if (!is_group(p, n))
+        if (!ir_emits_passes(p, n))
             continue;
         int out = last_visible(n)->out;
         char grads[256] = "";
@@ -110,7 +99,7 @@ static void emit_groups(Emit *e)
     int g = 0;
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
-        if (!is_group(p, n))
+        if (!ir_emits_passes(p, n))
             continue;
         const char *members = n->fused ? arena_printf(e->arena, "%s %d + %s %d", n->op->sig.name, n->index,
                                                       n->fused->op->sig.name, n->fused->index)
@@ -207,7 +196,7 @@ void emit_dot(FILE *out, const Program *p, const EmitOptions *o, Arena *a)
     int g = 0;
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
-        bool grouped = is_group(p, n) && n->fused;
+        bool grouped = ir_emits_passes(p, n) && n->fused;
         if (grouped) {
             emitf(&e, "subgraph cluster_g%d {", g);
             e.indent++;
@@ -224,7 +213,7 @@ void emit_dot(FILE *out, const Program *p, const EmitOptions *o, Arena *a)
             e.indent--;
             emitf(&e, "}");
         }
-        if (is_group(p, n))
+        if (ir_emits_passes(p, n))
             g++;
         if (n->fused)
             i++;

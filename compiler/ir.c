@@ -21,15 +21,25 @@ int64_t shape_size(const Shape *s)
     return n;
 }
 
+const char *dims_list(Arena *a, int rank, const int64_t *d)
+{
+    char buf[128];
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < rank && len < sizeof buf; i++)
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%lld", i ? ", " : "",
+                                (long long)d[i]);
+    return arena_strdup(a, buf);
+}
+
 const char *shape_str(Arena *a, const Shape *s)
 {
-    char buf[96];
-    size_t len = (size_t)snprintf(buf, sizeof buf, "[");
-    for (int i = 0; i < s->rank; i++)
-        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%lld",
-                                i ? ", " : "", (long long)s->d[i]);
-    snprintf(buf + len, sizeof buf - len, "]");
-    return arena_strdup(a, buf);
+    return arena_printf(a, "[%s]", dims_list(a, s->rank, s->d));
+}
+
+bool ir_emits_passes(const Program *p, const Node *n)
+{
+    return !n->absorbed && !ir_is_view(p, n);
 }
 
 int ir_add_param(Program *p, Node *n, const char *suffix, int rank,

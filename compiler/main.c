@@ -168,26 +168,37 @@ static void emit_kind(FILE *f, const Program *p, const EmitOptions *o, Arena *a,
     }
 }
 
+/* The new file made from template tmpl (mkstemps: the last suffix_len
+ * characters kept), open for writing; NULL with errno set, and nothing
+ * left behind, on failure. */
+static FILE *open_unique(char *tmpl, int suffix_len)
+{
+    int fd = mkstemps(tmpl, suffix_len);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f && fd >= 0) {
+        int saved = errno;
+        close(fd);
+        unlink(tmpl);
+        errno = saved;
+    }
+    return f;
+}
+
 /* A new temporary file beside path (path.netc-XXXXXX) in *tmp, open for
  * writing; NULL (with the error said) on failure. */
 static FILE *create_beside(Arena *a, const char *path, char **tmp)
 {
     *tmp = arena_printf(a, "%s.netc-XXXXXX", path);
-    int fd = mkstemp(*tmp);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f) {
+    FILE *f = open_unique(*tmp, 0);
+    if (!f)
         fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-            unlink(*tmp);
-        }
-    }
     return f;
 }
 
-/* Closes what create_beside opened, made readable as any output; on a
- * write error the file is removed and the error said.  0 or -1. */
-static int finish_beside(FILE *f, const char *tmp, const char *path)
+/* Closes a file open_unique opened, made readable as any output; on a
+ * write error the file (tmp) is removed and the error, naming path, said.
+ * 0 or -1. */
+static int finish_file(FILE *f, const char *tmp, const char *path)
 {
     int bad = ferror(f);
     if (fclose(f) != 0 || bad || chmod(tmp, 0644) != 0) {
@@ -210,7 +221,7 @@ static char *write_beside(const Program *p, const EmitOptions *o0, const char *p
     if (!f)
         return NULL;
     emit_kind(f, p, &o, a, kind);
-    return finish_beside(f, tmp, path) ? NULL : tmp;
+    return finish_file(f, tmp, path) ? NULL : tmp;
 }
 
 /* Writes the outputs kinds[i] to paths[i], all or none: each to a
@@ -277,25 +288,15 @@ static char *write_temp(const Program *p, const EmitOptions *o0, Arena *a, int k
 {
     const char *tmpdir = getenv("TMPDIR");
     char *path = arena_printf(a, "%s/netc-XXXXXX%s", tmpdir && *tmpdir ? tmpdir : "/tmp", suffix);
-    int fd = mkstemps(path, (int)strlen(suffix));
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    FILE *f = open_unique(path, (int)strlen(suffix));
     if (!f) {
         fprintf(stderr, "netc: error: cannot create a temporary file: %s\n", strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-            unlink(path);
-        }
         return NULL;
     }
     EmitOptions o = *o0;
     o.out_name = path;
     emit_kind(f, p, &o, a, kind);
-    if (ferror(f) | (fclose(f) != 0)) {
-        fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
-        unlink(path);
-        return NULL;
-    }
-    return path;
+    return finish_file(f, path, path) ? NULL : path;
 }
 
 /* -MD, -MF, -MP, -MT: make dependencies of the output, as gcc writes them. */
@@ -340,7 +341,7 @@ static int write_deps(Arena *a, const char *path, const char *const *targets, in
         put_make_name(f, prereqs[i]);
         fputs(":\n", f);
     }
-    if (finish_beside(f, tmp, path))
+    if (finish_file(f, tmp, path))
         return -1;
     if (rename(tmp, path) != 0) {
         fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));

@@ -324,8 +324,12 @@ int ir_add_param(Program *p, Node *n, const char *suffix, int rank,
 bool ir_is_view(const Program *p, const Node *n);
 /* The value whose memory v lives in (following views and fusions). */
 int ir_root(const Program *p, int v);
-/* "[3, 32, 32]" */
+/* "[3, 32, 32]"; dims_list gives "3, 32, 32" of any dimensions. */
 const char *shape_str(Arena *a, const Shape *s);
+const char *dims_list(Arena *a, int rank, const int64_t *d);
+/* Whether n has pass functions of its own: not a view, not an activation
+ * living in its producer's epilogue (each such node is a fusion group). */
+bool ir_emits_passes(const Program *p, const Node *n);
 int64_t shape_size(const Shape *s);
 
 /* ------------------------------------------------------------------ sema.c */
