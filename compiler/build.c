@@ -7,9 +7,11 @@
  * over it only when every step succeeded, so a failed build never leaves a
  * half-written program behind.
  *
- * Without CUDA: one C compiler run, source to executable.  With CUDA: the
- * C file and the .cu file are compiled to objects (cc, nvcc), and nvcc
- * links them with libnetrt_cuda, libnetrt, cuBLAS and the CUDA runtime.
+ * The program is one C file, compiled and linked by the C compiler: with
+ * CUDA, against libnetrt_cuda, cuBLAS and the CUDA runtime too.  Its
+ * kernels are either compiled ahead of time — nvcc turns the kernel
+ * source into a fatbin (build_fatbin), which the C file embeds — or (--jit)
+ * carried as source and compiled by NVRTC when the program first runs.
  */
 #include "netc.h"
 
@@ -97,68 +99,65 @@ static void c_flags(Arena *a, Cmd *c, const BuildOptions *o)
     add(c, arena_printf(a, "-I%s", o->incdir));
 }
 
-static int build_cuda(Arena *a, const BuildOptions *o, const char *csrc, const char *cusrc,
-                      const char *tmp)
+int build_fatbin(const BuildOptions *o, const char *cusrc, unsigned char **bytes, size_t *size)
 {
-    const char *co = arena_printf(a, "%s.c.o", tmp), *cuo = arena_printf(a, "%s.cu.o", tmp);
+    Arena *a = arena_new();
+    const char *fatbin = arena_printf(a, "%s.fatbin", cusrc);
     const char *nvcc = getenv("NETC_NVCC");
     if (!nvcc || !*nvcc)
         nvcc = NETC_NVCC;
-    Cmd c = {.argc = 0};
-    c_flags(a, &c, o);
-    add(&c, "-c");
-    add(&c, csrc);
-    add(&c, "-o");
-    add(&c, co);
     Cmd cu = {.argc = 0};
     add_words(a, &cu, nvcc);
-    add_words(a, &cu, "-std=c++17 -O3 --extended-lambda");
+    add_words(a, &cu, "-std=c++17 -O3 -fatbin");
     add_words(a, &cu, NETC_CUDA_GENCODE);
     add(&cu, arena_printf(a, "-I%s", o->incdir));
     add(&cu, arena_printf(a, "-I%s/cuda", o->incdir));
-    add(&cu, "-c");
     add(&cu, cusrc);
     add(&cu, "-o");
-    add(&cu, cuo);
-    Cmd ld = {.argc = 0};
-    add_words(a, &ld, nvcc);
-    add(&ld, co);
-    add(&ld, cuo);
-    add(&ld, arena_printf(a, "%s/libnetrt_cuda.a", o->libdir));
-    add(&ld, arena_printf(a, "%s/libnetrt.a", o->libdir));
-    add_words(a, &ld, NETC_CUDA_LIBS);
-    if (*NETC_OPENMP_CFLAGS)
-        add(&ld, arena_printf(a, "-Xcompiler=%s", NETC_OPENMP_CFLAGS));
-    add_words(a, &ld, NETC_LINK_NO_OPENMP);
-    add(&ld, "-o");
-    add(&ld, tmp);
-    int rc = run(&c, o->verbose, "the C compiler", CC_HINT);
-    if (rc == 0)
-        rc = run(&cu, o->verbose, "nvcc", NVCC_HINT);
-    if (rc == 0)
-        rc = run(&ld, o->verbose, "nvcc (linking)", NVCC_HINT);
-    unlink(co);
-    unlink(cuo);
+    add(&cu, fatbin);
+    int rc = run(&cu, o->verbose, "nvcc", NVCC_HINT);
+    *bytes = NULL;
+    if (rc == 0) {
+        FILE *f = fopen(fatbin, "rb");
+        long n = -1;
+        if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+            (*bytes = malloc((size_t)n)) && fread(*bytes, 1, (size_t)n, f) == (size_t)n) {
+            *size = (size_t)n;
+        } else {
+            fprintf(stderr, "netc: error: cannot read nvcc's fatbin '%s': %s\n", fatbin,
+                    n == 0 ? "empty" : strerror(errno));
+            free(*bytes);
+            *bytes = NULL;
+            rc = -1;
+        }
+        if (f)
+            fclose(f);
+    }
+    unlink(fatbin);
+    arena_free(a);
     return rc;
 }
 
-int build_program(const BuildOptions *o, const char *csrc, const char *cusrc, const char *out)
+int build_program(const BuildOptions *o, const char *csrc, bool cuda, const char *out)
 {
     Arena *a = arena_new();
     char *tmp = arena_printf(a, "%s.netc-%ld", out, (long)getpid());
-    int rc;
-    if (cusrc) {
-        rc = build_cuda(a, o, csrc, cusrc, tmp);
-    } else {
-        Cmd c = {.argc = 0};
-        c_flags(a, &c, o);
-        add(&c, csrc);
-        add(&c, arena_printf(a, "%s/libnetrt.a", o->libdir));
-        add_words(a, &c, NETC_LINK);
-        add(&c, "-o");
-        add(&c, tmp);
-        rc = run(&c, o->verbose, "the C compiler", CC_HINT);
+    Cmd c = {.argc = 0};
+    c_flags(a, &c, o);
+    if (cuda) { /* the source tree's runtime/cuda, or an installed include/netc */
+        add(&c, arena_printf(a, "-I%s/cuda", o->incdir));
+        add_words(a, &c, NETC_CUDA_CFLAGS);
     }
+    add(&c, csrc);
+    if (cuda)
+        add(&c, arena_printf(a, "%s/libnetrt_cuda.a", o->libdir));
+    add(&c, arena_printf(a, "%s/libnetrt.a", o->libdir));
+    if (cuda)
+        add_words(a, &c, NETC_CUDA_LIBS);
+    add_words(a, &c, NETC_LINK);
+    add(&c, "-o");
+    add(&c, tmp);
+    int rc = run(&c, o->verbose, "the C compiler", CC_HINT);
     if (rc != 0) {
         unlink(tmp);
         arena_free(a);

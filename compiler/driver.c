@@ -33,11 +33,6 @@ static void emit_source(Emit *e, const char *field, const nrt_source *s)
 void emit_driver(Emit *e, bool cuda)
 {
     const Program *p = e->p;
-    if (cuda) {
-        emitf(e, "/* The CUDA passes, in the .cu file built with this one. */");
-        emitf(e, "extern const nrt_cuda_model %s;", cuda_model_symbol(e->arena, e->opt));
-        emit_blank(e);
-    }
     emitf(e, "/* The parameters, in one flat buffer, in the order and with the names");
     emitf(e, " * of PyTorch's state_dict for the same nn.Sequential. */");
     emitf(e, "static const nrt_param params[] = {");
@@ -89,7 +84,7 @@ void emit_driver(Emit *e, bool cuda)
     emitf(e, ".forward = forward,");
     emitf(e, ".backward = backward,");
     if (cuda)
-        emitf(e, ".cuda = &%s,", cuda_model_symbol(e->arena, e->opt));
+        emitf(e, ".cuda = &cuda_model,");
     e->indent--;
     emitf(e, "};");
     emit_blank(e);
@@ -103,10 +98,6 @@ void emit_driver(Emit *e, bool cuda)
     emitf(e, "}");
 }
 
-const char *cuda_model_symbol(Arena *a, const EmitOptions *o)
-{
-    return o->lib ? arena_printf(a, "%s_cuda_model", o->lib) : "netc_cuda_model";
-}
 
 /* What a train step of the model takes besides x: labels or values. */
 static const char *target_param(const Program *p)
@@ -184,11 +175,10 @@ void emit_lib_header(FILE *out, const Program *p, const EmitOptions *o, Arena *a
     char *file = arena_strdup(a, o->lib_header); /* "digits.h" -> "digits" */
     file[strlen(file) - 2] = '\0';
     emitf(e, " *     cc -c %s.c $(pkg-config --cflags netrt%s)", file, o->cuda ? "-cuda" : "");
+    emitf(e, " *     cc prog.o %s.o $(pkg-config --libs netrt%s)", file, o->cuda ? "-cuda" : "");
     if (o->cuda)
-        emitf(e, " *     nvcc -c %s.cu -o %s.cu.o $(pkg-config --variable=nvccflags netrt-cuda)",
-              file, file);
-    emitf(e, " *     cc prog.o %s.o%s $(pkg-config --libs netrt%s)", file,
-          o->cuda ? arena_printf(a, " %s.cu.o", file) : "", o->cuda ? "-cuda" : "");
+        emitf(e, " * The model's CUDA kernels are in %s.c as source, compiled by NVRTC when a "
+              "model is first created on a GPU (cached on disk).", file);
     emitf(e, " */");
     emitf(e, "#ifndef %s_H", up);
     emitf(e, "#define %s_H", up);

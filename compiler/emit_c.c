@@ -18,6 +18,8 @@
 
 void emitf(Emit *e, const char *fmt, ...)
 {
+    if (!e->out)
+        return;
     va_list ap;
     va_start(ap, fmt);
     char line[1024];
@@ -49,6 +51,8 @@ void emitf(Emit *e, const char *fmt, ...)
 
 void emit_blank(Emit *e)
 {
+    if (!e->out)
+        return;
     fputc('\n', e->out);
     e->line++;
 }
@@ -58,7 +62,7 @@ void emit_blank(Emit *e)
  * many lines, and all of them are that layer's line. */
 void emit_at(Emit *e, int model_line)
 {
-    if (!e->opt->lines || model_line == e->model_line)
+    if (!e->out || !e->opt->lines || model_line == e->model_line)
         return;
     e->model_line = model_line;
     if (model_line == 0) {
@@ -251,7 +255,8 @@ void emit_value_locals(Emit *e)
 void emit_pass_calls(Emit *e, bool bwd)
 {
     const Program *p = e->p;
-    const char *open = e->cuda ? "TRY(" : "", *close = e->cuda ? ", err));" : ");";
+    /* the CUDA host passes are cu_ and the cpu's names (emit_cuda.c) */
+    const char *open = e->cuda ? "TRY(cu_" : "", *close = e->cuda ? ", err));" : ");";
     for (int k = 0; k < (bwd ? p->nbwd : p->nnodes); k++) {
         const Node *n = &p->nodes[bwd ? p->bwd[k] : k];
         if (!ir_emits_passes(p, n))
@@ -325,6 +330,8 @@ void emit_c(FILE *out, const Program *p, const EmitOptions *o, Arena *a, bool cu
     emitf(&e, "#include <string.h>");
     emit_blank(&e);
     emitf(&e, "#include <netrt.h>");
+    if (cuda)
+        emitf(&e, "#include <netrt_cuda.h>");
     if (o->lib)
         emitf(&e, "#include %s", c_string(a, o->lib_header));
     emit_blank(&e);
@@ -335,5 +342,7 @@ void emit_c(FILE *out, const Program *p, const EmitOptions *o, Arena *a, bool cu
             emit_node(&e, &p->nodes[i]);
     emit_forward(&e);
     emit_backward(&e);
+    if (cuda)
+        emit_cuda_host(&e);
     emit_driver(&e, cuda);
 }

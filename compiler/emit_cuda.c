@@ -1,29 +1,78 @@
 /*
  * emit_cuda.c — the CUDA emitter: the same graph IR, the same memory plan,
- * as a .cu file of device passes.
+ * as two texts.
  *
- * Each layer becomes two host functions, NAME_INDEX_fwd and NAME_INDEX_bwd,
- * as in the C emitter, whose bodies (from the op table's cu_fwd / cu_bwd)
- * launch the runtime's kernels (netrt_cuda.cuh) with every shape a
- * template argument, and the elementwise work — bias and activation
- * epilogues, activations, dropout's gradient — as device lambdas with the
- * shapes written in.  A fused layer is one group: its product, then one
- * epilogue kernel; the comments above each pass say which layers it holds.
- * The loss is one kernel (log-softmax, cross-entropy and its gradient, or
- * the squared error and its gradient); the optimizer and the batch gather
- * are the runtime's, over the flat buffers.
+ *  - The kernel source (--emit=cuda, MODEL.cu): device code only, one
+ *    extern "C" __global__ function a launch site, each instantiating a
+ *    kernel of the runtime's netrt_kernels.cuh with every shape and the
+ *    tiling written in, or holding an elementwise loop (epilogues,
+ *    activations).  nvcc compiles it ahead of time into a fatbin the
+ *    program embeds; with --jit the program carries the text and NVRTC
+ *    compiles it on first run for the GPU present.
+ *  - The host passes (C, in the .c file): each layer's cu_NAME_INDEX_fwd
+ *    and _bwd launch those kernels by handle through libnetrt_cuda's
+ *    launchers (nrt_cu_*), which compute the grids from the same tilings;
+ *    cuBLAS does the linear layers' products.  The file defines the
+ *    model's nrt_cuda_code and nrt_cuda_model, which the descriptor
+ *    points at.
  *
- * The file ends with netc_cuda_model, which the C file's descriptor points
- * at.  Like the C output it depends on nothing but the model.
+ * The ops' cu_fwd and cu_bwd write both: host lines with emitf, kernels
+ * with cu_kernel.  The graph is walked twice — for the kernel source
+ * (host lines dropped) and for the host code (kernel definitions
+ * dropped) — so the host code can start with the enum of every kernel.
  */
 #include "netc.h"
 
-static void emit_node(Emit *e, const Node *n)
+#include <stdlib.h>
+#include <string.h>
+
+struct KernelList {
+    const char **name;
+    int n, cap;
+};
+
+const char *cu_kernel(Emit *e, const Node *n, const char *what, int bounds, const char *params,
+                      const char *const *body, int nbody)
+{
+    const char *name = n ? arena_printf(e->arena, "%s_%s_%s", n->op->sig.name, n->name, what)
+                         : arena_strdup(e->arena, what);
+    Emit *k = e->kern;
+    if (k) {
+        KernelList *l = e->kernels;
+        if (l->n == l->cap) {
+            int cap = l->cap ? 2 * l->cap : 16;
+            const char **grown = arena_alloc(e->arena, sizeof *grown * (size_t)cap);
+            if (l->n)
+                memcpy(grown, l->name, sizeof *grown * (size_t)l->n);
+            l->name = grown;
+            l->cap = cap;
+        }
+        l->name[l->n++] = name;
+        emitf(k, "extern \"C\" __global__ void %s%s(%s)",
+              bounds ? arena_printf(e->arena, "__launch_bounds__(%d) ", bounds) : "", name, params);
+        emitf(k, "{");
+        k->indent++;
+        for (int i = 0; i < nbody; i++)
+            emitf(k, "%s", body[i]);
+        k->indent--;
+        emitf(k, "}");
+        emit_blank(k);
+    }
+    return arena_printf(e->arena, "K_%s", name);
+}
+
+/* The host pass functions are cu_ + the cpu's names. */
+static const char *cu_pass(Emit *e, const Node *n, const char *pass)
+{
+    return arena_printf(e->arena, "cu_%s", pass_name(e, n, pass));
+}
+
+static void emit_host_node(Emit *e, const Node *n)
 {
     emit_layer_comment(e, n);
     emit_at(e, n->stmt->loc.first_line);
     emitf(e, "static int %s(nrt_cuda_net *net, int n, const float *x, float *y, nrt_error *err)",
-          pass_name(e, n, "fwd"));
+          cu_pass(e, n, "fwd"));
     emitf(e, "{");
     e->indent++;
     emitf(e, "(void)net, (void)n, (void)x, (void)y, (void)err;");
@@ -34,7 +83,7 @@ static void emit_node(Emit *e, const Node *n)
     emitf(e, "}");
     emit_blank(e);
     emitf(e, "static int %s(nrt_cuda_net *net, int n, const float *x, const float *y, float *dy, "
-          "float *dx, nrt_error *err)", pass_name(e, n, "bwd"));
+          "float *dx, nrt_error *err)", cu_pass(e, n, "bwd"));
     emitf(e, "{");
     e->indent++;
     emitf(e, "(void)net, (void)n, (void)x, (void)y, (void)dy, (void)dx, (void)err;");
@@ -47,13 +96,33 @@ static void emit_node(Emit *e, const Node *n)
     emit_blank(e);
 }
 
-static void emit_forward(Emit *e)
+/* The loss: its kernel (cross-entropy with the classes written in) and
+ * the statement that ends forward(). */
+static void emit_loss(Emit *e)
+{
+    const Program *p = e->p;
+    int last = p->nvalues - 1;
+    if (p->target_kind == NRT_TARGET_CLASS) {
+        const char *body[1] = {arena_printf(e->arena, "nrt_k::xent<%d>(logits, label, n, d, loss);",
+                                            p->n_out)};
+        const char *k = cu_kernel(e, NULL, "loss", 1024,
+                                  "const float *logits, const int32_t *label, int n, float *d, "
+                                  "float *loss", body, 1);
+        emitf(e, "return nrt_cu_xent(net, %s, %s, net->label, n, dlast, net->loss, err); "
+              "/* fused log-softmax */", k, value_expr(e, last));
+    } else {
+        emitf(e, "return nrt_cu_mse(net, %s, net->y, n, %d, dlast, net->loss, err);",
+              value_expr(e, last), p->n_out);
+    }
+}
+
+static void emit_host_forward(Emit *e)
 {
     const Program *p = e->p;
     emitf(e, "/* The forward pass over the batch in net->x; the mean loss goes to");
     emitf(e, " * net->loss on the device, and in training d loss / d output to");
     emitf(e, " * %s. */", grad_expr(e, p->nvalues - 1));
-    emitf(e, "static int forward(nrt_cuda_net *net, int n, nrt_error *err)");
+    emitf(e, "static int cu_forward(nrt_cuda_net *net, int n, nrt_error *err)");
     emitf(e, "{");
     e->indent++;
     emit_value_locals(e);
@@ -62,22 +131,17 @@ static void emit_forward(Emit *e)
     emitf(e, "net->out = %s;", value_expr(e, last));
     emitf(e, "float *dlast = net->training ? %s : NULL;", grad_expr(e, last));
     emit_at(e, p->loss_stmt->loc.first_line);
-    if (p->target_kind == NRT_TARGET_CLASS)
-        emitf(e, "return nrt_cu::xent<%d>(net, %s, net->label, n, dlast, net->loss, err); "
-              "/* fused log-softmax */", p->n_out, value_expr(e, last));
-    else
-        emitf(e, "return nrt_cu::mse(net, %s, net->y, n, %d, dlast, net->loss, err);",
-              value_expr(e, last), p->n_out);
+    emit_loss(e);
     emit_at(e, 0);
     e->indent--;
     emitf(e, "}");
     emit_blank(e);
 }
 
-static void emit_backward(Emit *e)
+static void emit_host_backward(Emit *e)
 {
-    emitf(e, "/* The backward pass, after forward() on the same batch in training mode. */");
-    emitf(e, "static int backward(nrt_cuda_net *net, int n, nrt_error *err)");
+    emitf(e, "/* The backward pass, after cu_forward() on the same batch in training mode. */");
+    emitf(e, "static int cu_backward(nrt_cuda_net *net, int n, nrt_error *err)");
     emitf(e, "{");
     e->indent++;
     emit_value_locals(e);
@@ -88,46 +152,155 @@ static void emit_backward(Emit *e)
     emit_blank(e);
 }
 
-/* WORKSPACE: the largest workspace a layer's passes borrow (the layers
- * run one after another, so they share it). */
-static void emit_workspace(Emit *e)
+/* Every pass's kernels, in the order the host code names them. */
+static void walk(Emit *e)
 {
-    emitf(e, "/* Bytes of device workspace the passes borrow: the largest need of a layer. */");
-    emitf(e, "static constexpr size_t WORKSPACE = std::max<size_t>({");
-    e->indent++;
-    emitf(e, "0,");
-    for (int i = 0; i < e->p->nnodes; i++) {
-        const Node *n = &e->p->nodes[i];
-        if (n->op->cu_workspace)
-            emitf(e, "%s, /* layer %d */", n->op->cu_workspace(e, n), n->index);
+    const Program *p = e->p;
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        if (!ir_emits_passes(p, n))
+            continue;
+        if (e->kern) {
+            emit_layer_comment(e->kern, n);
+            n->op->cu_fwd(e, n);
+            n->op->cu_bwd(e, n);
+        } else {
+            emit_host_node(e, n);
+        }
     }
-    e->indent--;
-    emitf(e, "});");
-    emit_blank(e);
+}
+
+/* The kernel source to fk; the kernels' names to l.  fk may be NULL (only
+ * the names wanted). */
+static void kernel_source(FILE *fk, const Program *p, const EmitOptions *o, Arena *a,
+                          KernelList *l)
+{
+    EmitOptions ko = *o;
+    ko.lines = false; /* NVRTC's messages then name lines of this text */
+    Emit k = {.out = fk, .p = p, .arena = a, .cuda = true, .opt = &ko};
+    Emit e = {.out = NULL, .p = p, .arena = a, .cuda = true, .opt = &ko, .kern = &k,
+              .kernels = l};
+    emitf(&k, "/* Generated by netc %s from %s: the CUDA kernels. Do not edit. */", NETC_VERSION,
+          o->source);
+    emitf(&k, "#include \"netrt_kernels.cuh\"");
+    emit_blank(&k);
+    walk(&e);
+    emitf(&k, "/* the loss */");
+    emit_loss(&e);
 }
 
 void emit_cuda(FILE *out, const Program *p, const EmitOptions *o, Arena *a)
 {
-    Emit e = {.out = out, .p = p, .arena = a, .cuda = true, .opt = o};
-    emitf(&e, "/* Generated by netc %s from %s: the CUDA passes. Do not edit. */", NETC_VERSION,
-          o->source);
-    emitf(&e, "#include <netrt_cuda.cuh>");
-    emit_blank(&e);
-    emit_abi_check(&e);
+    KernelList l = {0};
+    kernel_source(out, p, o, a, &l);
+}
+
+/* DW_* of netrt_cuda.h: at most 256 splits, and what fits in 2^21 floats. */
+int64_t cu_dw_max_splits(int64_t total)
+{
+    int64_t m = ((int64_t)1 << 21) / total;
+    return m > 256 ? 256 : m < 1 ? 1 : m;
+}
+
+/* The text as lines of C string literals. */
+static void emit_string(Emit *e, const char *text)
+{
+    const char *s = text;
+    while (*s) {
+        const char *nl = strchr(s, '\n');
+        size_t len = nl ? (size_t)(nl - s + 1) : strlen(s);
+        char *line = arena_alloc(e->arena, len + 1);
+        memcpy(line, s, len);
+        line[len] = '\0';
+        emitf(e, "    %s", c_string(e->arena, line));
+        s += len;
+    }
+}
+
+static void emit_code(Emit *e, const KernelList *l, const char *source)
+{
+    const EmitOptions *o = e->opt;
+    emitf(e, "/* The model's kernels, by name, in the order of the enum. */");
+    emitf(e, "static const char *const kernel_names[] = {");
+    for (int i = 0; i < l->n; i++)
+        emitf(e, "    \"%s\",", l->name[i]);
+    emitf(e, "};");
+    emit_blank(e);
+    const char *name = arena_printf(e->arena, "%s.cu", e->p->name);
+    if (o->fatbin) {
+        emitf(e, "/* The kernel source (netc --emit=cuda), compiled ahead of time by nvcc. */");
+        emitf(e, "static const unsigned char fatbin[%zu] __attribute__((aligned(8))) = {",
+              o->fatbin_size);
+        for (size_t i = 0; i < o->fatbin_size; i += 16) {
+            char buf[128], *b = buf;
+            for (size_t j = i; j < i + 16 && j < o->fatbin_size; j++)
+                b += sprintf(b, "%s%u,", j > i ? " " : "", (unsigned)o->fatbin[j]);
+            emitf(e, "    %s", buf);
+        }
+        emitf(e, "};");
+        emit_blank(e);
+        emitf(e, "static const nrt_cuda_code cuda_code = {%s, NULL, fatbin, sizeof fatbin, "
+              "kernel_names, %d};", c_string(e->arena, name), l->n);
+    } else {
+        emitf(e, "/* The kernel source (netc --emit=cuda), compiled on first run by NVRTC for");
+        emitf(e, " * the GPU present, through the disk cache. */");
+        emitf(e, "static const char kernel_source[] =");
+        emit_string(e, source);
+        emitf(e, "    ;");
+        emit_blank(e);
+        emitf(e, "static const nrt_cuda_code cuda_code = {%s, kernel_source, NULL, 0, "
+              "kernel_names, %d};", c_string(e->arena, name), l->n);
+    }
+    emit_blank(e);
+}
+
+void emit_cuda_host(Emit *c)
+{
+    const Program *p = c->p;
+    KernelList l = {0};
+    char *source = NULL;
+    size_t source_len = 0;
+    FILE *fk = open_memstream(&source, &source_len);
+    if (!fk) {
+        perror("netc: open_memstream");
+        exit(1);
+    }
+    kernel_source(fk, p, c->opt, c->arena, &l);
+    fclose(fk);
+
+    Emit e = *c;
+    e.cuda = true;
+    emitf(&e, "/* ------------------------------------------------------------ CUDA */");
     emit_blank(&e);
     emitf(&e, "/* Every launch returns nonzero on a CUDA error (the message is in err). */");
     emitf(&e, "#define TRY(call) do { if ((call) != 0) return -1; } while (0)");
     emit_blank(&e);
-    for (int i = 0; i < p->nnodes; i++)
-        if (ir_emits_passes(p, &p->nodes[i]))
-            emit_node(&e, &p->nodes[i]);
-    emit_forward(&e);
-    emit_backward(&e);
-    emit_workspace(&e);
-    emitf(&e, "/* What the model descriptor in the C file points at. */");
-    emitf(&e, "extern \"C\" const nrt_cuda_model %s = {", cuda_model_symbol(a, o));
-    emitf(&e, "    forward, backward, nrt_cuda_device_count, nrt_cuda_list_devices, nrt_cuda_open,");
-    emitf(&e, "    WORKSPACE, %lld, /* workspace bytes; floats of activations a sample */",
-          (long long)p->cuda_act_size);
+    emitf(&e, "/* The model's kernels (netc --emit=cuda), after the runtime's. */");
+    emitf(&e, "enum {");
+    for (int i = 0; i < l.n; i++)
+        emitf(&e, "    K_%s%s,", l.name[i], i == 0 ? " = NRT_K_MODEL" : "");
     emitf(&e, "};");
+    emit_blank(&e);
+    walk(&e);
+    emit_host_forward(&e);
+    emit_host_backward(&e);
+    emit_code(&e, &l, source);
+    free(source);
+
+    int64_t ws = 0;
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        if (n->op->cu_workspace && ir_emits_passes(p, n)) {
+            int64_t b = n->op->cu_workspace(p, n);
+            ws = b > ws ? b : ws;
+        }
+    }
+    emitf(&e, "static const nrt_cuda_model cuda_model = {");
+    emitf(&e, "    cu_forward, cu_backward, nrt_cuda_device_count, nrt_cuda_list_devices,");
+    emitf(&e, "    nrt_cuda_open, nrt_cuda_jit_info, &cuda_code,");
+    emitf(&e, "    %lld, %lld, /* workspace bytes (split-K partial sums); floats of activations a "
+          "sample */", (long long)ws, (long long)p->cuda_act_size);
+    emitf(&e, "};");
+    emit_blank(&e);
+    c->line = e.line;
 }

@@ -27,15 +27,17 @@ static void usage(FILE *out)
           "  -o FILE         write the program (or, with --emit, the source) to FILE;\n"
           "                  default: the model's file name without .net\n"
           "  --emit=KIND     write KIND instead of a program (to stdout without -o):\n"
-          "                    c        the generated C\n"
-          "                    cuda     the generated CUDA passes (.cu)\n"
+          "                    c        the generated C (with CUDA: its host passes\n"
+          "                             and kernel source too, as --jit builds it)\n"
+          "                    cuda     the generated CUDA kernels (.cu)\n"
           "                    ir       the graph: shapes, passes, fusion groups and\n"
           "                             the memory plan, as text\n"
           "                    dot      the graph for graphviz (dot -Tsvg)\n"
           "                    summary  each layer's output shape and parameters\n"
-          "                    lib      a C library: FILE.h, FILE.c (and FILE.cu with\n"
-          "                             CUDA), the model behind create, load, save,\n"
-          "                             predict, train_step and destroy\n"
+          "                    lib      a C library: FILE.h and FILE.c, the model\n"
+          "                             behind create, load, save, predict,\n"
+          "                             train_step and destroy (with CUDA, its\n"
+          "                             kernels compiled at run time, as --jit)\n"
           "  --no-line       no #line directives in generated C and CUDA (by default\n"
           "                  they point compilers and debuggers at the model file)\n"
           "  -MD             also write make dependencies of the output (FILE.d)\n"
@@ -44,6 +46,9 @@ static void usage(FILE *out)
           "  -MT TARGET      ... naming TARGET instead of the output\n"
           "  --no-cuda       build a cpu-only program (default: with the CUDA backend\n"
           "                  when netc was configured with CUDA)\n"
+          "  --jit           the program carries its kernels' source and compiles them\n"
+          "                  with NVRTC on first run, for the GPU present, through a\n"
+          "                  disk cache (no nvcc needed; default: nvcc, ahead of time)\n"
           "  --check         check the model and print its summary: each layer, its\n"
           "                  output shape and parameter count, and the totals\n"
           "  -v, --verbose   show the compilers' command lines\n"
@@ -269,17 +274,16 @@ static const char *lib_prefix(Arena *a, const char *out)
     return id;
 }
 
-/* --emit=lib: OUT.h, OUT.c and with CUDA OUT.cu. */
+/* --emit=lib: OUT.h and OUT.c (with CUDA, the kernels' source in it). */
 static int write_lib(const Program *p, const EmitOptions *o0, const char *out, Arena *a)
 {
     EmitOptions o = *o0;
     o.lib = lib_prefix(a, out);
     const char *base = strrchr(out, '/');
     o.lib_header = arena_printf(a, "%s.h", base ? base + 1 : out);
-    const char *paths[3] = {arena_printf(a, "%s.h", out), arena_printf(a, "%s.c", out),
-                            arena_printf(a, "%s.cu", out)};
-    const int kinds[3] = {EMIT_LIB_HEADER, o.cuda ? EMIT_C_FOR_CUDA : EMIT_C, EMIT_CUDA};
-    return write_files(p, &o, a, o.cuda ? 3 : 2, paths, kinds);
+    const char *paths[2] = {arena_printf(a, "%s.h", out), arena_printf(a, "%s.c", out)};
+    const int kinds[2] = {EMIT_LIB_HEADER, o.cuda ? EMIT_C_FOR_CUDA : EMIT_C};
+    return write_files(p, &o, a, 2, paths, kinds);
 }
 
 /* A temporary file TMPDIR/netc-XXXXXX.SUFFIX holding one output kind;
@@ -398,7 +402,7 @@ static void find_runtime(BuildOptions *o, Arena *a)
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *out = NULL;
-    bool check = false, emit = false, verbose = false, no_cuda = false, lines = true;
+    bool check = false, emit = false, verbose = false, no_cuda = false, lines = true, jit = false;
     int kind = EMIT_C;
     Deps deps = {0};
 
@@ -427,6 +431,8 @@ int main(int argc, char **argv)
             lines = false;
         } else if (!strcmp(a, "--no-cuda")) {
             no_cuda = true;
+        } else if (!strcmp(a, "--jit")) {
+            jit = true;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             verbose = true;
         } else if (!strcmp(a, "-o") || !strcmp(a, "-MF") || !strcmp(a, "-MT")) {
@@ -497,6 +503,12 @@ int main(int argc, char **argv)
      * NETC_CUDA=no (the test suite's cpu tests) */
     const char *env_cuda = getenv("NETC_CUDA");
     bool cuda = NETC_WITH_CUDA && !no_cuda && !(env_cuda && !strcmp(env_cuda, "no"));
+    if (jit && !cuda) {
+        fprintf(stderr, "netc: error: --jit compiles CUDA kernels, but %s\n",
+                NETC_WITH_CUDA ? "CUDA is off (--no-cuda or NETC_CUDA=no)"
+                               : "this netc was built without CUDA");
+        goto done;
+    }
     EmitOptions eo = {.source = source_name(model_path), .lines = lines, .cuda = cuda};
     const char *targets[3] = {out};
     int ntargets = 1;
@@ -508,11 +520,12 @@ int main(int argc, char **argv)
         status = write_lib(p, &eo, out, arena) ? 1 : 0;
         targets[0] = arena_printf(arena, "%s.h", out);
         targets[1] = arena_printf(arena, "%s.c", out);
-        targets[2] = arena_printf(arena, "%s.cu", out);
-        ntargets = cuda ? 3 : 2;
+        ntargets = 2;
         goto deps;
     }
     if (emit) {
+        if (kind == EMIT_C && cuda)
+            kind = EMIT_C_FOR_CUDA;
         status = write_out(p, &eo, out, arena, kind) == 0 ? 0 : 1;
         goto deps;
     }
@@ -528,20 +541,30 @@ int main(int argc, char **argv)
     prereqs[nprereqs++] = arena_printf(arena, "%s/philox.h", bo.incdir);
     prereqs[nprereqs++] = arena_printf(arena, "%s/libnetrt.a", bo.libdir);
     if (cuda) {
-        const char *cudainc = arena_printf(arena, "%s/cuda/netrt_cuda.cuh", bo.incdir);
+        const char *cudainc = arena_printf(arena, "%s/cuda", bo.incdir);
         if (access(cudainc, F_OK) != 0) /* installed: beside netrt.h */
-            cudainc = arena_printf(arena, "%s/netrt_cuda.cuh", bo.incdir);
-        prereqs[nprereqs++] = cudainc;
+            cudainc = bo.incdir;
+        prereqs[nprereqs++] = arena_printf(arena, "%s/netrt_cuda.h", cudainc);
+        prereqs[nprereqs++] = arena_printf(arena, "%s/netrt_kernels.cuh", cudainc);
         prereqs[nprereqs++] = arena_printf(arena, "%s/libnetrt_cuda.a", bo.libdir);
     }
+    /* ahead of time: nvcc compiles the kernel source, the C file embeds it */
+    unsigned char *fatbin = NULL;
+    if (cuda && !jit) {
+        char *cusrc = write_temp(p, &eo, arena, EMIT_CUDA, ".cu");
+        int rc = cusrc ? build_fatbin(&bo, cusrc, &fatbin, &eo.fatbin_size) : -1;
+        if (cusrc)
+            unlink(cusrc);
+        if (rc)
+            goto deps;
+        eo.fatbin = fatbin;
+    }
     char *csrc = write_temp(p, &eo, arena, cuda ? EMIT_C_FOR_CUDA : EMIT_C, ".c");
-    char *cusrc = cuda && csrc ? write_temp(p, &eo, arena, EMIT_CUDA, ".cu") : NULL;
-    if (csrc && (!cuda || cusrc))
-        status = build_program(&bo, csrc, cusrc, out) == 0 ? 0 : 1;
-    if (csrc)
+    if (csrc) {
+        status = build_program(&bo, csrc, cuda, out) == 0 ? 0 : 1;
         unlink(csrc);
-    if (cusrc)
-        unlink(cusrc);
+    }
+    free(fatbin);
 
 deps:
     if (status == 0 && deps.on) {

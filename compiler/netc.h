@@ -217,13 +217,14 @@ typedef struct OpDef {
     bool elementwise;    /* not an activation, but d x can overwrite d y (dropout) */
     int layout;          /* the layout of its output: LAYOUT_KEEP (as its
                             input), LAYOUT_CN or LAYOUT_NC */
-    /* The CUDA statements of the two passes (emit_cuda.c): calls of
-     * netrt_cuda.cuh's kernels and elementwise device lambdas. */
+    /* The CUDA passes (emit_cuda.c): host statements (emitf) that launch
+     * kernels they define (cu_kernel) from netrt_kernels.cuh's templates
+     * or as elementwise loops. */
     void (*cu_fwd)(Emit *e, const Node *n);
     void (*cu_bwd)(Emit *e, const Node *n);
-    /* The bytes of device workspace its passes borrow, as a C++ constant
-     * expression (conv2d_dw's partial sums), or NULL: none. */
-    const char *(*cu_workspace)(Emit *e, const Node *n);
+    /* The bytes of device workspace its passes borrow (conv2d_dw's
+     * partial sums), or NULL: none. */
+    int64_t (*cu_workspace)(const Program *p, const Node *n);
     bool aux_cpu_only;   /* its aux is the cpu passes' alone (conv2d's "xp") */
 } OpDef;
 
@@ -362,22 +363,31 @@ typedef struct EmitOptions {
     const char *lib;      /* --emit=lib: the API's prefix ("digits_cnn"); NULL:
                              a program, with main() */
     const char *lib_header; /* --emit=lib: the header's file name, included */
-    bool cuda;            /* --emit=lib: the library has a .cu file */
+    bool cuda;            /* the C file holds the CUDA passes too */
+    const unsigned char *fatbin; /* with cuda: the kernels compiled ahead of
+                                    time (nvcc), embedded; NULL: their source,
+                                    for the JIT */
+    size_t fatbin_size;
 } EmitOptions;
+
+typedef struct KernelList KernelList;
 
 struct Emit {
     FILE *out;
     const Program *p;
     Arena *arena;
     int indent;
-    bool cuda;          /* emitting the .cu file (emit_cuda.c) */
+    bool cuda;          /* emitting CUDA passes (emit_cuda.c) */
     const EmitOptions *opt;
+    Emit *kern;         /* the kernel source, while emit_cuda.c writes it */
+    KernelList *kernels;/* the kernels' names, in order */
     int line;           /* lines written so far */
     int model_line;     /* > 0: the lines being written are this model line's */
 };
 
 /* Prints one line of C at the current indentation; inside emit_at's
- * region it is preceded by a #line naming the model line. */
+ * region it is preceded by a #line naming the model line.  Nothing when
+ * e->out is NULL. */
 void emitf(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void emit_blank(Emit *e);
 /* Attributes the lines that follow to line model_line of the model file
@@ -386,9 +396,8 @@ void emit_blank(Emit *e);
 void emit_at(Emit *e, int model_line);
 /* A C string literal for s ("NULL" for NULL). */
 const char *c_string(Arena *a, const char *s);
-/* Writes the whole C program: layer passes (emit_c.c), then the model
- * descriptor and main (driver.c).  cuda: the descriptor points at the
- * passes of the .cu file emit_cuda writes beside it. */
+/* Writes the whole C program: layer passes (emit_c.c), with cuda the CUDA
+ * passes (emit_cuda.c), then the model descriptor and main (driver.c). */
 void emit_c(FILE *out, const Program *p, const EmitOptions *o, Arena *a, bool cuda);
 /* A C float literal for v: "0.01f", "1.0f". */
 const char *c_float(Arena *a, double v);
@@ -415,9 +424,19 @@ const char *source_line(const Program *p, const Stmt *s);
 
 /* ------------------------------------------------------------- emit_cuda.c */
 
-/* Writes the CUDA passes of the program (a .cu file) and the descriptor
- * entry that names them: netc_cuda_model. */
+/* Writes the kernel source of the program (--emit=cuda, MODEL.cu). */
 void emit_cuda(FILE *out, const Program *p, const EmitOptions *o, Arena *a);
+/* Writes the CUDA host passes, the kernels (embedded fatbin or source) and
+ * the static nrt_cuda_model cuda_model, inside the C file. */
+void emit_cuda_host(Emit *e);
+/* Kernel NAME_INDEX_WHAT of node n (n NULL: kernel WHAT): while the
+ * kernel source is written, its definition — extern "C" __global__, with
+ * __launch_bounds__(bounds) unless 0, the parameters and the body's
+ * lines — and its name in the list.  Returns the host's name, K_NAME. */
+const char *cu_kernel(Emit *e, const Node *n, const char *what, int bounds, const char *params,
+                      const char *const *body, int nbody);
+/* conv2d_dw's most splits for a weight of total floats (netrt_cuda.h). */
+int64_t cu_dw_max_splits(int64_t total);
 
 /* ---------------------------------------------------------------- emit_ir.c */
 
@@ -430,9 +449,6 @@ void emit_dot(FILE *out, const Program *p, const EmitOptions *o, Arena *a);
 /* ---------------------------------------------------------------- driver.c */
 
 void emit_driver(Emit *e, bool cuda);
-/* The name of the .cu file's nrt_cuda_model: netc_cuda_model in a
- * program, PREFIX_cuda_model in a library (two can be linked together). */
-const char *cuda_model_symbol(Arena *a, const EmitOptions *o);
 /* --emit=lib's header: the C API of the model. */
 void emit_lib_header(FILE *out, const Program *p, const EmitOptions *o, Arena *a);
 
@@ -445,8 +461,11 @@ typedef struct BuildOptions {
     bool verbose;
 } BuildOptions;
 
-/* Compiles the C file csrc, and the CUDA file cusrc unless it is NULL,
- * into the executable out, atomically. */
-int build_program(const BuildOptions *o, const char *csrc, const char *cusrc, const char *out);
+/* Compiles the C file csrc (with cuda, its CUDA passes too) into the
+ * executable out, atomically. */
+int build_program(const BuildOptions *o, const char *csrc, bool cuda, const char *out);
+/* nvcc's fatbin of the kernel source cusrc, for the configured
+ * architectures: *bytes (malloc'd) and *size. */
+int build_fatbin(const BuildOptions *o, const char *cusrc, unsigned char **bytes, size_t *size);
 
 #endif /* NETC_H */

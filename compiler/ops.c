@@ -24,6 +24,7 @@
  */
 #include "netc.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -906,31 +907,55 @@ static void dropout_bwd(Emit *e, const Node *n)
 
 /* ------------------------------------------------------------ CUDA passes */
 
-/* The same passes for the GPU (emit_cuda.c): kernels of the runtime's
- * netrt_cuda.cuh with the shapes as template arguments, and elementwise
- * work (epilogues, activations) as device lambdas written here, over the
- * same memory plan.  Each call returns nonzero on a CUDA error; TRY
+/* The same passes for the GPU (emit_cuda.c): the host statements launch,
+ * through libnetrt_cuda's nrt_cu_* launchers, kernels defined here with
+ * cu_kernel — netrt_kernels.cuh's templates with the shapes and tilings
+ * written in, or elementwise loops (epilogues, activations) — over the
+ * same memory plan.  Each launcher returns nonzero on a CUDA error; TRY
  * returns it. */
 
-/* for_each over count values: the lambda's body, one statement a line. */
-static void cu_each(Emit *e, const char *count, const char *const *body, int nbody)
+/* An elementwise kernel NAME_INDEX_WHAT over count values and its launch:
+ * args are its parameters after the count ("float *y"), each passed from
+ * the host local of the same name; body, its statements for value i. */
+static void cu_each(Emit *e, const Node *n, const char *what, const char *count,
+                    const char *const *args, int nargs, const char *const *body, int nbody)
 {
-    emitf(e, "TRY(nrt_cu::for_each(net, %s, [=] __device__(size_t i) {", count);
+    const char *params = "size_t count", *refs = "";
+    for (int k = 0; k < nargs; k++) {
+        const char *a = args[k], *id = a + strlen(a);
+        while (id > a && (isalnum((unsigned char)id[-1]) || id[-1] == '_'))
+            id--;
+        params = arena_printf(e->arena, "%s, %s", params, a);
+        refs = arena_printf(e->arena, "%s%s&%s", refs, k ? ", " : "", id);
+    }
+    const char **lines = arena_alloc(e->arena, sizeof *lines * (size_t)(nbody + 2));
+    lines[0] = "NRT_EACH(i, count) {";
     for (int k = 0; k < nbody; k++)
-        emitf(e, "    %s", body[k]);
-    emitf(e, "}, err));");
+        lines[k + 1] = arena_printf(e->arena, "    %s", body[k]);
+    lines[nbody + 1] = "}";
+    const char *k = cu_kernel(e, n, what, 0, params, lines, nbody + 2);
+    emitf(e, "TRY(nrt_cu_each(net, %s, %s, NRT_ARGS(%s), err));", k, count, refs);
 }
 
-static void cu_epilogue(Emit *e, const Node *n, const char *count, const char *bias_index)
+/* y = act(y + b): the bias and the fused activation as one kernel. */
+static void cu_epilogue(Emit *e, const Node *n, const char *count, const char *bias_index,
+                        bool np)
 {
     const char *expr = epilogue(e, n);
     if (!expr)
         return;
+    bool bias = n->nparams > 1;
+    const char *args[3] = {"float *y"};
+    int nargs = 1;
+    if (bias)
+        args[nargs++] = "const float *b";
+    if (bias && np) /* the bias index is i / np */
+        args[nargs++] = "size_t np";
     const char *body[2] = {
         arena_printf(e->arena, "float v = y[i]%s;",
-                     n->nparams > 1 ? arena_printf(e->arena, " + b[%s]", bias_index) : ""),
+                     bias ? arena_printf(e->arena, " + b[%s]", bias_index) : ""),
         arena_printf(e->arena, "y[i] = %s;", expr)};
-    cu_each(e, count, body, 2);
+    cu_each(e, n, "fwd_epilogue", count, args, nargs, body, 2);
 }
 
 /* "(size_t)n * SIZE": the values of a batch of n samples of size floats */
@@ -944,9 +969,10 @@ static void cu_act_grad(Emit *e, const Node *n, const char *count)
     if (!n->fused)
         return;
     emitf(e, "/* through the fused %s */", n->fused->op->sig.name);
+    const char *args[2] = {"float *dy", "const float *y"};
     const char *body[1] = {arena_printf(e->arena, "dy[i] = %s;",
                                         n->fused->op->act_bwd(e->arena, n->fused, "dy[i]", "y[i]"))};
-    cu_each(e, count, body, 1);
+    cu_each(e, n, "bwd_act", count, args, 2, body, 1);
 }
 
 static void linear_cu_fwd(Emit *e, const Node *n)
@@ -954,10 +980,9 @@ static void linear_cu_fwd(Emit *e, const Node *n)
     const Program *p = e->p;
     long long K = p->values[n->in].shape.d[0], M = p->values[n->out].shape.d[0];
     emitf(e, "/* y[n, %lld] = x[n, %lld] W^T (cuBLAS) */", M, K);
-    emitf(e, "TRY(nrt_cu::gemm(net, 0, 1, n, %lld, %lld, 1.0f, x, %lld, W, %lld, 0.0f, y, %lld, err));",
+    emitf(e, "TRY(nrt_cu_gemm(net, 0, 1, n, %lld, %lld, 1.0f, x, %lld, W, %lld, 0.0f, y, %lld, err));",
           M, K, K, K, M);
-    cu_epilogue(e, n, batch_count(e, M),
-                arena_printf(e->arena, "i %% %lld", M));
+    cu_epilogue(e, n, batch_count(e, M), arena_printf(e->arena, "i %% %lld", M), false);
 }
 
 static void linear_cu_bwd(Emit *e, const Node *n)
@@ -966,39 +991,105 @@ static void linear_cu_bwd(Emit *e, const Node *n)
     long long K = p->values[n->in].shape.d[0], M = p->values[n->out].shape.d[0];
     cu_act_grad(e, n, batch_count(e, M));
     emitf(e, "/* dW[%lld, %lld] = dy^T x */", M, K);
-    emitf(e, "TRY(nrt_cu::gemm(net, 1, 0, %lld, %lld, n, 1.0f, dy, %lld, x, %lld, 0.0f, dW, %lld, err));",
+    emitf(e, "TRY(nrt_cu_gemm(net, 1, 0, %lld, %lld, n, 1.0f, dy, %lld, x, %lld, 0.0f, dW, %lld, err));",
           M, K, M, K, K);
     if (n->nparams > 1)
-        emitf(e, "TRY(nrt_cu::col_sums(net, dy, n, %lld, db, err));", M);
+        emitf(e, "TRY(nrt_cu_col_sums(net, dy, n, %lld, db, err));", M);
     emitf(e, "/* dx[n, %lld] = dy W */", K);
     emitf(e, "if (dx)");
-    emitf(e, "    TRY(nrt_cu::gemm(net, 0, 0, n, %lld, %lld, 1.0f, dy, %lld, W, %lld, 0.0f, dx, %lld, err));",
+    emitf(e, "    TRY(nrt_cu_gemm(net, 0, 0, n, %lld, %lld, 1.0f, dy, %lld, W, %lld, 0.0f, dx, %lld, err));",
           K, M, M, K, K);
 }
 
-/* conv2d's template arguments: C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW */
-static const char *conv_targs(Emit *e, struct conv c)
+/* A tiling of netrt_kernels.cuh (Tiling<BM, BN, BK, TM, TN, B_KFAST>) and
+ * its threads, (BN / TN) * (BM / TM). */
+struct tiling {
+    int bm, bn, bk, tm, tn;
+    bool kfast;
+};
+
+static int tiling_threads(struct tiling t)
 {
-    return arena_printf(e->arena, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld",
-                        c.C, c.H, c.W, c.O, c.OH, c.OW, c.KH, c.KW, c.SH, c.SW, c.PH, c.PW);
+    return (t.bn / t.tn) * (t.bm / t.tm);
+}
+
+static const char *tiling_type(Emit *e, struct tiling t)
+{
+    return arena_printf(e->arena, "nrt_k::Tiling<%d, %d, %d, %d, %d, %s>", t.bm, t.bn, t.bk,
+                        t.tm, t.tn, t.kfast ? "true" : "false");
+}
+
+/* The tilings of the convolutions' products by their M (the output's
+ * channels; the input's for dx): 16, 32 or 64 rows a tile; dw's N =
+ * C*KH*KW is small and its K = n*OH*OW long (split among blocks). */
+static struct tiling conv_tiling(long long m)
+{
+    if (m <= 16)
+        return (struct tiling){16, 256, 16, 4, 8, false};
+    if (m <= 32)
+        return (struct tiling){32, 128, 16, 4, 8, false};
+    return (struct tiling){64, 128, 16, 8, 8, false};
+}
+
+static struct tiling dw_tiling(long long m)
+{
+    if (m <= 16)
+        return (struct tiling){16, 64, 32, 4, 4, true};
+    if (m <= 32)
+        return (struct tiling){32, 64, 32, 4, 4, true};
+    return (struct tiling){64, 64, 32, 8, 4, true};
+}
+
+/* nrt_k::ConvGeom<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW> */
+static const char *conv_geom(Emit *e, struct conv c)
+{
+    return arena_printf(e->arena, "nrt_k::ConvGeom<%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+                        "%lld, %lld, %lld, %lld>", c.C, c.H, c.W, c.O, c.OH, c.OW, c.KH, c.KW,
+                        c.SH, c.SW, c.PH, c.PW);
+}
+
+/* A kernel whose body is one call of a netrt_kernels.cuh template. */
+static const char *cu_call(Emit *e, const Node *n, const char *what, int bounds,
+                           const char *params, const char *call)
+{
+    const char *body[1] = {call};
+    return cu_kernel(e, n, what, bounds, params, body, 1);
+}
+
+/* An implicit GEMM's launch: its nrt_cu_tile (what, floats a sample in and
+ * out, the product's rows and columns a sample, the tiling), then
+ * nrt_cu_igemm. */
+static void cu_igemm(Emit *e, const Node *n, const char *k, const char *what, long long in,
+                     long long out, long long rows, long long cols, struct tiling t,
+                     const char *args)
+{
+    emitf(e, "static const nrt_cu_tile %s_tile = {\"%s\", %lld, %lld, %lld, %lld, %d, %d, %d};",
+          what, pass_name(e, n, what), in, out, rows, cols, t.bm, t.bn, tiling_threads(t));
+    emitf(e, "TRY(nrt_cu_igemm(net, %s, &%s_tile, n, NRT_ARGS(%s), err));", k, what, args);
 }
 
 static void conv2d_cu_fwd(Emit *e, const Node *n)
 {
     struct conv c = conv_of(e->p, n);
-    const char *cn = input_cn(e, n) ? "true" : "false";
+    struct tiling t = conv_tiling(c.O);
+    const char *k = cu_call(e, n, "fwd", tiling_threads(t),
+                            "int n, const float *x, const float *w, float *y",
+                            arena_printf(e->arena, "nrt_k::conv2d_fwd<%s, %s, %s>(n, x, w, y);",
+                                         conv_geom(e, c), tiling_type(e, t),
+                                         input_cn(e, n) ? "true" : "false"));
     emitf(e, "/* y[%lld, n*%lld] = W[%lld, %lld] cols(x): implicit GEMM, no columns stored */",
           c.O, c.P, c.O, c.CKK);
-    emitf(e, "TRY((nrt_cu::conv2d_fwd<%s, %s>(net, n, x, W, y, err)));", conv_targs(e, c), cn);
+    cu_igemm(e, n, k, "fwd", c.C * c.H * c.W, c.O * c.P, c.O, c.P, t, "&x, &W, &y");
     if (n->fused || n->nparams > 1)
-        emitf(e, "const size_t np = (size_t)n * %lld;", c.P);
-    cu_epilogue(e, n, arena_printf(e->arena, "(size_t)%lld * np", c.O), "i / np");
+        emitf(e, "size_t np = (size_t)n * %lld;", c.P);
+    cu_epilogue(e, n, arena_printf(e->arena, "(size_t)%lld * np", c.O), "i / np", true);
 }
 
-static const char *conv2d_cu_workspace(Emit *e, const Node *n)
+static int64_t conv2d_cu_workspace(const Program *p, const Node *n)
 {
-    return arena_printf(e->arena, "nrt_cu::conv2d_dw_workspace<%s, %s>()",
-                        conv_targs(e, conv_of(e->p, n)), input_cn(e, n) ? "true" : "false");
+    struct conv c = conv_of(p, n);
+    int64_t total = c.O * c.CKK, splits = cu_dw_max_splits(total);
+    return splits > 1 ? (int64_t)sizeof(float) * splits * total : 0;
 }
 
 static void conv2d_cu_bwd(Emit *e, const Node *n)
@@ -1006,16 +1097,48 @@ static void conv2d_cu_bwd(Emit *e, const Node *n)
     struct conv c = conv_of(e->p, n);
     const char *cn = input_cn(e, n) ? "true" : "false";
     if (n->fused || n->nparams > 1)
-        emitf(e, "const size_t np = (size_t)n * %lld;", c.P);
+        emitf(e, "size_t np = (size_t)n * %lld;", c.P);
     cu_act_grad(e, n, arena_printf(e->arena, "(size_t)%lld * np", c.O));
     if (n->nparams > 1)
-        emitf(e, "TRY(nrt_cu::row_sums(net, dy, %lld, np, db, err));", c.O);
-    emitf(e, "/* dW[%lld, %lld] = dy cols(x)^T */", c.O, c.CKK);
-    emitf(e, "TRY((nrt_cu::conv2d_dw<%s, %s>(net, n, x, dy, dW, err)));", conv_targs(e, c), cn);
-    emitf(e, "if (dx)");
-    emitf(e, "    TRY((nrt_cu::conv2d_dx<%s, %s>(net, n, W, dy, dx, err)));", conv_targs(e, c), cn);
+        emitf(e, "TRY(nrt_cu_row_sums(net, dy, %lld, np, db, err));", c.O);
+
+    struct tiling t = dw_tiling(c.O);
+    int64_t total = c.O * c.CKK, splits = cu_dw_max_splits(total);
+    const char *k = cu_call(e, n, "dw", tiling_threads(t),
+                            "int n, int chunk, const float *x, const float *dy, float *dw, "
+                            "float *partial",
+                            arena_printf(e->arena, "nrt_k::conv2d_dw<%s, %s, %s>(n, chunk, x, dy, "
+                                         "dw, partial);", conv_geom(e, c), tiling_type(e, t), cn));
+    const char *reduce = splits > 1
+        ? cu_call(e, n, "dw_reduce", 0, "int splits, const float *partial, float *dw",
+                  arena_printf(e->arena, "nrt_k::conv2d_dw_reduce<%lld>(splits, partial, dw);",
+                               (long long)total))
+        : "-1";
+    emitf(e, "/* dW[%lld, %lld] = dy cols(x)^T, the sum over n*%lld positions split in chunks */",
+          c.O, c.CKK, c.P);
+    emitf(e, "static const nrt_cu_dw dw_tile = {\"%s\", %lld, %lld, %lld, %lld, %lld, %d, %d, %d, %d, "
+          "%lld};", pass_name(e, n, "dw"), c.C * c.H * c.W, c.O * c.P, c.O, c.CKK, c.P, t.bm, t.bn, t.bk,
+          tiling_threads(t), (long long)splits);
+    emitf(e, "TRY(nrt_cu_conv2d_dw(net, %s, %s, &dw_tile, n, x, dy, dW, err));", k, reduce);
+    if (ir_root(e->p, n->in) == 0) { /* the input's gradient is never asked for */
+        emitf(e, "(void)W;");
+        return;
+    }
+
+    struct tiling tx = conv_tiling(c.C);
+    const char *kx = cu_call(e, n, "dx", tiling_threads(tx),
+                             "int n, const float *w, const float *dy, float *dx",
+                             arena_printf(e->arena, "nrt_k::conv2d_dx<%s, %s, %s>(n, w, dy, dx);",
+                                          conv_geom(e, c), tiling_type(e, tx), cn));
+    emitf(e, "/* dx = the adjoint of cols applied to W^T dy */");
+    emitf(e, "if (dx) {");
+    e->indent++;
+    cu_igemm(e, n, kx, "dx", c.O * c.P, c.C * c.H * c.W, c.C, c.H * c.W, tx, "&W, &dy, &dx");
+    e->indent--;
+    emitf(e, "}");
 }
 
+/* H, W, OH, OW, K, S, P */
 static const char *pool_targs(Emit *e, const Node *n)
 {
     const Shape *i = &e->p->values[n->in].shape, *o = &e->p->values[n->out].shape;
@@ -1024,67 +1147,89 @@ static const char *pool_targs(Emit *e, const Node *n)
                         (int)arg(n, PL_KERNEL), (int)arg(n, PL_STRIDE), (int)arg(n, PL_PAD));
 }
 
-static void pool_cu_fwd(Emit *e, const Node *n)
+/* A pooling pass: one thread an output value (forward) or an input value
+ * (backward), over the n*C planes whatever the layout. */
+static void cu_pool(Emit *e, const Node *n, bool bwd)
 {
-    long long C = e->p->values[n->in].shape.d[0];
+    const Shape *in = &e->p->values[n->in].shape, *out = &e->p->values[n->out].shape;
     bool max = n->iaux_size > 0;
-    emitf(e, "TRY((nrt_cu::%s_fwd<%s>(net, n * %lld, x, y%s, err)));", n->op->sig.name,
-          pool_targs(e, n), C, max ? ", arg" : "");
+    const char *params = bwd ? (max ? "int total, const float *dy, const int32_t *arg, float *dx"
+                                    : "int total, const float *dy, float *dx")
+                             : (max ? "int total, const float *x, float *y, int32_t *arg"
+                                    : "int total, const float *x, float *y");
+    const char *args = bwd ? (max ? "&dy, &arg, &dx" : "&dy, &dx")
+                           : (max ? "&x, &y, &arg" : "&x, &y");
+    const char *k = cu_call(e, n, bwd ? "bwd" : "fwd", 0, params,
+                            arena_printf(e->arena, "nrt_k::%s_%s<%s>(%s);", n->op->sig.name,
+                                         bwd ? "bwd" : "fwd", pool_targs(e, n),
+                                         bwd ? (max ? "total, dy, arg, dx" : "total, dy, dx")
+                                             : (max ? "total, x, y, arg" : "total, x, y")));
+    const Shape *s = bwd ? in : out;
+    if (bwd)
+        emitf(e, "if (dx)");
+    emitf(e, "%sTRY(nrt_cu_each_int(net, %s, (long long)n * %lld, NRT_ARGS(%s), err));",
+          bwd ? "    " : "", k, (long long)shape_size(s), args);
 }
 
-static void pool_cu_bwd(Emit *e, const Node *n)
-{
-    long long C = e->p->values[n->in].shape.d[0];
-    bool max = n->iaux_size > 0;
-    emitf(e, "if (dx)");
-    emitf(e, "    TRY((nrt_cu::%s_bwd<%s>(net, n * %lld, dy%s, dx, err)));", n->op->sig.name,
-          pool_targs(e, n), C, max ? ", arg" : "");
-}
+static void pool_cu_fwd(Emit *e, const Node *n) { cu_pool(e, n, false); }
+
+static void pool_cu_bwd(Emit *e, const Node *n) { cu_pool(e, n, true); }
 
 static void act_cu_fwd(Emit *e, const Node *n)
 {
+    const char *args[2] = {"const float *x", "float *y"};
     const char *body[1] = {arena_printf(e->arena, "y[i] = %s;", n->op->act_fwd(e->arena, n, "x[i]"))};
-    cu_each(e, batch_count(e, (long long)value_size(e, n)), body, 1);
+    cu_each(e, n, "fwd", batch_count(e, (long long)value_size(e, n)), args, 2, body, 1);
 }
 
 static void act_cu_bwd(Emit *e, const Node *n)
 {
     emitf(e, "if (!dx)");
     emitf(e, "    return 0;");
+    const char *args[3] = {"const float *dy", "const float *y", "float *dx"};
     const char *body[1] = {arena_printf(e->arena, "dx[i] = %s;",
                                         n->op->act_bwd(e->arena, n, "dy[i]", "y[i]"))};
-    cu_each(e, batch_count(e, (long long)value_size(e, n)), body, 1);
+    cu_each(e, n, "bwd", batch_count(e, (long long)value_size(e, n)), args, 3, body, 1);
 }
 
-static void flatten_cu_fwd(Emit *e, const Node *n)
+/* flatten of a channel-first value: the transposes [C, n, HW] <-> [n, C*HW] */
+static void cu_flatten(Emit *e, const Node *n, bool bwd)
 {
     const Shape *s = &e->p->values[n->in].shape;
     long long C = s->d[0], HW = s->d[1] * s->d[2];
-    emitf(e, "/* [%lld, n, %lld] (channel first) -> [n, %lld] */", C, HW, C * HW);
-    emitf(e, "TRY((nrt_cu::cn_to_nc<%lld, %lld>(net, n, x, y, err)));", C, HW);
+    const char *k = cu_call(e, n, bwd ? "bwd" : "fwd", 0,
+                            "int total, int n, const float *x, float *y",
+                            arena_printf(e->arena, "nrt_k::%s<%lld, %lld>(n, total, x, y);",
+                                         bwd ? "nc_to_cn" : "cn_to_nc", C, HW));
+    if (bwd) {
+        emitf(e, "if (dx)");
+        emitf(e, "    TRY(nrt_cu_each_int(net, %s, (long long)n * %lld, NRT_ARGS(&n, &dy, &dx), "
+              "err));", k, C * HW);
+    } else {
+        emitf(e, "/* [%lld, n, %lld] (channel first) -> [n, %lld] */", C, HW, C * HW);
+        emitf(e, "TRY(nrt_cu_each_int(net, %s, (long long)n * %lld, NRT_ARGS(&n, &x, &y), err));",
+              k, C * HW);
+    }
 }
 
-static void flatten_cu_bwd(Emit *e, const Node *n)
-{
-    const Shape *s = &e->p->values[n->in].shape;
-    long long C = s->d[0], HW = s->d[1] * s->d[2];
-    emitf(e, "if (dx)");
-    emitf(e, "    TRY((nrt_cu::nc_to_cn<%lld, %lld>(net, n, dy, dx, err)));", C, HW);
-}
+static void flatten_cu_fwd(Emit *e, const Node *n) { cu_flatten(e, n, false); }
+
+static void flatten_cu_bwd(Emit *e, const Node *n) { cu_flatten(e, n, true); }
 
 static void dropout_cu_fwd(Emit *e, const Node *n)
 {
     const char *count = batch_count(e, (long long)value_size(e, n));
     emitf(e, "if (!net->training) {");
     e->indent++;
+    const char *args[2] = {"const float *x", "float *y"};
     const char *body[1] = {"y[i] = x[i];"};
-    cu_each(e, count, body, 1);
+    cu_each(e, n, "fwd_eval", count, args, 2, body, 1);
     emitf(e, "return 0;");
     e->indent--;
     emitf(e, "}");
     emitf(e, "/* masks (philox.h): a function of the run's dropout key, layer %d, the step */",
           n->index);
-    emitf(e, "TRY(nrt_cu::dropout_fwd(net, %d, x, y, mask, %s, %s, err));", n->index, count,
+    emitf(e, "TRY(nrt_cu_dropout_fwd(net, %d, x, y, mask, %s, %s, err));", n->index, count,
           c_double(e->arena, arg(n, 0)));
 }
 
@@ -1092,8 +1237,9 @@ static void dropout_cu_bwd(Emit *e, const Node *n)
 {
     emitf(e, "if (!dx)");
     emitf(e, "    return 0;");
+    const char *args[3] = {"const float *dy", "const float *mask", "float *dx"};
     const char *body[1] = {"dx[i] = dy[i] * mask[i];"};
-    cu_each(e, batch_count(e, (long long)value_size(e, n)), body, 1);
+    cu_each(e, n, "bwd", batch_count(e, (long long)value_size(e, n)), args, 3, body, 1);
 }
 
 /* ------------------------------------------------------------ the table */

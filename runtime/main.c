@@ -42,6 +42,8 @@ typedef struct Options {
     uint64_t seed;
     int gradcheck;       /* > 0: check gradients on this many samples */
     int list_devices;    /* --list-devices */
+    int jit_info;        /* --jit-info */
+    const char *jit_arch;/* --jit-arch: for this architecture, no GPU needed */
 } Options;
 
 static double now(void)
@@ -73,6 +75,10 @@ static void usage(const nrt_model *m, const char *prog, FILE *out)
             "  --device D         cpu | cuda | cuda:N | auto (default: %s)\n"
             "  --list-devices     print the CUDA devices (index, name, compute\n"
             "                     capability, SMs, memory) and exit\n"
+            "  --jit-info         how the kernels are had for the GPU (--device):\n"
+            "                     compiled ahead of time, or by NVRTC (version,\n"
+            "                     target, cache entry, hit or miss, compile time)\n"
+            "  --jit-arch ARCH    ... for ARCH (sm_90) instead, without a GPU\n"
             "  --epochs N         passes over the training data (default: %d)\n"
             "  --batch N          samples per step (default: %d)\n"
             "  --lr X             learning rate (default: %g)\n"
@@ -114,7 +120,7 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
 {
     const char *prog = argv[0];
     *o = (Options){m->device, m->train.path, m->test.path, NULL, NULL, NULL,
-                   m->epochs, m->batch, 0, 0, 0, 1, -1, -1, m->seed, 0, 0};
+                   m->epochs, m->batch, 0, 0, 0, 1, -1, -1, m->seed, 0, 0, 0, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long long v;
@@ -130,11 +136,14 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
         } else if (!strcmp(a, "--list-devices")) {
             o->list_devices = 1;
             continue;
+        } else if (!strcmp(a, "--jit-info")) {
+            o->jit_info = 1;
+            continue;
         }
         static const char *const with_value[] = {
             "--device", "--epochs", "--batch", "--lr", "--seed", "--data", "--test-data",
             "--max-steps", "--save", "--load", "--metrics", "--log-every", "--threads",
-            "--gradcheck", NULL};
+            "--gradcheck", "--jit-arch", NULL};
         int known = 0;
         for (int k = 0; with_value[k]; k++)
             known |= !strcmp(a, with_value[k]);
@@ -150,6 +159,9 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
         const char *s = argv[++i];
         if (!strcmp(a, "--device")) {
             o->device = s;
+        } else if (!strcmp(a, "--jit-arch")) {
+            o->jit_arch = s;
+            o->jit_info = 1;
         } else if (!strcmp(a, "--data")) {
             o->data = s;
         } else if (!strcmp(a, "--test-data")) {
@@ -503,6 +515,17 @@ static int list_devices(const nrt_model *m, nrt_error *err)
     return m->cuda->list_devices(stdout, err);
 }
 
+/* --jit-info, --jit-arch */
+static int jit_info(const nrt_model *m, const Options *o, nrt_error *err)
+{
+    if (!m->cuda)
+        return nrt_errorf(err, "--jit-info: this program was built without CUDA");
+    int device;
+    if (nrt_device_parse(o->device, &device, err) < 0)
+        return -1;
+    return m->cuda->jit_info(m, o->jit_arch, device < 0 ? 0 : device, stdout, err);
+}
+
 /* OpenMP threads that wait for work by spinning (libgomp's default) are
  * fast on an idle machine and disastrous on a busy one: a spinning thread
  * holds a core the thread it waits for needs, and a step gets 5-50 times
@@ -559,8 +582,8 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
     r.prog = prog;
     nrt_error *err = &r.err;
     int status = 1;
-    if (o.list_devices) {
-        if (list_devices(m, err))
+    if (o.list_devices || o.jit_info) {
+        if (o.list_devices ? list_devices(m, err) : jit_info(m, &o, err))
             goto fail;
         return 0;
     }

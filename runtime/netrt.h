@@ -31,7 +31,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 6
+#define NETRT_ABI 7
 
 #ifdef __cplusplus
 extern "C" {
@@ -402,6 +402,22 @@ typedef struct nrt_backend {
  * points are reached through it, so that libnetrt itself links no CUDA;
  * a program built without CUDA has model->cuda == NULL. */
 typedef struct nrt_cuda_net nrt_cuda_net;
+
+/* A model's device code: the kernel source netc generated (MODEL.cu,
+ * which includes the runtime's netrt_kernels.cuh), and, when it was
+ * compiled ahead of time, nvcc's fatbin of it.  Without a fatbin the
+ * runtime compiles the source with NVRTC for the GPU present (the JIT),
+ * through a disk cache. */
+typedef struct nrt_cuda_code {
+    const char *name;             /* "digits_cnn.cu", in NVRTC's messages */
+    const char *source;           /* the kernel source, NUL-terminated */
+    const unsigned char *fatbin;  /* NULL: compile source at run time */
+    size_t fatbin_size;
+    const char *const *kernels;   /* the model's extern "C" kernels, in the
+                                     order of the host code's K_ enum */
+    int nkernels;
+} nrt_cuda_code;
+
 typedef struct nrt_cuda_model {
     /* The passes on the device, over the net's stream; 0 or -1 (err). */
     int (*forward)(nrt_cuda_net *net, int n, nrt_error *err);
@@ -411,6 +427,10 @@ typedef struct nrt_cuda_model {
     int (*list_devices)(FILE *out, nrt_error *err);
     int (*open)(const struct nrt_model *m, const nrt_run_config *c,
                 nrt_backend *out, nrt_error *err);
+    /* libnetrt_cuda's nrt_cuda_jit_info: PROG --jit-info. */
+    int (*jit_info)(const struct nrt_model *m, const char *arch, int device, FILE *out,
+                    nrt_error *err);
+    const nrt_cuda_code *code;
     size_t workspace;        /* bytes of device workspace the passes need */
     size_t act_size;         /* floats of activations per sample on the GPU:
                                 model->act_size less the cpu-only aux */

@@ -24,7 +24,9 @@
 #ifndef NETRT_PHILOX_H
 #define NETRT_PHILOX_H
 
+#ifndef __CUDACC_RTC__ /* NVRTC: netrt_kernels.cuh defines the types */
 #include <stdint.h>
+#endif
 
 #ifdef __CUDACC__
 #define NRT_HD __host__ __device__

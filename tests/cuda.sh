@@ -1,31 +1,93 @@
 # tests/cuda.sh — the CUDA backend where no GPU is needed: every model under
-# models/ (and the gradient-check models) emits CUDA that nvcc compiles
-# for the configured architectures without a warning (tests/emit.sh checks
-# it is reproducible); a program built with the backend links, lists devices, and
-# without a GPU falls back to the cpu under --device auto and refuses
-# --device cuda with one clear sentence.  Skipped (77) when netc was
-# configured without CUDA.  The GPU checks themselves are tests/gpu/run.sh.
+# models/ (and the gradient-check models) emits a kernel source that nvcc
+# compiles for the configured architectures without a warning, and that
+# the JIT (a program built with --jit, asked for sm_90 with --jit-arch)
+# compiles with NVRTC to a cubin; the JIT's disk cache hits, rebuilds a
+# truncated entry, costs only itself when read-only, and is found where
+# the environment says; a program built with the backend (ahead of time)
+# links, lists devices, and without a GPU falls back to the cpu under
+# --device auto and refuses --device cuda with one clear sentence.
+# Skipped (77) when netc was configured without CUDA.  The GPU checks
+# themselves are tests/gpu/run.sh.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 
 [ "${NETC_HAVE_CUDA:-no}" = yes ] || skip "netc was configured without CUDA"
 unset NETC_CUDA
 NVCC=${NVCC:-nvcc}
+export NETC_CACHE_DIR="$WORK/cache"
 
 for model in "$SRC"/models/*.net "$SRC"/tests/gradcheck/*.net; do
     name=$(basename "$model" .net)
     check "'$NETC' --emit=cuda '$model' -o '$WORK/$name.cu'" "$name: --emit=cuda failed"
     # shellcheck disable=SC2086
-    "$NVCC" -std=c++17 -O3 --extended-lambda $NETRT_CUDA_GENCODE -Xcompiler -Wall,-Wextra \
-        -I"$SRC/runtime" -I"$SRC/runtime/cuda" -c "$WORK/$name.cu" -o "$WORK/$name.o" \
-        > "$WORK/$name.log" 2>&1
-    check "[ $? -eq 0 ]" "$name: nvcc failed on the emitted CUDA: $(head -20 "$WORK/$name.log")"
+    "$NVCC" -std=c++17 -O3 -fatbin $NETRT_CUDA_GENCODE -I"$SRC/runtime" -I"$SRC/runtime/cuda" \
+        "$WORK/$name.cu" -o "$WORK/$name.fatbin" > "$WORK/$name.log" 2>&1
+    check "[ $? -eq 0 ]" "$name: nvcc failed on the kernel source: $(head -20 "$WORK/$name.log")"
     check "! grep -qi 'warning' '$WORK/$name.log'" "$name: nvcc warns: $(grep -i -m3 warning "$WORK/$name.log")"
+    # the JIT: NVRTC compiles the same source for sm_90
+    check "'$NETC' --jit '$model' -o '$WORK/$name.jit'" "$name: netc --jit failed"
+    "$WORK/$name.jit" --jit-arch sm_90 > "$WORK/$name.jitinfo" 2>&1
+    check "[ $? -eq 0 ] && grep -q '^compiled: *at run time by NVRTC .* for sm_90 (cubin' '$WORK/$name.jitinfo'" \
+        "$name: NVRTC did not compile the kernels for sm_90: $(head -5 "$WORK/$name.jitinfo")"
+    check "grep -q '^cache: *miss' '$WORK/$name.jitinfo'" "$name: the first compile is not a miss"
 done
+
+# The cache, with digits_cnn's JIT program.
+prog=$WORK/digits_cnn.jit
+entry=$(sed -n 's/^cache entry: *//p' "$WORK/digits_cnn.jitinfo")
+check "[ -f '$entry' ] && [ \"\$(dirname '$entry')\" = '$NETC_CACHE_DIR' ]" \
+    "the cache entry '$entry' is not in \$NETC_CACHE_DIR"
+"$prog" --jit-arch sm_90 > "$WORK/hit.out" 2>&1
+check "grep -q '^cache: *hit' '$WORK/hit.out' && grep -q '^compile time: *0.000 s' '$WORK/hit.out'" \
+    "the second run does not hit the cache: $(cat "$WORK/hit.out")"
+check "grep -q \"^cache entry: *$entry\\\$\" '$WORK/hit.out'" "the second run names another entry"
+"$prog" --jit-arch sm_80 > "$WORK/other.out" 2>&1
+check "grep -q '^cache: *miss' '$WORK/other.out'" "another architecture hits the sm_90 entry"
+# a truncated entry is rebuilt, then hit
+head -c 1000 "$entry" > "$WORK/short" && cat "$WORK/short" > "$entry"
+"$prog" --jit-arch sm_90 > "$WORK/trunc.out" 2>&1
+check "[ $? -eq 0 ] && grep -q 'corrupt cache entry.*rebuilt' '$WORK/trunc.out'" \
+    "a truncated entry is not said to be rebuilt: $(cat "$WORK/trunc.out")"
+"$prog" --jit-arch sm_90 > "$WORK/again.out" 2>&1
+check "grep -q '^cache: *hit' '$WORK/again.out'" "the rebuilt entry does not hit"
+check "[ -z \"\$(ls '$NETC_CACHE_DIR' | grep -v '\\.cubin\$')\" ]" \
+    "the cache directory holds more than entries: $(ls "$NETC_CACHE_DIR")"
+# a read-only cache directory costs only the cache (root writes anyway)
+if [ "$(id -u)" != 0 ]; then
+    mkdir -p "$WORK/ro" && chmod 500 "$WORK/ro"
+    NETC_CACHE_DIR=$WORK/ro/netc "$prog" --jit-arch sm_90 > "$WORK/ro.out" 2>&1
+    check "[ $? -eq 0 ] && grep -q '^cache: *not used' '$WORK/ro.out' && grep -q '^note:' '$WORK/ro.out'" \
+        "a read-only cache directory: $(cat "$WORK/ro.out")"
+fi
+# a cache directory that cannot exist: a path under a regular file
+NETC_CACHE_DIR=$WORK/short/netc "$prog" --jit-arch sm_90 > "$WORK/bad.out" 2>&1
+check "[ $? -eq 0 ] && grep -q '^cache: *not used' '$WORK/bad.out' && grep -q '^note:' '$WORK/bad.out'" \
+    "an impossible cache directory: $(cat "$WORK/bad.out")"
+# where: $NETC_CACHE_DIR, else $XDG_CACHE_HOME/netc, else ~/.cache/netc
+(unset NETC_CACHE_DIR; XDG_CACHE_HOME=$WORK/xdg "$prog" --jit-arch sm_90) > "$WORK/xdg.out" 2>&1
+check "grep -q \"^cache entry: *$WORK/xdg/netc/\" '$WORK/xdg.out'" "\$XDG_CACHE_HOME: $(cat "$WORK/xdg.out")"
+(unset NETC_CACHE_DIR XDG_CACHE_HOME; HOME=$WORK/home "$prog" --jit-arch sm_90) > "$WORK/home.out" 2>&1
+check "grep -q \"^cache entry: *$WORK/home/.cache/netc/\" '$WORK/home.out'" "~/.cache: $(cat "$WORK/home.out")"
+# no GPU: --jit-info alone says how to ask for an architecture
+"$prog" --jit-info > "$WORK/nogpu.out" 2>&1
+if [ $? -ne 0 ]; then
+    check "grep -q 'no CUDA device.*--jit-arch' '$WORK/nogpu.out'" "--jit-info without a GPU: $(cat "$WORK/nogpu.out")"
+fi
+"$prog" --jit-arch sm_9x > "$WORK/badarch.out" 2>&1
+check "[ $? -eq 1 ] && grep -q 'not an architecture like sm_90' '$WORK/badarch.out'" \
+    "--jit-arch sm_9x: $(cat "$WORK/badarch.out")"
+# --jit needs CUDA
+NETC_CUDA=no "$NETC" --jit "$SRC/models/digits_mlp.net" -o "$WORK/nojit" 2> "$WORK/nojit.err"
+check "[ $? -eq 1 ] && grep -q 'error: --jit compiles CUDA kernels' '$WORK/nojit.err' && [ ! -e '$WORK/nojit' ]" \
+    "--jit with NETC_CUDA=no: $(cat "$WORK/nojit.err")"
 
 # One whole program with the backend, on a machine with or without a GPU.
 model=$SRC/models/boston_mlp.net
 check "compile '$model' '$WORK/prog'" "boston_mlp: netc -o with CUDA failed"
 if [ -x "$WORK/prog" ]; then
+    "$WORK/prog" --jit-arch sm_90 > "$WORK/aot.out" 2>&1
+    check "grep -q '^compiled: *ahead of time by nvcc' '$WORK/aot.out'" \
+        "the program built ahead of time: $(cat "$WORK/aot.out")"
     "$WORK/prog" --list-devices > "$WORK/devices.out" 2>&1
     check "[ $? -eq 0 ] && [ -s '$WORK/devices.out' ]" "--list-devices failed: $(cat "$WORK/devices.out")"
     if grep -q '^no CUDA device' "$WORK/devices.out"; then

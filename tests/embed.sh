@@ -49,13 +49,29 @@ check "grep -q 'int boston_mlp_train_step(boston_mlp \*m, const float \*x, const
 "$NETC" --emit=lib --no-cuda "$SRC/models/digits_mlp.net" -o "$WORK/2-layer net"
 check "grep -q '^m2_layer_net \*m2_layer_net_create' '$WORK/2-layer net.h'" "-o '2-layer net': the API's prefix"
 
-# with CUDA, the library's .cu names its descriptor after the library, so
-# two models link into one program
+# with CUDA, the library is still two files, compiled by the C compiler
+# alone (its kernels' source is in it, for NVRTC at run time); two such
+# libraries link into one program; without a GPU it trains on the cpu
+# (train_digits asks for it), the very weights of the cpu library
 if [ "${NETC_HAVE_CUDA:-no}" = yes ]; then
-    NETC_CUDA=yes "$NETC" --emit=lib "$SRC/models/digits_mlp.net" -o "$WORK/cu_mlp"
-    check "grep -q 'const nrt_cuda_model cu_mlp_cuda_model' '$WORK/cu_mlp.cu'" "cu_mlp.cu: the descriptor's name"
+    mkdir -p "$WORK/cu"
+    check "NETC_CUDA=yes '$NETC' --emit=lib '$SRC/models/digits_cnn.net' -o '$WORK/cu/digits'" \
+        "--emit=lib with CUDA failed"
+    check "[ -s '$WORK/cu/digits.h' ] && [ -s '$WORK/cu/digits.c' ] && [ ! -e '$WORK/cu/digits.cu' ]" \
+        "--emit=lib with CUDA: not digits.h and digits.c alone"
+    NETC_CUDA=yes "$NETC" --emit=lib "$SRC/models/digits_mlp.net" -o "$WORK/cu/cu_mlp"
+    { cat "$SRC/tests/embed/train_digits.c"
+      printf '#include "cu_mlp.h"\nvoid other(void);\nvoid other(void) { cu_mlp_destroy(cu_mlp_create("cpu", 1, NULL)); }\n'
+    } > "$WORK/cu/train.c"
     # shellcheck disable=SC2086
-    check "$NVCC -std=c++17 --extended-lambda $NETRT_CUDA_GENCODE -I'$SRC/runtime' -I'$SRC/runtime/cuda' -c '$WORK/cu_mlp.cu' -o '$WORK/cu_mlp.cu.o'" \
-        "cu_mlp.cu does not compile"
+    $CC -std=c11 -O2 -Wall -Wextra -Werror $RT -I"$SRC/runtime/cuda" $NETRT_CUDA_CFLAGS -I"$WORK/cu" \
+        "$WORK/cu/train.c" "$WORK/cu/digits.c" "$WORK/cu/cu_mlp.c" "$BUILD/runtime/libnetrt_cuda.a" \
+        $LIBS $NETRT_CUDA_LIBS -o "$WORK/cu_train" 2> "$WORK/cucc.err"
+    check "[ $? -eq 0 ]" "the CUDA libraries do not build with cc: $(head -5 "$WORK/cucc.err")"
+    "$WORK/cu_train" "$SRC/data/optdigits.tra" "$SRC/data/optdigits.tes" "$WORK/culib.safetensors" \
+        > "$WORK/cuout" 2> "$WORK/cuerr"
+    check "[ $? -eq 0 ] && grep -q '^ok$' '$WORK/cuout'" "cu_train: $(cat "$WORK/cuerr")"
+    check "cmp -s '$WORK/lib.safetensors' '$WORK/culib.safetensors'" \
+        "the CUDA library on the cpu ends with other weights than the cpu library"
 fi
 finish

@@ -1,8 +1,10 @@
 # tests/emit.sh — netc's inspection outputs: --emit=c|cuda|ir|dot|summary
 # give the same bytes for the same input, the IR shows the graph, the
 # fusion groups and the memory plan, dot renders, and the #line directives
-# of generated code send every line of a layer's passes to that layer's
-# model line and every other line to the output's own.
+# of generated C (with CUDA too: its host passes) send every line of a
+# layer's passes to that layer's model line and every other line to the
+# output's own.  The kernel source has none: NVRTC and nvcc name its own
+# lines, and the kernel.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 
 models="$SRC/models/*.net $SRC/tests/gradcheck/*.net"
@@ -37,24 +39,34 @@ for model in $models; do
     # the name generated code gives the model: as written, or its base name
     # when absolute (output does not depend on where the tree lives)
     case $model in /*) cited=$name.net ;; *) cited=$model ;; esac
-    for kind in c cuda ir dot summary; do
-        check "'$NETC' --emit=$kind '$model' -o '$WORK/$name.$kind'" "$name: --emit=$kind failed"
+    # cuc: the C file with CUDA's host passes and kernel source in it
+    for kind in c cuc cuda ir dot summary; do
+        [ $kind = cuc ] && [ "${NETC_HAVE_CUDA:-no}" != yes ] && continue
+        emit_kind=$kind cuda_env=no
+        [ $kind = cuc ] && emit_kind=c cuda_env=yes
+        check "NETC_CUDA=$cuda_env '$NETC' --emit=$emit_kind '$model' -o '$WORK/$name.$kind'" \
+            "$name: --emit=$kind failed"
         # twice to stdout, from two directories with two TMPDIRs
-        "$NETC" --emit=$kind "$model" > "$WORK/$name.once.$kind"
-        (cd "$WORK" && TMPDIR="$WORK" "$NETC" --emit=$kind "$model" > "$WORK/$name.again.$kind")
+        NETC_CUDA=$cuda_env "$NETC" --emit=$emit_kind "$model" > "$WORK/$name.once.$kind"
+        (cd "$WORK" && TMPDIR="$WORK" NETC_CUDA=$cuda_env "$NETC" --emit=$emit_kind "$model" \
+            > "$WORK/$name.again.$kind")
         check "cmp -s '$WORK/$name.once.$kind' '$WORK/$name.again.$kind'" \
             "$name: --emit=$kind differs between two runs"
     done
+    check "! grep -q '#line' '$WORK/$name.cuda'" "$name: a #line in the kernel source"
     "$NETC" --check "$model" > "$WORK/$name.check"
     check "cmp -s '$WORK/$name.check' '$WORK/$name.summary'" "$name: --emit=summary is not --check's summary"
 
     loss=$(grep -n '^[[:space:]]*loss[[:space:]]' "$model" | head -1 | cut -d: -f1)
-    for kind in c cuda; do
+    for kind in c cuc; do
+        [ -e "$WORK/$name.$kind" ] || continue
+        cuda_env=no
+        [ $kind = cuc ] && cuda_env=yes
         bad=$(check_lines "$WORK/$name.$kind" "$WORK/$name.$kind" "$cited" "$loss")
         check "[ -z '$bad' ]" "$name: --emit=$kind: a #line is wrong: $bad"
         n=$(grep -c '#line' "$WORK/$name.$kind")
         check "[ $n -gt 0 ]" "$name: --emit=$kind has no #line directive"
-        "$NETC" --emit=$kind --no-line "$model" -o "$WORK/$name.noline.$kind"
+        NETC_CUDA=$cuda_env "$NETC" --emit=c --no-line "$model" -o "$WORK/$name.noline.$kind"
         check "! grep -q '#line' '$WORK/$name.noline.$kind'" "$name: --no-line left a #line in --emit=$kind"
         # without the directives, the same code
         grep -v '^[[:space:]]*#line ' "$WORK/$name.$kind" > "$WORK/$name.stripped.$kind"

@@ -50,6 +50,11 @@ if command -v cmake > /dev/null 2>&1; then
         cmake --build "$WORK/cm" && cd "$WORK/cm" && ./fit) > "$WORK/cm.log" 2>&1
     check "[ $? -eq 0 ] && grep -q 'the reloaded copy agrees' '$WORK/cm.log'" \
         "examples/cmake: $(tail -5 "$WORK/cm.log")"
+    # with CUDA, the model got the GPU backend, built without nvcc
+    if [ "${NETC_HAVE_CUDA:-no}" = yes ]; then
+        check "grep -q 'kernel_source' '$WORK/cm/sine.c' && ! grep -q nvcc '$WORK/cm/CMakeCache.txt'" \
+            "examples/cmake: sine.c has no CUDA kernels, or CMake found nvcc"
+    fi
     # a version newer than this netc is refused
     mkdir -p "$WORK/cm2"
     printf 'cmake_minimum_required(VERSION 3.16)\nproject(v C)\nfind_package(netc 9.0 REQUIRED)\n' \

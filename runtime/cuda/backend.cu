@@ -565,6 +565,7 @@ static void be_close(void *ctx)
             (void)cudaEventDestroy(ev[i]);
     if (c->net.blas)
         (void)cublasDestroy(c->net.blas);
+    nrt_cuda_module_unload(c->net.library, c->net.kernel);
     free_all(c);
     if (c->net.stream)
         (void)cudaStreamDestroy(c->net.stream);
@@ -642,7 +643,8 @@ static int setup(Ctx *c, const nrt_model *m, const nrt_run_config *cfg, char *na
         net->stream = NULL;
         return -1;
     }
-    if (setup_blas(c, err) || alloc_net(c, err))
+    if (nrt_cuda_module_load(m->cuda->code, cfg->device, &net->library, &net->kernel, err) ||
+        setup_blas(c, err) || alloc_net(c, err))
         return -1;
     /* the zeroing of every buffer is done before the first use */
     return NRT_CUDA(cudaStreamSynchronize(net->stream), err);
@@ -660,7 +662,7 @@ static int no_such_device(int device, int count, nrt_error *err)
 extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_backend *out,
                              nrt_error *err)
 {
-    if (!m->cuda || !m->cuda->forward || !m->cuda->backward)
+    if (!m->cuda || !m->cuda->forward || !m->cuda->backward || !m->cuda->code)
         return nrt_errorf(err, "internal error: model '%s' has no CUDA passes", m->name);
     if (cfg->cap < 1)
         return nrt_errorf(err, "internal error: a batch capacity of %d", cfg->cap);

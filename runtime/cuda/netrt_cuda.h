@@ -1,6 +1,6 @@
 /*
  * netrt_cuda.h — the CUDA part of the netc runtime (libnetrt_cuda.a): what
- * generated .cu files and the runtime's own CUDA sources see.
+ * generated host code (C) and the runtime's own CUDA sources see.
  *
  * libnetrt (C, no CUDA) reaches this part only through the function
  * pointers of a model's nrt_cuda_model, which generated code fills in; a
@@ -63,7 +63,16 @@ struct nrt_cuda_net {
     unsigned long long *step;
     cudaStream_t stream;
     cublasHandle_t blas;
+    /* The model's device code, loaded (module.c): kernel[NRT_K_*] are the
+     * runtime's kernels every module carries, kernel[NRT_K_MODEL + i] the
+     * model's i-th (its code->kernels[i]). */
+    cudaLibrary_t library;
+    cudaKernel_t *kernel;
 };
+
+/* The runtime's kernels in every module (netrt_kernels.cuh), by index. */
+enum { NRT_K_GEMM_SCALE, NRT_K_DROPOUT_FWD, NRT_K_MSE, NRT_K_COL_SUMS, NRT_K_ROW_SUMS,
+       NRT_K_MODEL };
 
 /* Checks a CUDA runtime result: 0 if cudaSuccess, else -1 with
  * "CALL failed at FILE:LINE: REASON" in err. */
@@ -93,6 +102,100 @@ int nrt_cuda_device_count(nrt_error *err);
 int nrt_cuda_list_devices(FILE *out, nrt_error *err);
 int nrt_cuda_open(const nrt_model *m, const nrt_run_config *c,
                   nrt_backend *out, nrt_error *err);
+/* PROG --jit-info: how the model's kernels are had on device (or, given
+ * arch like "sm_90", for that architecture without a GPU): ahead of time,
+ * or the JIT's target, NVRTC version, cache entry, hit or miss and compile
+ * time, printed to out. */
+int nrt_cuda_jit_info(const nrt_model *m, const char *arch, int device, FILE *out,
+                      nrt_error *err);
+
+/* ------------------------------------------------------------ module.c */
+
+/* Loads a model's device code for the current device: its fatbin, or its
+ * source compiled by NVRTC (through the cache); *kernel gets a malloc'd
+ * table of NRT_K_MODEL + code->nkernels handles.  The name of kernel k,
+ * for messages. */
+int nrt_cuda_module_load(const nrt_cuda_code *code, int device, cudaLibrary_t *library,
+                         cudaKernel_t **kernel, nrt_error *err);
+void nrt_cuda_module_unload(cudaLibrary_t library, cudaKernel_t *kernel);
+const char *nrt_cuda_kernel_name(const nrt_cuda_net *net, int k);
+
+/* ------------------------------------------------------------ launch.c */
+
+/* The launchers generated host code calls: each enqueues kernel k of the
+ * net's module on net->stream and returns 0, or -1 with a message naming
+ * the kernel in err.  args and nargs are a kernel's arguments after the
+ * ones the launcher adds; NRT_ARGS(&a, &b) writes both (in C). */
+#define NRT_ARGS(...) (void *[]){__VA_ARGS__}, \
+        (int)(sizeof((void *[]){__VA_ARGS__}) / sizeof(void *))
+
+/* Any kernel: grid gx x gy x gz of threads each; the arguments as given. */
+int nrt_cu_launch(nrt_cuda_net *net, int k, unsigned gx, unsigned gy, unsigned gz,
+                  unsigned threads, void **args, int nargs, nrt_error *err);
+/* A grid-stride kernel over count elements, 256 threads a block: its first
+ * argument is the count, as a size_t (nrt_cu_each), or an int
+ * (nrt_cu_each_int, which checks that it fits). */
+int nrt_cu_each(nrt_cuda_net *net, int k, size_t count, void **args, int nargs,
+                nrt_error *err);
+int nrt_cu_each_int(nrt_cuda_net *net, int k, long long count, void **args, int nargs,
+                    nrt_error *err);
+
+/* An implicit GEMM of a convolution, D [rows, n*cols] in tiles of bm x bn
+ * (nrt_k::conv2d_fwd, conv2d_dx): the kernel takes (int n, args...).  in
+ * and out are the floats a sample it reads and writes, checked to stay
+ * below 2^31 for the batch. */
+typedef struct nrt_cu_tile {
+    const char *what;
+    long long in, out;
+    int rows, cols;
+    int bm, bn, threads;
+} nrt_cu_tile;
+int nrt_cu_igemm(nrt_cuda_net *net, int k, const nrt_cu_tile *t, int n, void **args,
+                 int nargs, nrt_error *err);
+
+/* A convolution's weight gradient dw [rows, cols] = dy [rows, n*positions]
+ * cols(x)^T (nrt_k::conv2d_dw, kernel k: (int n, int chunk, x, dy, dw,
+ * partial)), the long sum split in chunks whose partial sums kernel
+ * reduce ((int splits, partial, dw)) adds in order. */
+typedef struct nrt_cu_dw {
+    const char *what;
+    long long in, out;
+    int rows, cols, positions;  /* O, C*KH*KW, OH*OW */
+    int bm, bn, bk, threads;
+    int max_splits;             /* 1: never split (no workspace) */
+} nrt_cu_dw;
+/* Splits of the long sum: as many as give about DW_BLOCKS blocks, each
+ * at least DW_MIN_CHUNK products long, and at most what fits in
+ * DW_PARTIAL_MAX floats of partial sums (and 256).  netc computes
+ * max_splits and the workspace ((max_splits > 1 ? max_splits : 0) *
+ * rows * cols floats) by the same rule. */
+#define NRT_DW_BLOCKS 1024
+#define NRT_DW_MIN_CHUNK 256
+#define NRT_DW_PARTIAL_MAX (1 << 21)
+int nrt_cu_conv2d_dw(nrt_cuda_net *net, int k, int reduce, const nrt_cu_dw *t, int n,
+                     const float *x, const float *dy, float *dw, nrt_error *err);
+
+/* C[m, n] = alpha op(A) op(B) + beta C, row-major: nrt_sgemm, on cuBLAS. */
+int nrt_cu_gemm(nrt_cuda_net *net, int transa, int transb, int m, int n, int k, float alpha,
+                const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                int ldc, nrt_error *err);
+/* out[j] = sum over rows of a [rows, cols] (nrt_col_sums); out[r] = sum of
+ * row r (nrt_row_sums). */
+int nrt_cu_col_sums(nrt_cuda_net *net, const float *a, int rows, int cols, float *out,
+                    nrt_error *err);
+int nrt_cu_row_sums(nrt_cuda_net *net, const float *a, int rows, size_t cols, float *out,
+                    nrt_error *err);
+/* Inverted dropout, nrt_dropout_fwd bit for bit; the step is read on the
+ * device, so a captured graph draws new masks. */
+int nrt_cu_dropout_fwd(nrt_cuda_net *net, uint32_t layer, const float *x, float *y,
+                       float *mask, size_t count, double p, nrt_error *err);
+/* The losses into *loss (device memory), their gradient into d unless
+ * NULL: cross-entropy through kernel k (the model's K classes written in:
+ * (logits, label, n, d, loss), one block of 1024), and the squared error. */
+int nrt_cu_xent(nrt_cuda_net *net, int k, const float *logits, const int32_t *label, int n,
+                float *d, float *loss, nrt_error *err);
+int nrt_cu_mse(nrt_cuda_net *net, const float *y, const float *t, int n, int dim, float *d,
+               float *loss, nrt_error *err);
 
 #ifdef __cplusplus
 }

@@ -2,13 +2,15 @@
 # tests/gpu/run.sh — everything that needs a GPU, in one script: build netc
 # with CUDA, run the kernel tests (tests/gpu/test_cuda_kernels.cu), the
 # parity of every model with the cpu backend (tests/gpu/parity.sh, with the
-# training set resident and, once, kept on the host), compute-sanitizer on
-# two models, and the benchmark against PyTorch (bench/gpu/run.sh).  It
+# training set resident and, once, kept on the host), the JIT (programs
+# built with --jit against the same ones built ahead of time: the cache's
+# miss and hit, the same losses), compute-sanitizer on two models, and the
+# benchmark against PyTorch (bench/gpu/run.sh).  It
 # writes a report with every log: bench/results/DATE-GPU.md, and a copy
 # under $OUT when that is set (the device tool brings $OUT back).
 #
 # usage: tests/gpu/run.sh [STAGE...]
-#   stages: build kernels parity sanitizer bench (default: all, in order).
+#   stages: build kernels parity jit sanitizer bench (default: all, in order).
 #   Stages after build reuse its tree, so a long run can be split into
 #   calls: `run.sh build kernels parity`, then `run.sh sanitizer bench`;
 #   each call appends to the day's report.
@@ -32,7 +34,7 @@ CUDA_ARCH=${CUDA_ARCH:-sm_90}
 BUILD=${BUILD:-$root}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 
-stages=${*:-build kernels parity sanitizer bench}
+stages=${*:-build kernels parity jit sanitizer bench}
 day=$(date +%Y-%m-%d)
 report=$root/bench/results/$day-GPU.md
 mkdir -p "$root/bench/results"
@@ -119,6 +121,40 @@ stage_parity() {
         "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
 }
 
+stage_jit() {
+    local log=$logs/jit.log rc=0 m
+    export NETC_CACHE_DIR=$logs/cache
+    : >"$log"
+    for m in digits_cnn cifar10 boston_mlp; do
+        "$BUILD/netc" "$root/models/$m.net" -o "$logs/$m.aot" >>"$log" 2>&1 || rc=1
+        "$BUILD/netc" --jit "$root/models/$m.net" -o "$logs/$m.jit" >>"$log" 2>&1 || rc=1
+        if [ $gpu = 0 ]; then
+            echo "--- $m: --jit-arch $CUDA_ARCH (no GPU)" >>"$log"
+            "$logs/$m.jit" --jit-arch "$CUDA_ARCH" >>"$log" 2>&1 || rc=1
+            continue
+        fi
+        echo "--- $m: --jit-info, first (a miss) and second (a hit)" >>"$log"
+        "$logs/$m.jit" --jit-info --device cuda >>"$log" 2>&1 || rc=1
+        "$logs/$m.jit" --jit-info --device cuda >"$logs/hit" 2>&1 || rc=1
+        cat "$logs/hit" >>"$log"
+        grep -q '^cache: *hit' "$logs/hit" || { echo "FAILED: no hit" >>"$log"; rc=1; }
+        echo "--- $m: 30 steps, ahead of time and JIT: the same weights" >>"$log"
+        for k in aot jit; do
+            (cd "$root" && "$logs/$m.$k" --device cuda --max-steps 30 --no-shuffle --quiet \
+                --save "$logs/$m.$k.safetensors") >>"$log" 2>&1 || rc=1
+        done
+        if cmp -s "$logs/$m.aot.safetensors" "$logs/$m.jit.safetensors"; then
+            echo "bit-identical weights" >>"$log"
+        else
+            echo "FAILED: the weights differ (nvcc and NVRTC compiled different code)" >>"$log"
+            rc=1
+        fi
+    done
+    unset NETC_CACHE_DIR
+    section "JIT (--jit against ahead of time$([ $gpu = 0 ] && echo ", no GPU: --jit-arch"))" \
+        "$log" "$([ $rc -eq 0 ] && echo ok || echo FAILED)"
+}
+
 stage_sanitizer() {
     local log=$logs/sanitizer.log rc=0 m
     if [ $gpu = 0 ] || ! command -v compute-sanitizer >/dev/null; then
@@ -152,8 +188,8 @@ stage_bench() {
 status=0
 for s in $stages; do
     case $s in
-    build | kernels | parity | sanitizer | bench) "stage_$s" || status=1 ;;
-    *) echo "run.sh: unknown stage $s (build kernels parity sanitizer bench)" >&2; exit 2 ;;
+    build | kernels | parity | jit | sanitizer | bench) "stage_$s" || status=1 ;;
+    *) echo "run.sh: unknown stage $s (build kernels parity jit sanitizer bench)" >&2; exit 2 ;;
     esac
     [ "$s" = build ] && [ $status -ne 0 ] && break
 done
