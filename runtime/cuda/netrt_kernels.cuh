@@ -23,12 +23,15 @@
  * and, as extern "C" kernels every module carries (their launchers are
  * nrt_cu_* in launch.c):
  *
- *   nrt_gemm_scale   C = beta C, the degenerate case of nrt_sgemm
- *   nrt_dropout_fwd  nrt_dropout_fwd, bit for bit: the masks are Philox
- *                    words of counters (philox.h), the cpu's and the GPU's
- *   nrt_mse          nrt_mse
- *   nrt_col_sums,    nrt_col_sums, nrt_row_sums
- *   nrt_row_sums
+ *   nrt_dev_gemm_scale   C = beta C, the degenerate case of nrt_sgemm
+ *   nrt_dev_dropout_fwd  nrt_dropout_fwd, bit for bit: the masks are
+ *                        Philox words of counters (philox.h), the cpu's
+ *                        and the GPU's
+ *   nrt_dev_mse          nrt_mse
+ *   nrt_dev_col_sums,    nrt_col_sums, nrt_row_sums
+ *   nrt_dev_row_sums
+ *
+ * (nrt_dev_: the cpu functions they mirror have C linkage too)
  *
  * Determinism: every sum is taken in an order fixed by the shapes alone
  * (never by timing), with no floating-point atomics, so one input gives
@@ -755,7 +758,7 @@ __device__ __forceinline__ void nc_to_cn(int n, int total, const float *__restri
  * under these names. */
 
 /* C[m, n] (row stride ldc) = beta C; beta == 0 stores zeros. */
-extern "C" __global__ void nrt_gemm_scale(int m, int n, float beta, float *__restrict__ c, int ldc)
+extern "C" __global__ void nrt_dev_gemm_scale(int m, int n, float beta, float *__restrict__ c, int ldc)
 {
     const long long total = (long long)m * n;
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
@@ -768,7 +771,7 @@ extern "C" __global__ void nrt_gemm_scale(int m, int n, float beta, float *__res
 /* One thread per lane b of philox.h's layout: its stream decides the
  * values 256 (b / 8) + b % 8 + 8t, t = 0..31 — consecutive threads,
  * consecutive values. */
-extern "C" __global__ void nrt_dropout_fwd(const float *__restrict__ x, float *__restrict__ y,
+extern "C" __global__ void nrt_dev_dropout_fwd(const float *__restrict__ x, float *__restrict__ y,
                                            float *__restrict__ mask, size_t count, uint64_t key,
                                            uint32_t layer,
                                            const unsigned long long *__restrict__ step,
@@ -791,7 +794,7 @@ extern "C" __global__ void nrt_dropout_fwd(const float *__restrict__ x, float *_
 /* One block: thread t sums the squared errors of values t, t + 1024, ...
  * in double, then a fixed tree over the threads. */
 extern "C" __global__ void __launch_bounds__(nrt_k::LOSS_THREADS)
-    nrt_mse(const float *__restrict__ y, const float *__restrict__ t, size_t nd,
+    nrt_dev_mse(const float *__restrict__ y, const float *__restrict__ t, size_t nd,
                float *__restrict__ dy, float *__restrict__ loss)
 {
     __shared__ double part[nrt_k::LOSS_THREADS];
@@ -824,7 +827,7 @@ constexpr int ROWSUM_THREADS = 1024;
 /* A block of 32 columns; lane ty of a column sums rows ty, ty + 32, ...
  * in order, then a fixed tree over the lanes. */
 extern "C" __global__ void __launch_bounds__(nrt_k::COLSUM_COLS *nrt_k::COLSUM_LANES)
-    nrt_col_sums(const float *__restrict__ a, int rows, int cols, float *__restrict__ out)
+    nrt_dev_col_sums(const float *__restrict__ a, int rows, int cols, float *__restrict__ out)
 {
     __shared__ float part[nrt_k::COLSUM_LANES][nrt_k::COLSUM_COLS + 1];
     const int tx = threadIdx.x % nrt_k::COLSUM_COLS, ty = threadIdx.x / nrt_k::COLSUM_COLS;
@@ -849,7 +852,7 @@ extern "C" __global__ void __launch_bounds__(nrt_k::COLSUM_COLS *nrt_k::COLSUM_L
  * kept apart; then (l0 + l1) + (l2 + l3); then a fixed tree over the
  * threads. */
 extern "C" __global__ void __launch_bounds__(nrt_k::ROWSUM_THREADS)
-    nrt_row_sums(const float *__restrict__ a, size_t cols, int vec, float *__restrict__ out)
+    nrt_dev_row_sums(const float *__restrict__ a, size_t cols, int vec, float *__restrict__ out)
 {
     __shared__ float part[nrt_k::ROWSUM_THREADS];
     const float *row = a + (size_t)blockIdx.x * cols;

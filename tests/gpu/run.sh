@@ -97,8 +97,8 @@ stage_kernels() {
         # shellcheck disable=SC2046
         "$NVCC" -std=c++17 -O3 -arch="$CUDA_ARCH" -Xcompiler -Wall,-Wextra \
             -I"$BUILD" -I"$root/runtime" -I"$root/runtime/cuda" \
-            "$root/tests/gpu/test_cuda_kernels.cu" "$root/runtime/cuda/device.cu" \
-            "$BUILD/runtime/libnetrt.a" -lcublas -lgomp -lm -o "$bin" && "$bin"
+            "$root/tests/gpu/test_cuda_kernels.cu" "$BUILD/runtime/libnetrt_cuda.a" \
+            "$BUILD/runtime/libnetrt.a" -lcublas -ldl -lgomp -lm -o "$bin" && "$bin"
     } >"$log" 2>&1
     local rc=$?
     section "Kernels against the cpu runtime (tests/gpu/test_cuda_kernels.cu)" "$log" \

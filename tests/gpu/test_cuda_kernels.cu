@@ -1,16 +1,27 @@
 /*
- * test_cuda_kernels.cu — the device kernels of runtime/cuda/netrt_cuda.cuh
- * against the cpu kernels of libnetrt (runtime/kernels.c).
+ * test_cuda_kernels.cu — the device kernels of runtime/cuda/netrt_kernels.cuh,
+ * launched by the launchers of runtime/cuda/launch.c, against the cpu
+ * kernels of libnetrt (runtime/kernels.c).
  *
- * Every launcher of nrt_cu:: runs on random inputs, for several geometries
- * (padding, strides, odd sizes, tiles only partly filled) and batch sizes
- * (1 among them), and its result is compared with the cpu function's.  Each
+ * Every kernel runs on random inputs, for several geometries (padding,
+ * strides, odd sizes, tiles only partly filled) and batch sizes (1 among
+ * them), and its result is compared with the cpu function's.  Each
  * comparison prints one line; the last line is
  *   test_cuda_kernels: N checks, M failed
  * Exit status: 0 if all passed, 1 if any failed, 77 (automake's "skipped")
  * if there is no CUDA device.  (Philox's known answers are checked on the
  * cpu, by test_kernels.)  With --bench it times the convolutions of
  * models/cifar10.net instead (batch 64, 256, 1024).
+ *
+ * The kernels are launched as a model's are.  The test defines them as
+ * netc writes a model's kernel source (netc --emit=cuda MODEL.net): extern
+ * "C" __global__ wrappers, each one line instantiating an nrt_k:: template
+ * with every shape written in and the tiling netc would choose, one set for
+ * each shape tested (CONV_KERNELS, POOL_KERNELS, XENT_KERNEL and
+ * TRANSPOSE_KERNELS below).  They and the runtime's own kernels go in the
+ * net's kernel table (nrt_cuda_net.kernel, which module.c fills for a
+ * loaded model), and the host side calls the nrt_cu_* launchers with the
+ * numbers netc writes into host code (NETC_CUDA=yes netc --emit=c MODEL.net).
  *
  * Tolerances:
  *  - sums of products (gemm, the convolutions, col_sums, row_sums):
@@ -25,14 +36,15 @@
  * Device outputs are filled with NaN bytes before each call, so that a
  * value a kernel fails to write is caught.
  *
- * Build (the CUDA library's objects, or the weak fallbacks below):
+ * Build (the launchers are in the CUDA runtime library, libnetrt_cuda.a):
  *   nvcc -std=c++17 -O3 -arch=sm_90 -Iruntime -Iruntime/cuda \
- *     tests/gpu/test_cuda_kernels.cu runtime/cuda/device.cu runtime/libnetrt.a \
- *     -lcublas -lgomp -lm -o test_cuda_kernels
+ *     tests/gpu/test_cuda_kernels.cu runtime/libnetrt_cuda.a runtime/libnetrt.a \
+ *     -lcublas -ldl -lgomp -lm -o test_cuda_kernels
  */
 #include "netrt.h"
 #include "netrt_cuda.h"
-#include "netrt_cuda.cuh"
+
+#include "netrt_kernels.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -41,41 +53,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
+#include <type_traits>
 #include <vector>
-
-/* ------------------------------------------- fallbacks for device.cu */
-
-/* runtime/cuda/device.cu defines these; the weak copies let the test link
- * without it (the real ones win when it is linked). */
-extern "C" __attribute__((weak)) int nrt_cuda_check(cudaError_t e, const char *call,
-                                                    const char *file, int line,
-                                                    nrt_error *err)
-{
-    if (e == cudaSuccess)
-        return 0;
-    (void)cudaGetLastError();
-    return nrt_errorf(err, "%s failed at %s:%d: %s", call, file, line, cudaGetErrorString(e));
-}
-
-extern "C" __attribute__((weak)) int nrt_cublas_check(cublasStatus_t s, const char *call,
-                                                      const char *file, int line,
-                                                      nrt_error *err)
-{
-    if (s == CUBLAS_STATUS_SUCCESS)
-        return 0;
-    return nrt_errorf(err, "%s failed at %s:%d: %s", call, file, line,
-                      cublasGetStatusString(s));
-}
-
-extern "C" __attribute__((weak)) int nrt_cuda_launched(const char *what, const char *file,
-                                                       int line, nrt_error *err)
-{
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess)
-        return 0;
-    return nrt_errorf(err, "launch of %s failed at %s:%d: %s", what, file, line,
-                      cudaGetErrorString(e));
-}
 
 /* --------------------------------------------------------------- checks */
 
@@ -254,6 +234,309 @@ static const char *__attribute__((format(printf, 1, 2))) name(const char *fmt, .
     return g_name;
 }
 
+/* -------------------------------------------------------- kernel table */
+
+/* The net's kernel table, as module.c fills it for a loaded model: the
+ * runtime's kernels at NRT_K_*, then the test's from NRT_K_MODEL on, each
+ * added the first time a test asks for it (KERNEL).  The net's model is
+ * there for its kernels' names only, which the launchers' messages read
+ * (nrt_cuda_kernel_name: model->cuda->code->kernels). */
+enum { MAX_KERNELS = 256 };
+static cudaKernel_t g_kernel[MAX_KERNELS];
+static const void *g_kernel_fn[MAX_KERNELS];
+static const char *g_kernel_name[MAX_KERNELS];
+static int g_nkernels;
+static nrt_cuda_code g_code;
+static nrt_cuda_model g_cuda_model;
+static nrt_model g_model;
+
+/* The index in the table of the __global__ function fn, named name. */
+static int kernel_index(const void *fn, const char *name)
+{
+    for (int i = 0; i < g_nkernels; i++)
+        if (g_kernel_fn[i] == fn)
+            return i;
+    if (g_nkernels == MAX_KERNELS) {
+        printf("FAIL %s: the kernel table is full (MAX_KERNELS = %d)\n", name, MAX_KERNELS);
+        exit(1);
+    }
+    CK(cudaGetKernel(&g_kernel[g_nkernels], fn));
+    g_kernel_fn[g_nkernels] = fn;
+    g_kernel_name[g_nkernels] = name;
+    g_nkernels++;
+    g_code.nkernels = std::max(0, g_nkernels - (int)NRT_K_MODEL);
+    return g_nkernels - 1;
+}
+#define KERNEL(fn) kernel_index((const void *)(fn), #fn)
+
+/* The net's table and model; the runtime's kernels in it. */
+static void kernel_table(nrt_cuda_net *net)
+{
+    g_code.name = "test_cuda_kernels.cu";
+    g_code.kernels = g_kernel_name + NRT_K_MODEL;
+    g_cuda_model.code = &g_code;
+    g_model.name = "test_cuda_kernels";
+    g_model.cuda = &g_cuda_model;
+    net->model = &g_model;
+    net->kernel = g_kernel;
+    /* in the order of NRT_K_GEMM_SCALE .. NRT_K_ROW_SUMS */
+    static_assert(NRT_K_MODEL == 5, "netrt_cuda.h has a new runtime kernel: add it here");
+    const void *const runtime[NRT_K_MODEL] = {
+        (const void *)nrt_dev_gemm_scale, (const void *)nrt_dev_dropout_fwd,
+        (const void *)nrt_dev_mse, (const void *)nrt_dev_col_sums,
+        (const void *)nrt_dev_row_sums};
+    for (int k = 0; k < NRT_K_MODEL; k++)
+        kernel_index(runtime[k], nrt_cuda_kernel_name(net, k));
+}
+
+/* ------------------------------------------------------------- kernels */
+
+/* netc's tilings (compiler/ops.c conv_tiling, dw_tiling), by the
+ * product's M: the output's channels for the forward pass and the weight
+ * gradient, the input's for the input gradient. */
+template <int M>
+using ConvTiling = std::conditional_t<
+    (M <= 16), nrt_k::Tiling<16, 256, 16, 4, 8, false>,
+    std::conditional_t<(M <= 32), nrt_k::Tiling<32, 128, 16, 4, 8, false>,
+                       nrt_k::Tiling<64, 128, 16, 8, 8, false>>>;
+template <int M>
+using DwTiling = std::conditional_t<
+    (M <= 16), nrt_k::Tiling<16, 64, 32, 4, 4, true>,
+    std::conditional_t<(M <= 32), nrt_k::Tiling<32, 64, 32, 4, 4, true>,
+                       nrt_k::Tiling<64, 64, 32, 8, 4, true>>>;
+template <class G>
+using FwdT = ConvTiling<G::O>;
+template <class G>
+using DwT = DwTiling<G::O>;
+template <class G>
+using DxT = ConvTiling<G::C>;
+
+/* netc's split-K bound for a weight gradient of total floats
+ * (compiler/emit_cuda.c cu_dw_max_splits), and the workspace it gives the
+ * layer (compiler/ops.c conv2d_cu_workspace). */
+constexpr int dw_max_splits(long long total)
+{
+    return NRT_DW_PARTIAL_MAX / total > 256 ? 256
+           : NRT_DW_PARTIAL_MAX / total < 1 ? 1
+                                            : (int)(NRT_DW_PARTIAL_MAX / total);
+}
+
+template <class G>
+constexpr size_t dw_workspace()
+{
+    constexpr long long total = (long long)G::O * G::CKK;
+    return dw_max_splits(total) > 1 ? sizeof(float) * (size_t)dw_max_splits(total) * total : 0;
+}
+
+/* A convolution's kernels, as netc writes them for a conv2d layer (here
+ * the input gradient in both layouts), by geometry and input layout.
+ * Each set comes from CONV_KERNELS(id, CN, C, H, W, O, OH, OW, KH, KW, SH,
+ * SW, PH, PW); a geometry without one is a compile error. */
+struct ConvKernels {
+    int fwd, dw, dw_reduce;
+    int dx_nc, dx_cn; /* dx [n, C, H, W] and [C, n, H, W] */
+};
+
+template <int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH, int SW, int PH,
+          int PW, bool CN>
+ConvKernels conv_kernels() = delete;
+
+#define CONV_KERNELS(id, cn, ...)                                                          \
+    using id##_geom = nrt_k::ConvGeom<__VA_ARGS__>;                                       \
+    extern "C" __global__ void __launch_bounds__(FwdT<id##_geom>::NT)                     \
+        id##_fwd(int n, const float *x, const float *w, float *y)                          \
+    {                                                                                      \
+        nrt_k::conv2d_fwd<id##_geom, FwdT<id##_geom>, cn>(n, x, w, y);                    \
+    }                                                                                      \
+    extern "C" __global__ void __launch_bounds__(DwT<id##_geom>::NT)                      \
+        id##_dw(int n, int chunk, const float *x, const float *dy, float *dw,              \
+                float *partial)                                                            \
+    {                                                                                      \
+        nrt_k::conv2d_dw<id##_geom, DwT<id##_geom>, cn>(n, chunk, x, dy, dw, partial);    \
+    }                                                                                      \
+    extern "C" __global__ void id##_dw_reduce(int splits, const float *partial, float *dw) \
+    {                                                                                      \
+        nrt_k::conv2d_dw_reduce<id##_geom::O * id##_geom::CKK>(splits, partial, dw);      \
+    }                                                                                      \
+    extern "C" __global__ void __launch_bounds__(DxT<id##_geom>::NT)                      \
+        id##_dx_nc(int n, const float *w, const float *dy, float *dx)                      \
+    {                                                                                      \
+        nrt_k::conv2d_dx<id##_geom, DxT<id##_geom>, false>(n, w, dy, dx);                 \
+    }                                                                                      \
+    extern "C" __global__ void __launch_bounds__(DxT<id##_geom>::NT)                      \
+        id##_dx_cn(int n, const float *w, const float *dy, float *dx)                      \
+    {                                                                                      \
+        nrt_k::conv2d_dx<id##_geom, DxT<id##_geom>, true>(n, w, dy, dx);                  \
+    }                                                                                      \
+    template <>                                                                            \
+    ConvKernels conv_kernels<__VA_ARGS__, cn>()                                            \
+    {                                                                                      \
+        return {KERNEL(id##_fwd), KERNEL(id##_dw), KERNEL(id##_dw_reduce),                 \
+                KERNEL(id##_dx_nc), KERNEL(id##_dx_cn)};                                   \
+    }
+
+/* test_convs' geometries */
+CONV_KERNELS(conv_cifar_a, false, 3, 32, 32, 32, 32, 32, 5, 5, 1, 1, 2, 2)
+CONV_KERNELS(conv_cifar_b, true, 32, 16, 16, 64, 16, 16, 5, 5, 1, 1, 2, 2)
+CONV_KERNELS(conv_cifar_k3, true, 64, 8, 8, 64, 8, 8, 3, 3, 1, 1, 1, 1)
+CONV_KERNELS(conv_lenet_a, false, 3, 32, 32, 6, 28, 28, 5, 5, 1, 1, 0, 0)
+CONV_KERNELS(conv_lenet_b, true, 6, 14, 14, 16, 10, 10, 5, 5, 1, 1, 0, 0)
+CONV_KERNELS(conv_k3s2p1, false, 5, 11, 9, 7, 6, 5, 3, 3, 2, 2, 1, 1)
+CONV_KERNELS(conv_k5s2p2, true, 3, 13, 13, 17, 7, 7, 5, 5, 2, 2, 2, 2)
+CONV_KERNELS(conv_rect, true, 4, 7, 10, 19, 5, 4, 3, 2, 1, 3, 0, 1)
+CONV_KERNELS(conv_k4s3p1, false, 2, 9, 8, 3, 3, 3, 4, 4, 3, 3, 1, 1)
+CONV_KERNELS(conv_1x1, false, 33, 5, 5, 65, 5, 5, 1, 1, 1, 1, 0, 0)
+/* bench's, besides conv_cifar_a: cifar10.net's second and third layers */
+CONV_KERNELS(conv_bench_b, true, 32, 16, 16, 32, 16, 16, 5, 5, 1, 1, 2, 2)
+CONV_KERNELS(conv_bench_c, true, 32, 8, 8, 64, 8, 8, 5, 5, 1, 1, 2, 2)
+
+/* A pooling geometry's kernels (H, W, OH, OW, K, S, P), max and average,
+ * from POOL_KERNELS(id, H, W, OH, OW, K, S, P). */
+struct PoolKernels {
+    int max_fwd, max_bwd, avg_fwd, avg_bwd;
+};
+
+template <int H, int W, int OH, int OW, int K, int S, int P>
+PoolKernels pool_kernels() = delete;
+
+#define POOL_KERNELS(id, ...)                                                                \
+    extern "C" __global__ void id##_max_fwd(int total, const float *x, float *y,             \
+                                            int32_t *arg)                                    \
+    {                                                                                        \
+        nrt_k::maxpool2d_fwd<__VA_ARGS__>(total, x, y, arg);                                 \
+    }                                                                                        \
+    extern "C" __global__ void id##_max_bwd(int total, const float *dy, const int32_t *arg, \
+                                            float *dx)                                       \
+    {                                                                                        \
+        nrt_k::maxpool2d_bwd<__VA_ARGS__>(total, dy, arg, dx);                               \
+    }                                                                                        \
+    extern "C" __global__ void id##_avg_fwd(int total, const float *x, float *y)             \
+    {                                                                                        \
+        nrt_k::avgpool2d_fwd<__VA_ARGS__>(total, x, y);                                      \
+    }                                                                                        \
+    extern "C" __global__ void id##_avg_bwd(int total, const float *dy, float *dx)           \
+    {                                                                                        \
+        nrt_k::avgpool2d_bwd<__VA_ARGS__>(total, dy, dx);                                    \
+    }                                                                                        \
+    template <>                                                                              \
+    PoolKernels pool_kernels<__VA_ARGS__>()                                                  \
+    {                                                                                        \
+        return {KERNEL(id##_max_fwd), KERNEL(id##_max_bwd), KERNEL(id##_avg_fwd),            \
+                KERNEL(id##_avg_bwd)};                                                       \
+    }
+
+POOL_KERNELS(pool_32_k2, 32, 32, 16, 16, 2, 2, 0)
+POOL_KERNELS(pool_7_k2, 7, 7, 3, 3, 2, 2, 0)
+POOL_KERNELS(pool_7x9_k3s2p1, 7, 9, 4, 5, 3, 2, 1)
+POOL_KERNELS(pool_8_k3s1p1, 8, 8, 8, 8, 3, 1, 1)
+POOL_KERNELS(pool_9_k3s2, 9, 9, 4, 4, 3, 2, 0)
+POOL_KERNELS(pool_5x6_k2s3, 5, 6, 2, 2, 2, 3, 0)
+POOL_KERNELS(pool_4_k4, 4, 4, 1, 1, 4, 4, 0)
+POOL_KERNELS(pool_10_k4s2p2, 10, 10, 5, 5, 4, 2, 2)
+
+/* Inverted dropout's backward pass, as netc writes it: dx = dy * mask. */
+extern "C" __global__ void dropout_bwd(size_t count, const float *dy, const float *mask,
+                                       float *dx)
+{
+    NRT_EACH(i, count) {
+        dx[i] = dy[i] * mask[i];
+    }
+}
+
+/* A model's cross-entropy loss over K classes (its kernel "loss"), from
+ * XENT_KERNEL(K). */
+template <int K>
+int xent_kernel() = delete;
+
+#define XENT_KERNEL(K)                                                                       \
+    extern "C" __global__ void __launch_bounds__(nrt_k::LOSS_THREADS)                        \
+        xent_##K(const float *logits, const int32_t *label, int n, float *d, float *loss)   \
+    {                                                                                        \
+        nrt_k::xent<K>(logits, label, n, d, loss);                                           \
+    }                                                                                        \
+    template <>                                                                              \
+    int xent_kernel<K>()                                                                     \
+    {                                                                                        \
+        return KERNEL(xent_##K);                                                             \
+    }
+
+XENT_KERNEL(1)
+XENT_KERNEL(10)
+XENT_KERNEL(37)
+XENT_KERNEL(100)
+XENT_KERNEL(1000)
+
+/* flatten of a channel-first value [C, n, HW] and its backward pass, from
+ * TRANSPOSE_KERNELS(id, C, HW). */
+struct TransposeKernels {
+    int cn_to_nc, nc_to_cn;
+};
+
+template <int C, int HW>
+TransposeKernels transpose_kernels() = delete;
+
+#define TRANSPOSE_KERNELS(id, C, HW)                                                         \
+    extern "C" __global__ void id##_cn_to_nc(int total, int n, const float *x, float *y)     \
+    {                                                                                        \
+        nrt_k::cn_to_nc<C, HW>(n, total, x, y);                                              \
+    }                                                                                        \
+    extern "C" __global__ void id##_nc_to_cn(int total, int n, const float *x, float *y)     \
+    {                                                                                        \
+        nrt_k::nc_to_cn<C, HW>(n, total, x, y);                                              \
+    }                                                                                        \
+    template <>                                                                              \
+    TransposeKernels transpose_kernels<C, HW>()                                              \
+    {                                                                                        \
+        return {KERNEL(id##_cn_to_nc), KERNEL(id##_nc_to_cn)};                               \
+    }
+
+TRANSPOSE_KERNELS(flat_3x1024, 3, 1024)
+TRANSPOSE_KERNELS(flat_64x16, 64, 16)
+TRANSPOSE_KERNELS(flat_5x7, 5, 7)
+
+/* ------------------------------------------------------------ launches */
+
+/* A kernel's arguments after the ones its launcher adds, as the array of
+ * their addresses and its length: NRT_ARGS(&a, &b) in generated C, a
+ * compound literal, which C++ lacks; here a named array a and ARGS(a). */
+#define ARGS(a) (a), (int)std::size(a)
+
+/* A conv2d layer's launches, with the numbers netc writes (compiler/ops.c
+ * conv2d_cu_fwd, conv2d_cu_bwd): y [O, n*OH*OW] = W cols(x); dW; dx. */
+template <class G>
+static int conv_fwd(nrt_cuda_net *net, int k, int n, const float *x, const float *w, float *y,
+                    nrt_error *err)
+{
+    using T = FwdT<G>;
+    const nrt_cu_tile tile = {g_kernel_name[k], G::C * G::HW, G::O * G::OHW, G::O, G::OHW,
+                              T::BM, T::BN, T::NT};
+    void *args[] = {&x, &w, &y};
+    return nrt_cu_igemm(net, k, &tile, n, ARGS(args), err);
+}
+
+template <class G>
+static int conv_dw(nrt_cuda_net *net, int k, int reduce, int n, const float *x, const float *dy,
+                   float *dw, nrt_error *err)
+{
+    using T = DwT<G>;
+    constexpr int max_splits = dw_max_splits((long long)G::O * G::CKK);
+    const nrt_cu_dw tile = {g_kernel_name[k], G::C * G::HW, G::O * G::OHW, G::O, G::CKK,
+                            G::OHW, T::BM, T::BN, T::BK, T::NT, max_splits};
+    /* netc writes no reduce kernel where the sum is never split */
+    return nrt_cu_conv2d_dw(net, k, max_splits > 1 ? reduce : -1, &tile, n, x, dy, dw, err);
+}
+
+template <class G>
+static int conv_dx(nrt_cuda_net *net, int k, int n, const float *w, const float *dy, float *dx,
+                   nrt_error *err)
+{
+    using T = DxT<G>;
+    const nrt_cu_tile tile = {g_kernel_name[k], G::O * G::OHW, G::C * G::HW, G::C, G::HW,
+                              T::BM, T::BN, T::NT};
+    void *args[] = {&w, &dy, &dx};
+    return nrt_cu_igemm(net, k, &tile, n, ARGS(args), err);
+}
+
 /* ---------------------------------------------------------------- gemm */
 
 static void test_gemm_one(nrt_cuda_net *net, int ta, int tb, int m, int n, int k, float alpha,
@@ -274,8 +557,8 @@ static void test_gemm_one(nrt_cuda_net *net, int ta, int tb, int m, int n, int k
     nrt_error err = {};
     const char *what = name("gemm ta=%d tb=%d m=%d n=%d k=%d alpha=%g beta=%g pad=%d", ta, tb,
                             m, n, k, alpha, beta, pad);
-    if (!launched(net, nrt_cu::gemm(net, ta, tb, m, n, k, alpha, da.p, lda, db.p, ldb, beta,
-                                    dc.p, ldc, &err),
+    if (!launched(net, nrt_cu_gemm(net, ta, tb, m, n, k, alpha, da.p, lda, db.p, ldb, beta,
+                                   dc.p, ldc, &err),
                   err, what))
         return;
     compare(what, dc.get(), want, &mag, 1e-5, 1e-30);
@@ -319,11 +602,14 @@ static void cpu_conv_dx(const nrt_conv *g, int n, int cn, const float *w, const 
                          g->pw, g->oh, g->ow, dx);
 }
 
+/* The input gradient into either layout (CN_OUT: [C, n, H, W]), by kernel
+ * k (the geometry's dx_cn or dx_nc). */
 template <int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH, int SW, int PH,
           int PW, bool CN_OUT>
-static void test_conv_dx(nrt_cuda_net *net, const char *geo, int n, const std::vector<float> &w,
-                         const std::vector<float> &dy)
+static void test_conv_dx(nrt_cuda_net *net, int k, const char *geo, int n,
+                         const std::vector<float> &w, const std::vector<float> &dy)
 {
+    using G = nrt_k::ConvGeom<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW>;
     const nrt_conv g = {C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW};
     const size_t xs = (size_t)n * C * H * W;
     std::vector<float> want(xs), mag(xs);
@@ -332,10 +618,7 @@ static void test_conv_dx(nrt_cuda_net *net, const char *geo, int n, const std::v
     Dev<float> dw(w), ddy(dy), ddx(xs);
     nrt_error err = {};
     const char *what = name("conv2d_dx %s n=%d %s", geo, n, CN_OUT ? "CN" : "NC");
-    if (!launched(net,
-                  nrt_cu::conv2d_dx<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, CN_OUT>(
-                      net, n, dw.p, ddy.p, ddx.p, &err),
-                  err, what))
+    if (!launched(net, conv_dx<G>(net, k, n, dw.p, ddy.p, ddx.p, &err), err, what))
         return;
     compare(what, ddx.get(), want, &mag, 1e-5, 1e-30);
 }
@@ -344,6 +627,8 @@ template <int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH, in
           int PW, bool CN>
 static void test_conv(nrt_cuda_net *net, const char *geo, std::initializer_list<int> batches)
 {
+    using G = nrt_k::ConvGeom<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW>;
+    const ConvKernels k = conv_kernels<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, CN>();
     const nrt_conv g = {C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW};
     const int CKK = C * KH * KW;
     for (int n : batches) {
@@ -363,16 +648,12 @@ static void test_conv(nrt_cuda_net *net, const char *geo, std::initializer_list<
             nrt_conv2d_fwd(&g, n, absv(w).data(), xpa.data(), mag.data());
             Dev<float> y(ys);
             const char *what = name("conv2d_fwd %s n=%d %s", geo, n, CN ? "CN" : "NC");
-            if (launched(net,
-                         nrt_cu::conv2d_fwd<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, CN>(
-                             net, n, dx.p, dw.p, y.p, &err),
-                         err, what))
+            if (launched(net, conv_fwd<G>(net, k.fwd, n, dx.p, dw.p, y.p, &err), err, what))
                 compare(what, y.get(), want, &mag, 1e-5, 1e-30);
         }
         { /* weight gradient, twice: the same bits, in exactly the workspace
-             * conv2d_dw_workspace says the geometry needs */
-            constexpr size_t wbytes =
-                nrt_cu::conv2d_dw_workspace<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, CN>();
+             * netc gives the layer */
+            constexpr size_t wbytes = dw_workspace<G>();
             Dev<char> wsp(wbytes ? wbytes : 1);
             void *const saved = net->workspace;
             const size_t saved_bytes = net->workspace_bytes;
@@ -383,16 +664,13 @@ static void test_conv(nrt_cuda_net *net, const char *geo, std::initializer_list<
             nrt_conv2d_dw(&g, n, absv(dy).data(), xpa.data(), mag.data());
             Dev<float> gw(ws);
             const char *what = name("conv2d_dw %s n=%d %s", geo, n, CN ? "CN" : "NC");
-            if (launched(net,
-                         nrt_cu::conv2d_dw<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, CN>(
-                             net, n, dx.p, ddy.p, gw.p, &err),
+            if (launched(net, conv_dw<G>(net, k.dw, k.dw_reduce, n, dx.p, ddy.p, gw.p, &err),
                          err, what)) {
                 const std::vector<float> first = gw.get();
                 compare(what, first, want, &mag, 1e-5, 1e-30);
                 gw.poison();
                 if (launched(net,
-                             nrt_cu::conv2d_dw<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, CN>(
-                                 net, n, dx.p, ddy.p, gw.p, &err),
+                             conv_dw<G>(net, k.dw, k.dw_reduce, n, dx.p, ddy.p, gw.p, &err),
                              err, what))
                     compare_exact(name("conv2d_dw %s n=%d %s: deterministic", geo, n,
                                        CN ? "CN" : "NC"),
@@ -401,8 +679,10 @@ static void test_conv(nrt_cuda_net *net, const char *geo, std::initializer_list<
             net->workspace = saved;
             net->workspace_bytes = saved_bytes;
         }
-        test_conv_dx<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, false>(net, geo, n, w, dy);
-        test_conv_dx<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, true>(net, geo, n, w, dy);
+        test_conv_dx<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, false>(net, k.dx_nc, geo, n, w,
+                                                                        dy);
+        test_conv_dx<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, true>(net, k.dx_cn, geo, n, w,
+                                                                       dy);
     }
 }
 
@@ -428,10 +708,13 @@ static void test_convs(nrt_cuda_net *net)
 
 /* -------------------------------------------------------------- pooling */
 
+/* planes planes of H x W (n*C whatever the layout): one thread an output
+ * value (forward) or an input value (backward), as netc launches them. */
 template <int H, int W, int OH, int OW, int K, int S, int P>
 static void test_pool(nrt_cuda_net *net, const char *geo, std::initializer_list<int> plane_counts,
                       bool ties, bool nans)
 {
+    const PoolKernels k = pool_kernels<H, W, OH, OW, K, S, P>();
     for (int planes : plane_counts) {
         const size_t xs = (size_t)planes * H * W, ys = (size_t)planes * OH * OW;
         std::vector<float> x(xs), dy = randv(ys);
@@ -449,9 +732,10 @@ static void test_pool(nrt_cuda_net *net, const char *geo, std::initializer_list<
         nrt_maxpool2d_fwd(x.data(), planes, 1, H, W, K, S, P, OH, OW, y.data(), arg.data());
         Dev<float> gy(ys);
         Dev<int32_t> garg(ys);
+        void *fwd_args[] = {&dx.p, &gy.p, &garg.p};
         if (launched(net,
-                     nrt_cu::maxpool2d_fwd<H, W, OH, OW, K, S, P>(net, planes, dx.p, gy.p,
-                                                                 garg.p, &err),
+                     nrt_cu_each_int(net, k.max_fwd, (long long)planes * OH * OW,
+                                     ARGS(fwd_args), &err),
                      err, "maxpool2d_fwd")) {
             compare_exact(name("maxpool2d_fwd %s planes=%d%s: y", geo, planes, tag), gy.get(), y);
             compare_exact(name("maxpool2d_fwd %s planes=%d%s: argmax", geo, planes, tag),
@@ -461,9 +745,10 @@ static void test_pool(nrt_cuda_net *net, const char *geo, std::initializer_list<
         nrt_maxpool2d_bwd(dy.data(), arg.data(), planes, 1, H, W, OH, OW, gx.data());
         Dev<int32_t> carg(arg);
         Dev<float> gdx(xs);
+        void *bwd_args[] = {&ddy.p, &carg.p, &gdx.p};
         if (launched(net,
-                     nrt_cu::maxpool2d_bwd<H, W, OH, OW, K, S, P>(net, planes, ddy.p, carg.p,
-                                                                 gdx.p, &err),
+                     nrt_cu_each_int(net, k.max_bwd, (long long)planes * H * W, ARGS(bwd_args),
+                                     &err),
                      err, "maxpool2d_bwd"))
             compare_exact(name("maxpool2d_bwd %s planes=%d%s", geo, planes, tag), gdx.get(), gx);
 
@@ -471,15 +756,18 @@ static void test_pool(nrt_cuda_net *net, const char *geo, std::initializer_list<
             continue;
         nrt_avgpool2d_fwd(x.data(), planes, 1, H, W, K, S, P, OH, OW, y.data());
         gy.poison();
+        void *avg_fwd_args[] = {&dx.p, &gy.p};
         if (launched(net,
-                     nrt_cu::avgpool2d_fwd<H, W, OH, OW, K, S, P>(net, planes, dx.p, gy.p, &err),
+                     nrt_cu_each_int(net, k.avg_fwd, (long long)planes * OH * OW,
+                                     ARGS(avg_fwd_args), &err),
                      err, "avgpool2d_fwd"))
             compare_exact(name("avgpool2d_fwd %s planes=%d%s", geo, planes, tag), gy.get(), y);
         nrt_avgpool2d_bwd(dy.data(), planes, 1, H, W, K, S, P, OH, OW, gx.data());
         gdx.poison();
+        void *avg_bwd_args[] = {&ddy.p, &gdx.p};
         if (launched(net,
-                     nrt_cu::avgpool2d_bwd<H, W, OH, OW, K, S, P>(net, planes, ddy.p, gdx.p,
-                                                                 &err),
+                     nrt_cu_each_int(net, k.avg_bwd, (long long)planes * H * W,
+                                     ARGS(avg_bwd_args), &err),
                      err, "avgpool2d_bwd"))
             compare_exact(name("avgpool2d_bwd %s planes=%d%s", geo, planes, tag), gdx.get(), gx);
     }
@@ -526,6 +814,7 @@ static void test_dropout(nrt_cuda_net *net)
     const double ps[] = {0.0, 0.25, 0.5, 0.9, 1.0};
     const size_t counts[] = {1, 1000, ((size_t)1 << 20) + 3};
     unsigned long long step = 41;
+    const int bwd = KERNEL(dropout_bwd);
     for (double p : ps)
         for (size_t count : counts) {
             step += 1;
@@ -534,7 +823,7 @@ static void test_dropout(nrt_cuda_net *net)
             want_dropout(net->dropout_key, 3, step, p, x, mask, y);
             Dev<float> dx(x), ddy(dy), gy(count), gm(count), gdx(count);
             nrt_error err = {};
-            if (!launched(net, nrt_cu::dropout_fwd(net, 3, dx.p, gy.p, gm.p, count, p, &err), err,
+            if (!launched(net, nrt_cu_dropout_fwd(net, 3, dx.p, gy.p, gm.p, count, p, &err), err,
                           "dropout_fwd"))
                 continue;
             const std::vector<float> hm = gm.get();
@@ -554,7 +843,8 @@ static void test_dropout(nrt_cuda_net *net)
             std::vector<float> want(count);
             for (size_t i = 0; i < count; i++)
                 want[i] = dy[i] * mask[i];
-            if (launched(net, nrt_cu::dropout_bwd(net, ddy.p, gm.p, gdx.p, count, &err), err,
+            void *bwd_args[] = {&ddy.p, &gm.p, &gdx.p};
+            if (launched(net, nrt_cu_each(net, bwd, count, ARGS(bwd_args), &err), err,
                          "dropout_bwd"))
                 compare_exact(name("dropout_bwd p=%g count=%zu", p, count), gdx.get(), want);
         }
@@ -568,7 +858,7 @@ static void test_dropout(nrt_cuda_net *net)
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CK(cudaStreamBeginCapture(net->stream, cudaStreamCaptureModeThreadLocal));
-    const int rc = nrt_cu::dropout_fwd(net, 3, dx.p, gy.p, gm.p, count, p, &err);
+    const int rc = nrt_cu_dropout_fwd(net, 3, dx.p, gy.p, gm.p, count, p, &err);
     CK(cudaStreamEndCapture(net->stream, &graph));
     if (rc != 0) {
         result(false, "dropout_fwd captured: %s", err.msg);
@@ -597,6 +887,7 @@ static void test_dropout(nrt_cuda_net *net)
 template <int K>
 static void test_xent(nrt_cuda_net *net, std::initializer_list<int> batches)
 {
+    const int k = xent_kernel<K>();
     for (int n : batches)
         for (int variant = 0; variant < 4; variant++) {
             /* 0 plain, 1 a label out of range, 2 a NaN, 3 an infinity */
@@ -624,7 +915,7 @@ static void test_xent(nrt_cuda_net *net, std::initializer_list<int> batches)
             nrt_error err = {};
             const std::vector<float> w1 = {want}, w0 = {want_nog};
             const char *what = name("xent K=%d n=%d%s", K, n, vname[variant]);
-            if (launched(net, nrt_cu::xent<K>(net, dl.p, dlab.p, n, dd.p, dloss.p, &err), err,
+            if (launched(net, nrt_cu_xent(net, k, dl.p, dlab.p, n, dd.p, dloss.p, &err), err,
                          what)) {
                 compare(name("xent K=%d n=%d%s: loss", K, n, vname[variant]), dloss.get(), w1,
                         NULL, 1e-5, 1e-30);
@@ -635,7 +926,7 @@ static void test_xent(nrt_cuda_net *net, std::initializer_list<int> batches)
                         want_d, &mag, 1e-5, 1e-30);
             }
             dloss.poison();
-            if (launched(net, nrt_cu::xent<K>(net, dl.p, dlab.p, n, NULL, dloss.p, &err), err,
+            if (launched(net, nrt_cu_xent(net, k, dl.p, dlab.p, n, NULL, dloss.p, &err), err,
                          what))
                 compare(name("xent K=%d n=%d%s: loss without gradient", K, n, vname[variant]),
                         dloss.get(), w0, NULL, 1e-5, 1e-30);
@@ -653,12 +944,12 @@ static void test_mse(nrt_cuda_net *net)
         Dev<float> gy(y), gt(t), gdy(nd), gl(1);
         nrt_error err = {};
         const std::vector<float> w = {want};
-        if (launched(net, nrt_cu::mse(net, gy.p, gt.p, n, d, gdy.p, gl.p, &err), err, "mse")) {
+        if (launched(net, nrt_cu_mse(net, gy.p, gt.p, n, d, gdy.p, gl.p, &err), err, "mse")) {
             compare(name("mse n=%d d=%d: loss", n, d), gl.get(), w, NULL, 1e-6, 1e-30);
             compare_exact(name("mse n=%d d=%d: dy", n, d), gdy.get(), dy);
         }
         gl.poison();
-        if (launched(net, nrt_cu::mse(net, gy.p, gt.p, n, d, NULL, gl.p, &err), err, "mse"))
+        if (launched(net, nrt_cu_mse(net, gy.p, gt.p, n, d, NULL, gl.p, &err), err, "mse"))
             compare(name("mse n=%d d=%d: loss without gradient", n, d), gl.get(), w, NULL, 1e-6,
                     1e-30);
     }
@@ -676,7 +967,7 @@ static void test_sums(nrt_cuda_net *net)
         nrt_col_sums(absv(a).data(), rows, cols, mag.data());
         Dev<float> ga(a), go(cols);
         nrt_error err = {};
-        if (launched(net, nrt_cu::col_sums(net, ga.p, rows, cols, go.p, &err), err, "col_sums"))
+        if (launched(net, nrt_cu_col_sums(net, ga.p, rows, cols, go.p, &err), err, "col_sums"))
             compare(name("col_sums rows=%d cols=%d", rows, cols), go.get(), want, &mag, 1e-5,
                     1e-30);
     }
@@ -695,13 +986,13 @@ static void test_sums(nrt_cuda_net *net)
         padded.insert(padded.end(), a.begin(), a.end());
         Dev<float> ga(padded), go(rows);
         nrt_error err = {};
-        if (launched(net, nrt_cu::row_sums(net, ga.p + off, rows, cols, go.p, &err), err,
+        if (launched(net, nrt_cu_row_sums(net, ga.p + off, rows, cols, go.p, &err), err,
                      "row_sums")) {
             const std::vector<float> first = go.get();
             compare(name("row_sums rows=%d cols=%zu%s", rows, cols, off ? " misaligned" : ""),
                     first, want, &mag, 1e-5, 1e-30);
             go.poison();
-            if (launched(net, nrt_cu::row_sums(net, ga.p + off, rows, cols, go.p, &err), err,
+            if (launched(net, nrt_cu_row_sums(net, ga.p + off, rows, cols, go.p, &err), err,
                          "row_sums"))
                 compare_exact(name("row_sums rows=%d cols=%zu: deterministic", rows, cols),
                               go.get(), first);
@@ -714,6 +1005,7 @@ static void test_sums(nrt_cuda_net *net)
 template <int C, int HW>
 static void test_transpose(nrt_cuda_net *net, std::initializer_list<int> batches)
 {
+    const TransposeKernels k = transpose_kernels<C, HW>();
     for (int n : batches) {
         const size_t total = (size_t)n * C * HW;
         std::vector<float> x = randv(total), want(total);
@@ -723,9 +1015,15 @@ static void test_transpose(nrt_cuda_net *net, std::initializer_list<int> batches
                     want[((size_t)s * C + c) * HW + i] = x[((size_t)c * n + s) * HW + i];
         Dev<float> gx(x), gy(total), gz(total);
         nrt_error err = {};
-        if (launched(net, nrt_cu::cn_to_nc<C, HW>(net, n, gx.p, gy.p, &err), err, "cn_to_nc"))
+        void *fwd_args[] = {&n, &gx.p, &gy.p};
+        if (launched(net, nrt_cu_each_int(net, k.cn_to_nc, (long long)n * C * HW, ARGS(fwd_args),
+                                          &err),
+                     err, "cn_to_nc"))
             compare_exact(name("cn_to_nc C=%d HW=%d n=%d", C, HW, n), gy.get(), want);
-        if (launched(net, nrt_cu::nc_to_cn<C, HW>(net, n, gy.p, gz.p, &err), err, "nc_to_cn"))
+        void *bwd_args[] = {&n, &gy.p, &gz.p};
+        if (launched(net, nrt_cu_each_int(net, k.nc_to_cn, (long long)n * C * HW, ARGS(bwd_args),
+                                          &err),
+                     err, "nc_to_cn"))
             compare_exact(name("nc_to_cn C=%d HW=%d n=%d (round trip)", C, HW, n), gz.get(), x);
     }
 }
@@ -763,21 +1061,23 @@ static double time_ms(nrt_cuda_net *net, F f)
 template <int C, int H, int W, int O, int K, int P, bool CN>
 static void bench_conv(nrt_cuda_net *net, const char *layer, int n)
 {
+    using G = nrt_k::ConvGeom<C, H, W, O, H, W, K, K, 1, 1, P, P>;
+    const ConvKernels k = conv_kernels<C, H, W, O, H, W, K, K, 1, 1, P, P, CN>();
     const size_t xs = (size_t)n * C * H * W, ys = (size_t)O * n * H * W;
     Dev<float> x(randv(xs)), w(randv((size_t)O * C * K * K)), y(ys), dy(randv(ys)),
         dw((size_t)O * C * K * K), dx(xs), b(O);
     const double gflop = 2e-9 * O * C * K * K * (double)n * H * W;
     const double f = time_ms(net, [&](nrt_error *e) {
-        return nrt_cu::conv2d_fwd<C, H, W, O, H, W, K, K, 1, 1, P, P, CN>(net, n, x.p, w.p, y.p, e);
+        return conv_fwd<G>(net, k.fwd, n, x.p, w.p, y.p, e);
     });
     const double g = time_ms(net, [&](nrt_error *e) {
-        return nrt_cu::conv2d_dw<C, H, W, O, H, W, K, K, 1, 1, P, P, CN>(net, n, x.p, dy.p, dw.p, e);
+        return conv_dw<G>(net, k.dw, k.dw_reduce, n, x.p, dy.p, dw.p, e);
     });
     const double d = time_ms(net, [&](nrt_error *e) {
-        return nrt_cu::conv2d_dx<C, H, W, O, H, W, K, K, 1, 1, P, P, true>(net, n, w.p, dy.p, dx.p, e);
+        return conv_dx<G>(net, k.dx_cn, n, w.p, dy.p, dx.p, e);
     });
     const double r = time_ms(net, [&](nrt_error *e) {
-        return nrt_cu::row_sums(net, dy.p, O, (size_t)n * H * W, b.p, e);
+        return nrt_cu_row_sums(net, dy.p, O, (size_t)n * H * W, b.p, e);
     });
     printf("bench %-28s n=%4d  fwd %7.3f ms (%5.1f TFLOP/s)  dw %7.3f ms (%5.1f)  "
            "dx %7.3f ms (%5.1f)  bias %6.3f ms (%5.0f GB/s)\n",
@@ -823,8 +1123,10 @@ int main(int argc, char **argv)
     CB(cublasCreate(&net.blas));
     CB(cublasSetStream(net.blas, net.stream));
     CK(cudaMalloc((void **)&net.step, sizeof *net.step));
-    net.workspace_bytes = (size_t)8 << 20; /* the most conv2d_dw_workspace gives */
+    /* the most a layer's split-K partial sums take (dw_workspace) */
+    net.workspace_bytes = sizeof(float) * NRT_DW_PARTIAL_MAX;
     CK(cudaMalloc(&net.workspace, net.workspace_bytes));
+    kernel_table(&net);
 
     if (do_bench) {
         bench(&net);
