@@ -195,11 +195,10 @@ void emit_cuda(FILE *out, const Program *p, const EmitOptions *o, Arena *a)
     kernel_source(out, p, o, a, &l);
 }
 
-/* DW_* of netrt_cuda.h: at most 256 splits, and what fits in 2^21 floats. */
 int64_t cu_dw_max_splits(int64_t total)
 {
-    int64_t m = ((int64_t)1 << 21) / total;
-    return m > 256 ? 256 : m < 1 ? 1 : m;
+    int64_t m = NRT_DW_PARTIAL_MAX / total;
+    return m > NRT_DW_MAX_SPLITS ? NRT_DW_MAX_SPLITS : m < 1 ? 1 : m;
 }
 
 /* The text as lines of C string literals. */

@@ -435,7 +435,8 @@ void emit_cuda_host(Emit *e);
  * lines — and its name in the list.  Returns the host's name, K_NAME. */
 const char *cu_kernel(Emit *e, const Node *n, const char *what, int bounds, const char *params,
                       const char *const *body, int nbody);
-/* conv2d_dw's most splits for a weight of total floats (netrt_cuda.h). */
+/* conv2d_dw's most splits for a weight of total floats (netrt.h's
+ * NRT_DW_MAX_SPLITS and NRT_DW_PARTIAL_MAX). */
 int64_t cu_dw_max_splits(int64_t total);
 
 /* ---------------------------------------------------------------- emit_ir.c */

@@ -914,27 +914,42 @@ static void dropout_bwd(Emit *e, const Node *n)
  * same memory plan.  Each launcher returns nonzero on a CUDA error; TRY
  * returns it. */
 
-/* An elementwise kernel NAME_INDEX_WHAT over count values and its launch:
- * args are its parameters after the count ("float *y"), each passed from
- * the host local of the same name; body, its statements for value i. */
-static void cu_each(Emit *e, const Node *n, const char *what, const char *count,
-                    const char *const *args, int nargs, const char *const *body, int nbody)
+/* The names of a parameter list ("const float *x, float *y" -> "x, y"),
+ * each after prefix ("&": "&x, &y", the host's NRT_ARGS of its locals of
+ * the same names). */
+static const char *param_names(Emit *e, const char *params, const char *prefix)
 {
-    const char *params = "size_t count", *refs = "";
-    for (int k = 0; k < nargs; k++) {
-        const char *a = args[k], *id = a + strlen(a);
-        while (id > a && (isalnum((unsigned char)id[-1]) || id[-1] == '_'))
+    const char *names = "";
+    for (const char *p = params; *p;) {
+        const char *end = strchr(p, ',');
+        if (!end)
+            end = p + strlen(p);
+        const char *id = end;
+        while (id > p && (isalnum((unsigned char)id[-1]) || id[-1] == '_'))
             id--;
-        params = arena_printf(e->arena, "%s, %s", params, a);
-        refs = arena_printf(e->arena, "%s%s&%s", refs, k ? ", " : "", id);
+        names = arena_printf(e->arena, "%s%s%s%.*s", names, *names ? ", " : "", prefix,
+                             (int)(end - id), id);
+        p = *end ? end + 1 : end;
     }
+    return names;
+}
+
+/* An elementwise kernel NAME_INDEX_WHAT over count values and its launch:
+ * params are its parameters after the count ("float *y, const float *b"),
+ * each passed from the host local of the same name; body, its statements
+ * for value i. */
+static void cu_each(Emit *e, const Node *n, const char *what, const char *count,
+                    const char *params, const char *const *body, int nbody)
+{
     const char **lines = arena_alloc(e->arena, sizeof *lines * (size_t)(nbody + 2));
     lines[0] = "NRT_EACH(i, count) {";
     for (int k = 0; k < nbody; k++)
         lines[k + 1] = arena_printf(e->arena, "    %s", body[k]);
     lines[nbody + 1] = "}";
-    const char *k = cu_kernel(e, n, what, 0, params, lines, nbody + 2);
-    emitf(e, "TRY(nrt_cu_each(net, %s, %s, NRT_ARGS(%s), err));", k, count, refs);
+    const char *k = cu_kernel(e, n, what, 0, arena_printf(e->arena, "size_t count, %s", params),
+                              lines, nbody + 2);
+    emitf(e, "TRY(nrt_cu_each(net, %s, %s, NRT_ARGS(%s), err));", k, count,
+          param_names(e, params, "&"));
 }
 
 /* y = act(y + b): the bias and the fused activation as one kernel. */
@@ -945,17 +960,14 @@ static void cu_epilogue(Emit *e, const Node *n, const char *count, const char *b
     if (!expr)
         return;
     bool bias = n->nparams > 1;
-    const char *args[3] = {"float *y"};
-    int nargs = 1;
-    if (bias)
-        args[nargs++] = "const float *b";
-    if (bias && np) /* the bias index is i / np */
-        args[nargs++] = "size_t np";
+    /* with np, the bias index is i / np */
+    const char *params = !bias ? "float *y" : np ? "float *y, const float *b, size_t np"
+                                                 : "float *y, const float *b";
     const char *body[2] = {
         arena_printf(e->arena, "float v = y[i]%s;",
                      bias ? arena_printf(e->arena, " + b[%s]", bias_index) : ""),
         arena_printf(e->arena, "y[i] = %s;", expr)};
-    cu_each(e, n, "fwd_epilogue", count, args, nargs, body, 2);
+    cu_each(e, n, "fwd_epilogue", count, params, body, 2);
 }
 
 /* "(size_t)n * SIZE": the values of a batch of n samples of size floats */
@@ -969,10 +981,9 @@ static void cu_act_grad(Emit *e, const Node *n, const char *count)
     if (!n->fused)
         return;
     emitf(e, "/* through the fused %s */", n->fused->op->sig.name);
-    const char *args[2] = {"float *dy", "const float *y"};
     const char *body[1] = {arena_printf(e->arena, "dy[i] = %s;",
                                         n->fused->op->act_bwd(e->arena, n->fused, "dy[i]", "y[i]"))};
-    cu_each(e, n, "bwd_act", count, args, 2, body, 1);
+    cu_each(e, n, "bwd_act", count, "float *dy, const float *y", body, 1);
 }
 
 static void linear_cu_fwd(Emit *e, const Node *n)
@@ -1152,23 +1163,22 @@ static const char *pool_targs(Emit *e, const Node *n)
 static void cu_pool(Emit *e, const Node *n, bool bwd)
 {
     const Shape *in = &e->p->values[n->in].shape, *out = &e->p->values[n->out].shape;
-    bool max = n->iaux_size > 0;
-    const char *params = bwd ? (max ? "int total, const float *dy, const int32_t *arg, float *dx"
-                                    : "int total, const float *dy, float *dx")
-                             : (max ? "int total, const float *x, float *y, int32_t *arg"
-                                    : "int total, const float *x, float *y");
-    const char *args = bwd ? (max ? "&dy, &arg, &dx" : "&dy, &dx")
-                           : (max ? "&x, &y, &arg" : "&x, &y");
-    const char *k = cu_call(e, n, bwd ? "bwd" : "fwd", 0, params,
-                            arena_printf(e->arena, "nrt_k::%s_%s<%s>(%s);", n->op->sig.name,
+    /* the template's parameters after the count, by pass and kind (max
+     * pooling keeps its argmax) */
+    static const char *const params_of[2][2] = {
+        {"const float *x, float *y", "const float *x, float *y, int32_t *arg"},
+        {"const float *dy, float *dx", "const float *dy, const int32_t *arg, float *dx"}};
+    const char *params = params_of[bwd][n->iaux_size > 0];
+    const char *k = cu_call(e, n, bwd ? "bwd" : "fwd", 0,
+                            arena_printf(e->arena, "int total, %s", params),
+                            arena_printf(e->arena, "nrt_k::%s_%s<%s>(total, %s);", n->op->sig.name,
                                          bwd ? "bwd" : "fwd", pool_targs(e, n),
-                                         bwd ? (max ? "total, dy, arg, dx" : "total, dy, dx")
-                                             : (max ? "total, x, y, arg" : "total, x, y")));
+                                         param_names(e, params, "")));
     const Shape *s = bwd ? in : out;
     if (bwd)
         emitf(e, "if (dx)");
     emitf(e, "%sTRY(nrt_cu_each_int(net, %s, (long long)n * %lld, NRT_ARGS(%s), err));",
-          bwd ? "    " : "", k, (long long)shape_size(s), args);
+          bwd ? "    " : "", k, (long long)shape_size(s), param_names(e, params, "&"));
 }
 
 static void pool_cu_fwd(Emit *e, const Node *n) { cu_pool(e, n, false); }
@@ -1177,19 +1187,19 @@ static void pool_cu_bwd(Emit *e, const Node *n) { cu_pool(e, n, true); }
 
 static void act_cu_fwd(Emit *e, const Node *n)
 {
-    const char *args[2] = {"const float *x", "float *y"};
     const char *body[1] = {arena_printf(e->arena, "y[i] = %s;", n->op->act_fwd(e->arena, n, "x[i]"))};
-    cu_each(e, n, "fwd", batch_count(e, (long long)value_size(e, n)), args, 2, body, 1);
+    cu_each(e, n, "fwd", batch_count(e, (long long)value_size(e, n)), "const float *x, float *y",
+            body, 1);
 }
 
 static void act_cu_bwd(Emit *e, const Node *n)
 {
     emitf(e, "if (!dx)");
     emitf(e, "    return 0;");
-    const char *args[3] = {"const float *dy", "const float *y", "float *dx"};
     const char *body[1] = {arena_printf(e->arena, "dx[i] = %s;",
                                         n->op->act_bwd(e->arena, n, "dy[i]", "y[i]"))};
-    cu_each(e, n, "bwd", batch_count(e, (long long)value_size(e, n)), args, 3, body, 1);
+    cu_each(e, n, "bwd", batch_count(e, (long long)value_size(e, n)),
+            "const float *dy, const float *y, float *dx", body, 1);
 }
 
 /* flatten of a channel-first value: the transposes [C, n, HW] <-> [n, C*HW] */
@@ -1221,9 +1231,8 @@ static void dropout_cu_fwd(Emit *e, const Node *n)
     const char *count = batch_count(e, (long long)value_size(e, n));
     emitf(e, "if (!net->training) {");
     e->indent++;
-    const char *args[2] = {"const float *x", "float *y"};
     const char *body[1] = {"y[i] = x[i];"};
-    cu_each(e, n, "fwd_eval", count, args, 2, body, 1);
+    cu_each(e, n, "fwd_eval", count, "const float *x, float *y", body, 1);
     emitf(e, "return 0;");
     e->indent--;
     emitf(e, "}");
@@ -1237,9 +1246,9 @@ static void dropout_cu_bwd(Emit *e, const Node *n)
 {
     emitf(e, "if (!dx)");
     emitf(e, "    return 0;");
-    const char *args[3] = {"const float *dy", "const float *mask", "float *dx"};
     const char *body[1] = {"dx[i] = dy[i] * mask[i];"};
-    cu_each(e, n, "bwd", batch_count(e, (long long)value_size(e, n)), args, 3, body, 1);
+    cu_each(e, n, "bwd", batch_count(e, (long long)value_size(e, n)),
+            "const float *dy, const float *mask, float *dx", body, 1);
 }
 
 /* ------------------------------------------------------------ the table */

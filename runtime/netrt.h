@@ -418,6 +418,14 @@ typedef struct nrt_cuda_code {
     int nkernels;
 } nrt_cuda_code;
 
+/* A convolution's weight gradient on the GPU sums over n*OH*OW positions
+ * in chunks, each block's partial sums kept in the net's workspace: at
+ * most NRT_DW_MAX_SPLITS chunks, and no more than NRT_DW_PARTIAL_MAX
+ * floats of partial sums.  netc sizes the workspace by these; the
+ * launcher (launch.c) never exceeds them. */
+#define NRT_DW_MAX_SPLITS 256
+#define NRT_DW_PARTIAL_MAX (1 << 21)
+
 typedef struct nrt_cuda_model {
     /* The passes on the device, over the net's stream; 0 or -1 (err). */
     int (*forward)(nrt_cuda_net *net, int n, nrt_error *err);

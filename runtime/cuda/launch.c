@@ -63,31 +63,33 @@ static int with_first(void **all, void *first, void **args, int nargs, const nrt
     return 0;
 }
 
-int nrt_cu_each(nrt_cuda_net *net, int k, size_t count, void **args, int nargs,
+/* A grid-stride kernel over count elements; first points at the count as
+ * the kernel takes it. */
+static int each(nrt_cuda_net *net, int k, size_t count, void *first, void **args, int nargs,
                 nrt_error *err)
 {
     void *all[MAX_ARGS];
     if (count == 0)
         return 0;
-    if (with_first(all, &count, args, nargs, net, k, err))
+    if (with_first(all, first, args, nargs, net, k, err))
         return -1;
     return nrt_cu_launch(net, k, grid_for(count, EACH_THREADS), 1, 1, EACH_THREADS, all,
                          nargs + 1, err);
 }
 
+int nrt_cu_each(nrt_cuda_net *net, int k, size_t count, void **args, int nargs,
+                nrt_error *err)
+{
+    return each(net, k, count, &count, args, nargs, err);
+}
+
 int nrt_cu_each_int(nrt_cuda_net *net, int k, long long count, void **args, int nargs,
                     nrt_error *err)
 {
-    void *all[MAX_ARGS];
     if (!fits_int(count))
         return too_big(net, k, err);
     int total = (int)count;
-    if (total == 0)
-        return 0;
-    if (with_first(all, &total, args, nargs, net, k, err))
-        return -1;
-    return nrt_cu_launch(net, k, grid_for((size_t)total, EACH_THREADS), 1, 1, EACH_THREADS,
-                         all, nargs + 1, err);
+    return each(net, k, (size_t)total, &total, args, nargs, err);
 }
 
 int nrt_cu_igemm(nrt_cuda_net *net, int k, const nrt_cu_tile *t, int n, void **args,

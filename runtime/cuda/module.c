@@ -53,7 +53,7 @@ static int device_arch(int device, int *arch, nrt_error *err)
 /* The image to load: the fatbin, or the JIT's cubin or PTX (*owned, to
  * free after loading). */
 static int image_for(const nrt_cuda_code *code, int arch, const void **image, void **owned,
-                     nrt_jit_info *info, nrt_error *err)
+                     nrt_error *err)
 {
     *owned = NULL;
     if (code->fatbin) {
@@ -63,7 +63,7 @@ static int image_for(const nrt_cuda_code *code, int arch, const void **image, vo
     nrt_jit_source src = jit_source(code);
     size_t size;
     int is_ptx;
-    if (nrt_jit_compile(&src, arch, owned, &size, &is_ptx, info, err))
+    if (nrt_jit_compile(&src, arch, owned, &size, &is_ptx, NULL, err))
         return -1;
     *image = *owned;
     return 0;
@@ -77,8 +77,7 @@ int nrt_cuda_module_load(const nrt_cuda_code *code, int device, cudaLibrary_t *l
     int arch;
     const void *image;
     void *owned;
-    nrt_jit_info info;
-    if (device_arch(device, &arch, err) || image_for(code, arch, &image, &owned, &info, err))
+    if (device_arch(device, &arch, err) || image_for(code, arch, &image, &owned, err))
         return -1;
     int rc = NRT_CUDA(cudaLibraryLoadData(library, image, NULL, NULL, 0, NULL, NULL, 0), err);
     free(owned);

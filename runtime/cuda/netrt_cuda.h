@@ -164,14 +164,13 @@ typedef struct nrt_cu_dw {
     int bm, bn, bk, threads;
     int max_splits;             /* 1: never split (no workspace) */
 } nrt_cu_dw;
-/* Splits of the long sum: as many as give about DW_BLOCKS blocks, each
- * at least DW_MIN_CHUNK products long, and at most what fits in
- * DW_PARTIAL_MAX floats of partial sums (and 256).  netc computes
- * max_splits and the workspace ((max_splits > 1 ? max_splits : 0) *
- * rows * cols floats) by the same rule. */
+/* Splits of the long sum: as many as give about NRT_DW_BLOCKS blocks,
+ * each at least NRT_DW_MIN_CHUNK products long, and at most max_splits,
+ * which netc computes from netrt.h's NRT_DW_MAX_SPLITS and
+ * NRT_DW_PARTIAL_MAX with the workspace ((max_splits > 1 ? max_splits : 0)
+ * * rows * cols floats). */
 #define NRT_DW_BLOCKS 1024
 #define NRT_DW_MIN_CHUNK 256
-#define NRT_DW_PARTIAL_MAX (1 << 21)
 int nrt_cu_conv2d_dw(nrt_cuda_net *net, int k, int reduce, const nrt_cu_dw *t, int n,
                      const float *x, const float *dy, float *dw, nrt_error *err);
 
