@@ -25,9 +25,33 @@ static const char *init_kind(int k)
 
 static void emit_source(Emit *e, const char *field, const nrt_source *s)
 {
-    emitf(e, ".%s = {%s, %s, %d, %d, %s, %d},", field, c_string(e->arena, s->kind),
+    emitf(e, ".%s = {%s, %s, %d, %d, %s, %d, %s},", field, c_string(e->arena, s->kind),
           c_string(e->arena, s->path), s->label, s->header,
-          c_float(e->arena, s->scale ? s->scale : 1.0), s->standardize);
+          c_float(e->arena, s->scale ? s->scale : 1.0), s->standardize,
+          c_double(e->arena, s->fraction));
+}
+
+static void emit_schedule(Emit *e, const nrt_schedule *s)
+{
+    Arena *a = e->arena;
+    switch (s->kind) {
+    case NRT_SCHED_STEP:
+        emitf(e, ".schedule = {NRT_SCHED_STEP, .step_size = %d, .gamma = %s},", s->step_size,
+              c_double(a, s->gamma));
+        break;
+    case NRT_SCHED_COSINE:
+        emitf(e, ".schedule = {NRT_SCHED_COSINE, .t_max = %d, .eta_min = %s},", s->t_max,
+              c_double(a, s->eta_min));
+        break;
+    case NRT_SCHED_PLATEAU:
+        emitf(e, ".schedule = {NRT_SCHED_PLATEAU, .factor = %s, .patience = %d, .threshold = %s, "
+              ".threshold_abs = %d, .cooldown = %d, .min_lr = %s, .eps = %s},",
+              c_double(a, s->factor), s->patience, c_double(a, s->threshold), s->threshold_abs,
+              s->cooldown, c_double(a, s->min_lr), c_double(a, s->eps));
+        break;
+    default:
+        break;
+    }
 }
 
 void emit_driver(Emit *e, bool cuda)
@@ -66,18 +90,19 @@ void emit_driver(Emit *e, bool cuda)
     emitf(e, ".scratch_size = %lld,", (long long)p->scratch_size);
     if (o->kind == NRT_SGD)
         emitf(e, ".optim = {NRT_SGD, .lr = %s, .momentum = %s, .dampening = %s, "
-              ".weight_decay = %s, .nesterov = %d},", c_float(e->arena, o->lr),
+              ".weight_decay = %s, .nesterov = %d},", c_double(e->arena, o->lr),
               c_float(e->arena, o->momentum), c_float(e->arena, o->dampening),
               c_float(e->arena, o->weight_decay), o->nesterov);
     else
         emitf(e, ".optim = {NRT_ADAM, .lr = %s, .weight_decay = %s, .beta1 = %s, "
-              ".beta2 = %s, .eps = %s},", c_float(e->arena, o->lr),
+              ".beta2 = %s, .eps = %s},", c_double(e->arena, o->lr),
               c_float(e->arena, o->weight_decay), c_float(e->arena, o->beta1),
               c_float(e->arena, o->beta2), c_float(e->arena, o->eps));
     emitf(e, ".device = %s,", c_string(e->arena, p->device));
     emit_source(e, "train", &p->train);
+    emit_source(e, "valid", &p->valid);
     emit_source(e, "test", &p->test);
-    emitf(e, ".holdout = %s,", c_double(e->arena, p->holdout));
+    emit_schedule(e, &p->schedule);
     emitf(e, ".batch = %d,", p->batch);
     emitf(e, ".epochs = %d,", p->epochs);
     emitf(e, ".seed = %lluu,", (unsigned long long)p->seed);

@@ -116,7 +116,9 @@ typedef enum StmtKind {
     S_DEVICE,    /* device cpu | cuda | cuda:N | auto */
     S_TRAIN,     /* train source(args) [batch N] [epochs N] [seed N] */
     S_TEST,      /* test source(args) | test holdout(f) */
-    S_INIT       /* init [KIND] weight=INIT bias=INIT */
+    S_INIT,      /* init [KIND] weight=INIT bias=INIT */
+    S_VALID,     /* valid source(args) | valid holdout(f) */
+    S_SCHEDULE   /* schedule op(args) */
 } StmtKind;
 
 typedef struct Stmt {
@@ -237,7 +239,7 @@ const OpDef *op_find(const char *name);
 const char *suggest(const char *s, const char *const *names, int n);
 const OpDef *op_table(int *n);
 const Sig *sig_find(const Sig *table, const char *name);
-extern const Sig loss_sigs[], optim_sigs[], source_sigs[], init_sigs[],
+extern const Sig loss_sigs[], optim_sigs[], schedule_sigs[], source_sigs[], init_sigs[],
     target_sigs[];
 
 /* Binds the arguments of call to sig; reports unknown, missing, duplicate
@@ -305,8 +307,8 @@ struct Program {
     const Stmt *loss_stmt;
     nrt_optim optim;
     const char *device;
-    nrt_source train, test;
-    double holdout;
+    nrt_source train, valid, test;
+    nrt_schedule schedule;
     int batch, epochs;
     uint64_t seed;
     bool misplaced_loss, misplaced_optimizer; /* 'mse' written as a layer */

@@ -372,6 +372,23 @@ const Sig optim_sigs[] = {
       {"weight_decay", A_NUM, "0", 0, BIG, NULL, NULL}}},
     {NULL, NULL, {{0}}}};
 
+const Sig schedule_sigs[] = {
+    {"step", "torch.optim.lr_scheduler.StepLR: lr *= gamma every size epochs",
+     {{"size", A_INT, NULL, 1, INT_MAX_ARG, "step_size", NULL},
+      {"gamma", A_NUM, "0.1", 0, BIG, NULL, NULL}}},
+    {"cosine", "CosineAnnealingLR: from lr down to eta_min over t_max epochs",
+     {{"t_max", A_INT, NULL, 1, INT_MAX_ARG, "T_max", NULL},
+      {"eta_min", A_NUM, "0", 0, BIG, NULL, NULL}}},
+    {"reduce_on_plateau", "ReduceLROnPlateau: lr *= factor when the validation loss stalls",
+     {{"factor", A_NUM, "0.1", 0, 0.999999999, NULL, NULL},
+      {"patience", A_INT, "10", 0, INT_MAX_ARG, NULL, NULL},
+      {"threshold", A_NUM, "0.0001", 0, BIG, NULL, NULL},
+      {"threshold_mode", A_WORD, "rel", 0, 0, NULL, "rel|abs"},
+      {"cooldown", A_INT, "0", 0, INT_MAX_ARG, NULL, NULL},
+      {"min_lr", A_NUM, "0", 0, BIG, NULL, NULL},
+      {"eps", A_NUM, "1e-08", 0, BIG, NULL, NULL}}},
+    {NULL, NULL, {{0}}}};
+
 #define TEXT_SOURCE_ARGS                                                  \
     {{"path", A_STR, NULL, 0, 0, NULL, NULL},                             \
      {"label", A_INT, "-1", -INT_MAX_ARG, INT_MAX_ARG, NULL, NULL},       \
@@ -385,7 +402,10 @@ const Sig source_sigs[] = {
     {"cifar10", "CIFAR-10 binary batches: a file, or a directory of data_batch_*.bin",
      {{"path", A_STR, NULL, 0, 0, NULL, NULL},
       {"scale", A_NUM, "1", -BIG, BIG, NULL, NULL}}},
-    {"holdout", "(test only) this fraction of the training data, held out",
+    {"mnist", "MNIST's IDX files: a directory, or the images file",
+     {{"path", A_STR, NULL, 0, 0, NULL, NULL},
+      {"scale", A_NUM, "1", -BIG, BIG, NULL, NULL}}},
+    {"holdout", "(valid and test only) this fraction of the training data, held out",
      {{"fraction", A_NUM, NULL, 0, 1, NULL, NULL}}},
     {NULL, NULL, {{0}}}};
 

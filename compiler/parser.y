@@ -155,7 +155,7 @@ static Arg arg(const char *key, Loc key_loc, Value *v)
 %token <str> STRING "string"
 %token MODEL "'model'" INPUT "'input'" TARGET "'target'" LOSS "'loss'"
 %token OPTIMIZER "'optimizer'" DEVICE "'device'" TRAIN "'train'"
-%token TEST "'test'" INIT "'init'"
+%token TEST "'test'" INIT "'init'" VALID "'valid'" SCHEDULE "'schedule'"
 
 %type <val> value call
 %type <stmt> stmt layer
@@ -204,7 +204,9 @@ stmt
                                           $$->device_text = arena_printf(ps->arena, "%s:%s", $2, $4.text);
                                           $$->device_index = $4.v >= 0 && $4.v < 1e6 && $4.v == (int)$4.v ? (int)$4.v : -2; }
     | TRAIN call train_opts             { $$ = stmt(ps, S_TRAIN, @$); $$->call = $2; $$->opts = $3.v; $$->nopts = $3.n; }
+    | VALID call                        { $$ = stmt(ps, S_VALID, @$); $$->call = $2; }
     | TEST call                         { $$ = stmt(ps, S_TEST, @$); $$->call = $2; }
+    | SCHEDULE call                     { $$ = stmt(ps, S_SCHEDULE, @$); $$->call = $2; }
     | INIT kvs                          { $$ = stmt(ps, S_INIT, @$); $$->opts = $2.v; $$->nopts = $2.n; }
     | INIT IDENT kvs                    { $$ = stmt(ps, S_INIT, @$); $$->name = $2; $$->name_loc = @2;
                                           $$->opts = $3.v; $$->nopts = $3.n; }

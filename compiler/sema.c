@@ -20,13 +20,14 @@
 #define MAX_ELEMS 2147483647.0 /* floats a tensor or a buffer may hold */
 
 typedef struct Seen {
-    const Stmt *input, *target, *loss, *optimizer, *device, *train, *test;
+    const Stmt *input, *target, *loss, *optimizer, *device, *train, *valid, *test, *schedule;
 } Seen;
 
 static const char *stmt_word(StmtKind k)
 {
     static const char *const words[] = {"input", "target", "", "loss", "optimizer",
-                                        "device", "train", "test", "init"};
+                                        "device", "train", "test", "init", "valid",
+                                        "schedule"};
     return words[k];
 }
 
@@ -285,7 +286,7 @@ static void check_optimizer(Program *p, const Stmt *s)
     if (!sig || !bind_args(p, sig, s->call, a))
         return;
     nrt_optim *o = &p->optim;
-    o->lr = (float)a[0].v[0];
+    o->lr = a[0].v[0];
     if (!strcmp(sig->name, "sgd")) {
         o->kind = NRT_SGD;
         o->momentum = (float)a[1].v[0];
@@ -305,32 +306,57 @@ static void check_optimizer(Program *p, const Stmt *s)
     }
 }
 
+/* ---------------------------------------------------------------- schedule */
+
+static void check_schedule(Program *p, const Stmt *s)
+{
+    const Sig *sig = find_sig(p, schedule_sigs, s->call, "schedule");
+    ArgVal a[MAX_ARGS];
+    if (!sig || !bind_args(p, sig, s->call, a))
+        return;
+    nrt_schedule *c = &p->schedule;
+    if (!strcmp(sig->name, "step")) {
+        *c = (nrt_schedule){NRT_SCHED_STEP, .step_size = (int)a[0].v[0], .gamma = a[1].v[0]};
+    } else if (!strcmp(sig->name, "cosine")) {
+        *c = (nrt_schedule){NRT_SCHED_COSINE, .t_max = (int)a[0].v[0], .eta_min = a[1].v[0]};
+    } else {
+        *c = (nrt_schedule){NRT_SCHED_PLATEAU, .factor = a[0].v[0], .patience = (int)a[1].v[0],
+                            .threshold = a[2].v[0], .threshold_abs = !strcmp(a[3].s, "abs"),
+                            .cooldown = (int)a[4].v[0], .min_lr = a[5].v[0], .eps = a[6].v[0]};
+    }
+}
+
 /* ------------------------------------------------------------ data, device */
 
+/* train, valid or test's source; the latter two may be a part of the
+ * training set held out. */
 static bool check_source(Program *p, const Value *call, nrt_source *src,
-                         bool test)
+                         bool training)
 {
     const Sig *sig = find_sig(p, source_sigs, call, "data source");
     ArgVal a[MAX_ARGS];
     if (!sig || !bind_args(p, sig, call, a))
         return false;
     if (!strcmp(sig->name, "holdout")) {
-        if (!test) {
-            diag_error(p->diag, call->loc, "holdout(...) is a test set; training needs a file");
+        if (training) {
+            diag_error(p->diag, call->loc, "holdout(...) is a part of the training data; "
+                       "training needs a file");
+            diag_note(p->diag, call->loc, "'valid holdout(F)' or 'test holdout(F)' hold a part out");
             return false;
         }
         if (a[0].v[0] <= 0 || a[0].v[0] >= 1) {
             diag_error(p->diag, a[0].loc, "the held-out fraction must be between 0 and 1 (exclusive)");
             return false;
         }
-        p->holdout = a[0].v[0];
+        src->kind = sig->name;
+        src->fraction = a[0].v[0];
         return true;
     }
     src->kind = sig->name;
     src->path = a[0].s;
     src->label = -1;
     src->scale = 1;
-    if (!strcmp(sig->name, "cifar10")) {
+    if (!strcmp(sig->name, "cifar10") || !strcmp(sig->name, "mnist")) {
         src->scale = (float)a[1].v[0];
     } else {
         src->label = (int)a[1].v[0];
@@ -353,7 +379,7 @@ static const Sig train_sig = {
 
 static void check_train(Program *p, const Stmt *s)
 {
-    check_source(p, s->call, &p->train, false);
+    check_source(p, s->call, &p->train, true);
     Value opts = {V_CALL, s->loc, 0, "train", s->opts, s->nopts};
     ArgVal a[MAX_ARGS];
     for (int i = 0; i < s->nopts; i++)
@@ -420,9 +446,9 @@ static bool check_init(Program *p, const Stmt *s, Inits *out)
  * that, which netc can tell now instead of the program at run time. */
 static void check_data_shapes(Program *p, const Seen *seen)
 {
-    const Stmt *stmts[2] = {seen->train, seen->test};
-    const nrt_source *srcs[2] = {&p->train, &p->test};
-    for (int i = 0; i < 2; i++) {
+    const Stmt *stmts[3] = {seen->train, seen->valid, seen->test};
+    const nrt_source *srcs[3] = {&p->train, &p->valid, &p->test};
+    for (int i = 0; i < 3; i++) {
         if (!stmts[i] || !srcs[i]->kind || strcmp(srcs[i]->kind, "cifar10"))
             continue;
         if (shape_size(&p->input) != 3 * 32 * 32)
@@ -451,7 +477,7 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
     p->batch = 32;
     p->epochs = 10;
     p->seed = 0;
-    p->train = p->test = (nrt_source){NULL, NULL, -1, 0, 1.0f, 0};
+    p->train = p->valid = p->test = (nrt_source){NULL, NULL, -1, 0, 1.0f, 0, 0};
 
     Seen seen = {0};
     int nlayers = 0, ninits = 0;
@@ -504,10 +530,20 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
             if (seen.train == s)
                 check_train(p, s);
             break;
+        case S_VALID:
+            once(p, &seen.valid, s);
+            if (seen.valid == s)
+                check_source(p, s->call, &p->valid, false);
+            break;
         case S_TEST:
             once(p, &seen.test, s);
             if (seen.test == s)
-                check_source(p, s->call, &p->test, true);
+                check_source(p, s->call, &p->test, false);
+            break;
+        case S_SCHEDULE:
+            once(p, &seen.schedule, s);
+            if (seen.schedule == s)
+                check_schedule(p, s);
             break;
         case S_INIT:
             if (check_init(p, s, &inits[ninits]))

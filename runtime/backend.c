@@ -125,22 +125,29 @@ typedef struct Cpu {
     nrt_net net;
     nrt_optim_state opt;
     Batcher bt;
-    const nrt_dataset *train, *test;
+    const nrt_dataset *train, *eval[2]; /* eval: validation, test */
     uint32_t *order;       /* the epoch's order, train->n indices */
-    uint32_t *eval_idx;
+    uint32_t *eval_idx;    /* 0 .. the larger eval set's n - 1 */
     double loss_sum;
 } Cpu;
 
-static int cpu_set_data(void *ctx, const nrt_dataset *train, const nrt_dataset *test,
-                        nrt_error *err)
+static int cpu_set_data(void *ctx, const nrt_dataset *train, const nrt_dataset *valid,
+                        const nrt_dataset *test, nrt_error *err)
 {
     Cpu *c = ctx;
     c->train = train;
-    c->test = test;
+    c->eval[NRT_EVAL_VALID] = valid;
+    c->eval[NRT_EVAL_TEST] = test;
+    size_t n = 1, ne = 1;
+    if (train && train->n > n)
+        n = train->n;
+    for (int k = 0; k < 2; k++)
+        if (c->eval[k] && c->eval[k]->n > ne)
+            ne = c->eval[k]->n;
     free(c->order);
     free(c->eval_idx);
-    c->order = malloc(sizeof *c->order * (train->n ? train->n : 1));
-    c->eval_idx = malloc(sizeof *c->eval_idx * (test && test->n ? test->n : 1));
+    c->order = malloc(sizeof *c->order * n);
+    c->eval_idx = malloc(sizeof *c->eval_idx * ne);
     return c->order && c->eval_idx ? 0 : nrt_errorf(err, "out of memory");
 }
 
@@ -160,12 +167,13 @@ static int cpu_get_params(void *ctx, float *param, nrt_error *err)
     return 0;
 }
 
-static int cpu_set_order(void *ctx, const nrt_order *order, nrt_error *err)
+static int cpu_set_order(void *ctx, const nrt_order *order, size_t start, nrt_error *err)
 {
     Cpu *c = ctx;
-    if (order->n > c->train->n)
+    (void)start; /* each step says where it starts */
+    if (!c->train || order->n > c->train->n)
         return nrt_errorf(err, "internal error: an order of %u samples for %zu", order->n,
-                          c->train->n);
+                          c->train ? c->train->n : 0);
     for (uint32_t i = 0; i < order->n; i++)
         c->order[i] = nrt_order_at(order, i);
     return 0;
@@ -197,12 +205,14 @@ static int cpu_take_loss_sum(void *ctx, double *sum, nrt_error *err)
     return 0;
 }
 
-static int cpu_evaluate(void *ctx, double *loss, double *accuracy, nrt_error *err)
+static int cpu_evaluate(void *ctx, int which, double *loss, double *accuracy, nrt_error *err)
 {
     Cpu *c = ctx;
-    if (!c->test)
-        return nrt_errorf(err, "no test data");
-    Eval e = evaluate(&c->net, &c->bt, c->test, c->net.cap, c->eval_idx);
+    const nrt_dataset *d = which == NRT_EVAL_TEST ? c->eval[1] : c->eval[0];
+    if (!d || d->n == 0)
+        return nrt_errorf(err, "internal error: no %s data to evaluate",
+                          which == NRT_EVAL_TEST ? "test" : "validation");
+    Eval e = evaluate(&c->net, &c->bt, d, c->net.cap, c->eval_idx);
     *loss = e.loss;
     *accuracy = c->m->target_kind == NRT_TARGET_CLASS ? e.accuracy : NAN;
     return 0;
@@ -243,6 +253,44 @@ static int cpu_train_batch(void *ctx, const nrt_batch *b, float *loss, nrt_error
     c->net.step++;
     if (loss)
         *loss = l;
+    return 0;
+}
+
+static int cpu_set_lr(void *ctx, double lr, nrt_error *err)
+{
+    (void)err;
+    ((Cpu *)ctx)->opt.h.lr = lr;
+    return 0;
+}
+
+static int cpu_get_state(void *ctx, float *m, float *v, uint64_t *step, double *loss_sum,
+                         nrt_error *err)
+{
+    (void)err;
+    Cpu *c = ctx;
+    const size_t bytes = sizeof(float) * c->m->param_count;
+    if (m && c->opt.m)
+        memcpy(m, c->opt.m, bytes);
+    if (v && c->opt.v)
+        memcpy(v, c->opt.v, bytes);
+    *step = c->net.step;
+    *loss_sum = c->loss_sum;
+    return 0;
+}
+
+static int cpu_set_state(void *ctx, const float *m, const float *v, uint64_t step,
+                         double loss_sum, nrt_error *err)
+{
+    (void)err;
+    Cpu *c = ctx;
+    const size_t bytes = sizeof(float) * c->m->param_count;
+    if (m && c->opt.m)
+        memcpy(c->opt.m, m, bytes);
+    if (v && c->opt.v)
+        memcpy(c->opt.v, v, bytes);
+    c->net.step = step;
+    c->opt.step = (int64_t)step;
+    c->loss_sum = loss_sum;
     return 0;
 }
 
@@ -291,6 +339,9 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
                         .take_loss_sum = cpu_take_loss_sum,
                         .evaluate = cpu_evaluate,
                         .predict = cpu_predict,
+                        .set_lr = cpu_set_lr,
+                        .get_state = cpu_get_state,
+                        .set_state = cpu_set_state,
                         .train_batch = cpu_train_batch,
                         .peak_memory = cpu_peak_memory,
                         .close = cpu_close};

@@ -30,6 +30,25 @@
  *    data_batch_5.bin (those that exist, in that order) or, for the test
  *    set, test_batch.bin.
  *
+ *  - "mnist": IDX files, the format of MNIST and its kin (Fashion-MNIST,
+ *    KMNIST, EMNIST): the magic bytes 00 00 TYPE NDIMS, NDIMS big-endian
+ *    uint32 sizes, then the values row-major and big-endian; TYPE is 0x08
+ *    unsigned byte, 0x09 signed byte, 0x0B int16, 0x0C int32, 0x0D float32
+ *    or 0x0E float64, NDIMS 1 to 4.  A dataset is two files: the images,
+ *    n samples whose sizes after the first multiply to dim, and the labels,
+ *    n integer class labels (one dimension) or, for value targets, n x ncls
+ *    values of any type (just n when ncls is 1).  Unsigned bytes of the
+ *    images are divided by 255 in float as for cifar10, other types are
+ *    taken as they are; nan, inf and float64 values beyond a float's range
+ *    are errors.  Each file is read whole and its size must be exactly
+ *    what its header says.  The path is a directory holding
+ *    train-images-idx3-ubyte and train-labels-idx1-ubyte (for the test set
+ *    t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte), or the mirrors'
+ *    train-images.idx3-ubyte and so on; or it is an images file, whose
+ *    labels file is the same path with its last "images" made "labels" and
+ *    its last "idx3" made "idx1".  Compressed (.gz) files are not read: the
+ *    error says to gunzip them.
+ *
  * Features are multiplied by the source's scale while loading (0 counts as
  * 1); standardization is left to the caller, which computes the statistics
  * on the training set alone (nrt_dataset_stats) and applies them to every
@@ -37,7 +56,8 @@
  *
  * Conventions: failing functions write one line into the nrt_error, return
  * -1, leak nothing and leave their output dataset zeroed.  Error messages
- * name the file as given and a 1-based line (and field) or record number.
+ * name the file as given and a 1-based line (and field), record or sample
+ * number.
  */
 #include "netrt.h"
 
@@ -90,7 +110,7 @@ static int reserve(nrt_dataset *d, size_t *cap, size_t need, int has_label,
         if (!label)
             return oom(err);
         d->label = label;
-    } else {
+    } else if (d->ydim) {
         float *y = realloc(d->y, ncap * d->ydim * sizeof *y);
         if (!y)
             return oom(err);
@@ -399,7 +419,9 @@ static int load_text(const nrt_source *src, int csv, int target_kind,
         .target_kind = target_kind,
         .ncls = ncls,
         .dim = dim,
-        .ntarget = target_kind == NRT_TARGET_CLASS ? 1 : (size_t)ncls,
+        .ntarget = target_kind == NRT_TARGET_CLASS   ? 1
+                   : target_kind == NRT_TARGET_VALUE ? (size_t)ncls
+                                                     : 0,
         .scale = scale,
     };
     sp.ncols = dim + sp.ntarget;
@@ -408,7 +430,7 @@ static int load_text(const nrt_source *src, int csv, int target_kind,
      * being the last: the block then starts at ncols + L - (ntarget - 1). */
     long long first = src->label;
     if (first < 0)
-        first += (long long)sp.ncols - (long long)(sp.ntarget - 1);
+        first += (long long)sp.ncols - ((long long)sp.ntarget - 1);
     if (first < 0 || (unsigned long long)first + sp.ntarget > sp.ncols)
         return nrt_errorf(err, "%s: label column %d is outside the %zu "
                           "columns of a row", src->path, src->label, sp.ncols);
@@ -576,6 +598,458 @@ static int load_cifar(const nrt_source *src, int target_kind, size_t dim,
     return rc;
 }
 
+/* ---------------------------------------------------------------- mnist */
+
+/* IDX files (the MNIST format): the magic 00 00 TYPE NDIMS, NDIMS
+ * big-endian uint32 sizes, then the values row-major, big-endian. */
+
+#define IDX_MAX_DIMS 4
+
+enum {
+    IDX_U8 = 0x08,
+    IDX_I8 = 0x09,
+    IDX_I16 = 0x0B,
+    IDX_I32 = 0x0C,
+    IDX_F32 = 0x0D,
+    IDX_F64 = 0x0E
+};
+
+/* One IDX file read into memory, its header checked. */
+typedef struct idx_file {
+    const char *path;
+    char *buf;                   /* the whole file */
+    int type;                    /* IDX_U8 .. IDX_F64 */
+    size_t size;                 /* bytes a value */
+    int ndims;
+    size_t dim[IDX_MAX_DIMS];
+    const unsigned char *data;   /* dim[0] * ... values */
+    size_t count;                /* values in all */
+} idx_file;
+
+/* The name of an IDX type and the bytes of one value; 0 if unknown. */
+static size_t idx_type_size(int type, const char **name)
+{
+    switch (type) {
+    case IDX_U8: *name = "unsigned byte"; return 1;
+    case IDX_I8: *name = "signed byte"; return 1;
+    case IDX_I16: *name = "int16"; return 2;
+    case IDX_I32: *name = "int32"; return 4;
+    case IDX_F32: *name = "float32"; return 4;
+    case IDX_F64: *name = "float64"; return 8;
+    default: *name = "?"; return 0;
+    }
+}
+
+static int idx_is_integer(int type)
+{
+    return type == IDX_U8 || type == IDX_I8 || type == IDX_I16 ||
+           type == IDX_I32;
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+           p[3];
+}
+
+/* Value i of f, exactly (every IDX value fits a double). */
+static double idx_value(const idx_file *f, size_t i)
+{
+    const unsigned char *p = f->data + i * f->size;
+    switch (f->type) {
+    case IDX_U8:
+        return p[0];
+    case IDX_I8:
+        return p[0] < 0x80 ? p[0] : (int)p[0] - 0x100;
+    case IDX_I16: {
+        unsigned u = (unsigned)p[0] << 8 | p[1];
+        return u < 0x8000 ? (double)u : (double)u - 0x10000;
+    }
+    case IDX_I32: {
+        uint32_t u = be32(p);
+        return u < 0x80000000u ? (double)u : (double)u - 4294967296.0;
+    }
+    case IDX_F32: {
+        uint32_t u = be32(p);
+        float v;
+        memcpy(&v, &u, sizeof v);
+        return v;
+    }
+    default: { /* IDX_F64 */
+        uint64_t u = (uint64_t)be32(p) << 32 | be32(p + 4);
+        double v;
+        memcpy(&v, &u, sizeof v);
+        return v;
+    }
+    }
+}
+
+/* Writes the sizes dim[from..to) as "28x28" into s (of cap bytes). */
+static void shape_text(char *s, size_t cap, const size_t *dim, int from,
+                       int to)
+{
+    size_t k = 0;
+    s[0] = '\0';
+    for (int i = from; i < to && k < cap; i++) {
+        int w = snprintf(s + k, cap - k, "%s%zu", i > from ? "x" : "",
+                         dim[i]);
+        if (w < 0)
+            break;
+        k += (size_t)w;
+    }
+}
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t a = strlen(s), b = strlen(tail);
+    return a >= b && strcmp(s + a - b, tail) == 0;
+}
+
+static int gunzip_first(const char *path, nrt_error *err)
+{
+    return nrt_errorf(err, "%s: compressed; gunzip it first", path);
+}
+
+/* Reads the IDX file at path into f and checks its header against its
+ * size.  On failure f holds nothing. */
+static int idx_read(const char *path, idx_file *f, nrt_error *err)
+{
+    memset(f, 0, sizeof *f);
+    char *buf;
+    size_t len;
+    if (read_all(path, &buf, &len, err) != 0)
+        return -1;
+    const unsigned char *b = (const unsigned char *)buf;
+    const char *tname = "?";
+    size_t size = len >= 4 ? idx_type_size(b[2], &tname) : 0;
+    size_t head = len >= 4 ? 4 + 4 * (size_t)b[3] : 4;
+    int rc = 0;
+    if (len >= 2 && b[0] == 0x1f && b[1] == 0x8b)
+        rc = gunzip_first(path, err);
+    else if (len < 4)
+        rc = nrt_errorf(err, "%s: %zu bytes, shorter than an IDX header",
+                        path, len);
+    else if (b[0] != 0 || b[1] != 0)
+        rc = nrt_errorf(err, "%s: not an IDX file (magic %02x %02x %02x %02x, "
+                        "expected 00 00 TYPE NDIMS)", path, b[0], b[1], b[2],
+                        b[3]);
+    else if (size == 0)
+        rc = nrt_errorf(err, "%s: unknown IDX data type 0x%02x", path, b[2]);
+    else if (b[3] == 0 || b[3] > IDX_MAX_DIMS)
+        rc = nrt_errorf(err, "%s: IDX file of %d dimensions (1 to %d are "
+                        "read)", path, b[3], IDX_MAX_DIMS);
+    else if (len < head)
+        rc = nrt_errorf(err, "%s: %zu bytes, shorter than its %zu-byte IDX "
+                        "header", path, len, head);
+    if (rc != 0) {
+        free(buf);
+        return rc;
+    }
+
+    f->path = path;
+    f->type = b[2];
+    f->size = size;
+    f->ndims = b[3];
+    size_t count = 1;
+    int overflow = 0;
+    for (int i = 0; i < f->ndims; i++) {
+        f->dim[i] = be32(b + 4 + 4 * i);
+        if (f->dim[i] == 0) {
+            rc = nrt_errorf(err, "%s: IDX size %d of %d is 0", path, i + 1,
+                            f->ndims);
+            break;
+        }
+        if (f->dim[i] > SIZE_MAX / count)
+            overflow = 1;
+        else
+            count *= f->dim[i];
+    }
+    char shape[IDX_MAX_DIMS * 12];
+    shape_text(shape, sizeof shape, f->dim, 0, f->ndims);
+    if (rc == 0 && (overflow || count > (SIZE_MAX - head) / size))
+        rc = nrt_errorf(err, "%s: IDX sizes %s are too large", path, shape);
+    else if (rc == 0 && len != head + count * size)
+        rc = nrt_errorf(err, "%s: expected %zu bytes (a header of %zu and "
+                        "%s %s values), found %zu", path, head + count * size,
+                        head, shape, tname, len);
+    if (rc != 0) {
+        free(buf);
+        memset(f, 0, sizeof *f);
+        return rc;
+    }
+    f->buf = buf;
+    f->data = b + head;
+    f->count = count;
+    return 0;
+}
+
+/* Value i of f as a float, or an error naming the sample (of per values)
+ * for a value that is not finite or does not fit a float. */
+static int idx_float(const idx_file *f, size_t i, size_t per, float *v,
+                     nrt_error *err)
+{
+    double x = idx_value(f, i);
+    if (isfinite(x) && fabs(x) <= FLT_MAX) {
+        *v = (float)x;
+        return 0;
+    }
+    if (isfinite(x))
+        return nrt_errorf(err, "%s: sample %zu, value %zu: %g does not fit "
+                          "a float", f->path, i / per + 1, i % per + 1, x);
+    return nrt_errorf(err, "%s: sample %zu, value %zu is %s", f->path,
+                      i / per + 1, i % per + 1,
+                      isnan(x) ? "nan" : x > 0 ? "inf" : "-inf");
+}
+
+/* 1 if path.gz exists, 0 if not, -1 when out of memory. */
+static int gz_exists(const char *path)
+{
+    size_t n = strlen(path);
+    char *gz = malloc(n + 4);
+    if (!gz)
+        return -1;
+    memcpy(gz, path, n);
+    memcpy(gz + n, ".gz", 4);
+    struct stat st;
+    int there = stat(gz, &st) == 0;
+    free(gz);
+    return there;
+}
+
+/* Says why path, which stat failed on with errno e, cannot be read: when
+ * missing, perhaps only its .gz is there.  `of` names the images file a
+ * labels file belongs to, or is NULL. */
+static int idx_missing(const char *path, int e, const char *of,
+                       nrt_error *err)
+{
+    if (e == ENOENT) {
+        int gz = gz_exists(path);
+        if (gz < 0)
+            return oom(err);
+        if (gz)
+            return nrt_errorf(err, "%s.gz: compressed; gunzip it first",
+                              path);
+    }
+    if (of)
+        return nrt_errorf(err, "%s: cannot open: %s (the labels of %s)", path,
+                          strerror(e), of);
+    return nrt_errorf(err, "%s: cannot open: %s", path, strerror(e));
+}
+
+/* The file of directory dir called name, or else alt, into *out. */
+static int idx_find(const char *dir, const char *name, const char *alt,
+                    char **out, nrt_error *err)
+{
+    const char *names[2] = {name, alt};
+    *out = NULL;
+    for (int i = 0; i < 2; i++) {
+        char *p = join_path(dir, names[i]);
+        if (!p)
+            return oom(err);
+        struct stat st;
+        if (stat(p, &st) == 0) {
+            *out = p;
+            return 0;
+        }
+        int e = errno, rc = e == ENOENT ? 0 : idx_missing(p, e, NULL, err);
+        free(p);
+        if (rc != 0)
+            return rc;
+    }
+    for (int i = 0; i < 2; i++) { /* neither: perhaps still compressed */
+        char *p = join_path(dir, names[i]);
+        int gz = p ? gz_exists(p) : -1;
+        int rc = gz < 0 ? oom(err)
+                 : gz ? nrt_errorf(err, "%s.gz: compressed; gunzip it first", p)
+                      : 0;
+        free(p);
+        if (rc != 0)
+            return rc;
+    }
+    return nrt_errorf(err, "%s: no %s (or %s) file", dir, name, alt);
+}
+
+/* The labels file of an images file: the path with its last "images" made
+ * "labels" and its last "idx3" made "idx1"; NULL when out of memory, and
+ * *found 0 when the path holds no "images". */
+static char *idx_labels_path(const char *images, int *found)
+{
+    char *p = join_path("", images);
+    if (!p)
+        return NULL;
+    static const char *const from[2] = {"images", "idx3"};
+    static const char *const to[2] = {"labels", "idx1"};
+    *found = 0;
+    for (int k = 0; k < 2; k++) {
+        char *last = NULL;
+        for (char *q = strstr(p, from[k]); q; q = strstr(q + 1, from[k]))
+            last = q;
+        if (last) {
+            memcpy(last, to[k], strlen(to[k]));
+            *found |= k == 0;
+        }
+    }
+    return p;
+}
+
+/* The feature file's values, in d->x: unsigned bytes as ToTensor has them
+ * (byte / 255 in float), anything else as is; then times scale. */
+static int idx_features(const idx_file *f, float scale, nrt_dataset *d,
+                        nrt_error *err)
+{
+    size_t per = f->count / f->dim[0];
+    if (f->type == IDX_U8) {
+        float pixel[256];
+        for (int b = 0; b < 256; b++)
+            pixel[b] = (float)b / 255.0f * scale;
+        for (size_t i = 0; i < f->count; i++)
+            d->x[i] = pixel[f->data[i]];
+        return 0;
+    }
+    for (size_t i = 0; i < f->count; i++) {
+        float v;
+        if (idx_float(f, i, per, &v, err) != 0)
+            return -1;
+        d->x[i] = v * scale;
+    }
+    return 0;
+}
+
+/* The labels file's class labels, in d->label. */
+static int idx_classes(const idx_file *f, int ncls, nrt_dataset *d,
+                       nrt_error *err)
+{
+    for (size_t i = 0; i < f->count; i++) {
+        double v = idx_value(f, i);
+        if (v < 0 || v >= ncls)
+            return nrt_errorf(err, "%s: label %.0f of sample %zu is outside "
+                              "0..%d", f->path, v, i + 1, ncls - 1);
+        d->label[i] = (int32_t)v;
+    }
+    return 0;
+}
+
+/* The labels file's target values, in d->y. */
+static int idx_targets(const idx_file *f, nrt_dataset *d, nrt_error *err)
+{
+    size_t per = f->count / f->dim[0];
+    for (size_t i = 0; i < f->count; i++)
+        if (idx_float(f, i, per, &d->y[i], err) != 0)
+            return -1;
+    return 0;
+}
+
+/* Checks the images file im against the model's input size. */
+static int idx_check_images(const idx_file *im, size_t dim, nrt_error *err)
+{
+    if (im->count / im->dim[0] == dim)
+        return 0;
+    char shape[IDX_MAX_DIMS * 12];
+    shape_text(shape, sizeof shape, im->dim, 1, im->ndims);
+    return nrt_errorf(err, "%s: images of %s, but the model's input has %zu "
+                      "values", im->path, im->ndims > 1 ? shape : "one value",
+                      dim);
+}
+
+/* Checks the labels file lb against the images file im and the targets. */
+static int idx_check_labels(const idx_file *im, const idx_file *lb,
+                            int target_kind, int ncls, nrt_error *err)
+{
+    char shape[IDX_MAX_DIMS * 12];
+    const char *tname;
+    shape_text(shape, sizeof shape, lb->dim, 0, lb->ndims);
+    size_t n = im->dim[0];
+    if (target_kind == NRT_TARGET_CLASS) {
+        idx_type_size(lb->type, &tname);
+        if (!idx_is_integer(lb->type))
+            return nrt_errorf(err, "%s: labels of type %s, but class labels "
+                              "must be integers", lb->path, tname);
+        if (lb->ndims != 1)
+            return nrt_errorf(err, "%s: labels of shape %s, expected one "
+                              "label a sample", lb->path, shape);
+    } else if (!(lb->ndims == 1 && ncls == 1) &&
+               !(lb->ndims == 2 && lb->dim[1] == (size_t)ncls)) {
+        if (ncls == 1)
+            return nrt_errorf(err, "%s: targets of shape %s, expected %zu or "
+                              "%zux1 (one value a sample)", lb->path, shape,
+                              lb->dim[0], lb->dim[0]);
+        return nrt_errorf(err, "%s: targets of shape %s, expected %zux%d (%d "
+                          "values a sample)", lb->path, shape, lb->dim[0],
+                          ncls, ncls);
+    }
+    if (lb->dim[0] != n)
+        return nrt_errorf(err, "%s: %zu labels, but %s holds %zu images",
+                          lb->path, lb->dim[0], im->path, n);
+    return 0;
+}
+
+static int load_mnist(const nrt_source *src, int target_kind, size_t dim,
+                      int ncls, int test, float scale, nrt_dataset *d,
+                      nrt_error *err)
+{
+    const char *path = src->path;
+    if (ends_with(path, ".gz"))
+        return gunzip_first(path, err);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return idx_missing(path, errno, NULL, err);
+
+    /* The two files. */
+    char *imname = NULL, *lbname = NULL;
+    int rc = 0;
+    if (S_ISDIR(st.st_mode)) {
+        const char *set = test ? "t10k" : "train";
+        char name[2][2][32];
+        snprintf(name[0][0], sizeof name[0][0], "%s-images-idx3-ubyte", set);
+        snprintf(name[0][1], sizeof name[0][1], "%s-images.idx3-ubyte", set);
+        snprintf(name[1][0], sizeof name[1][0], "%s-labels-idx1-ubyte", set);
+        snprintf(name[1][1], sizeof name[1][1], "%s-labels.idx1-ubyte", set);
+        rc = idx_find(path, name[0][0], name[0][1], &imname, err);
+        if (rc == 0)
+            rc = idx_find(path, name[1][0], name[1][1], &lbname, err);
+    } else {
+        int found;
+        imname = join_path("", path);
+        lbname = idx_labels_path(path, &found);
+        if (!imname || !lbname)
+            rc = oom(err);
+        else if (!found)
+            rc = nrt_errorf(err, "%s: cannot tell the labels file: it is this "
+                            "path with its last \"images\" replaced by "
+                            "\"labels\" (and \"idx3\" by \"idx1\"), and the "
+                            "path has no \"images\"", path);
+        else if (stat(lbname, &st) != 0)
+            rc = idx_missing(lbname, errno, path, err);
+    }
+
+    idx_file im = {0}, lb = {0};
+    if (rc == 0)
+        rc = idx_read(imname, &im, err);
+    if (rc == 0)
+        rc = idx_check_images(&im, dim, err);
+    if (rc == 0)
+        rc = idx_read(lbname, &lb, err);
+    if (rc == 0)
+        rc = idx_check_labels(&im, &lb, target_kind, ncls, err);
+    if (rc == 0) {
+        size_t cap = 0;
+        rc = reserve(d, &cap, im.dim[0], target_kind == NRT_TARGET_CLASS,
+                     err);
+    }
+    if (rc == 0)
+        rc = target_kind == NRT_TARGET_CLASS ? idx_classes(&lb, ncls, d, err)
+                                             : idx_targets(&lb, d, err);
+    if (rc == 0)
+        rc = idx_features(&im, scale, d, err);
+    if (rc == 0)
+        d->n = im.dim[0];
+    free(im.buf);
+    free(lb.buf);
+    free(imname);
+    free(lbname);
+    return rc;
+}
+
 /* ------------------------------------------------------------ interface */
 
 int nrt_dataset_load(const nrt_source *src, int target_kind, size_t dim,
@@ -584,7 +1058,9 @@ int nrt_dataset_load(const nrt_source *src, int target_kind, size_t dim,
     memset(out, 0, sizeof *out);
     if (!src || !src->kind || !src->path)
         return nrt_errorf(err, "no data source given");
-    if (target_kind != NRT_TARGET_CLASS && target_kind != NRT_TARGET_VALUE)
+    int text = strcmp(src->kind, "csv") == 0 || strcmp(src->kind, "table") == 0;
+    if (target_kind != NRT_TARGET_CLASS && target_kind != NRT_TARGET_VALUE &&
+        !(target_kind == NRT_TARGET_NONE && text))
         return nrt_errorf(err, "%s: unknown target kind %d", src->path,
                           target_kind);
     if (dim == 0)
@@ -602,14 +1078,16 @@ int nrt_dataset_load(const nrt_source *src, int target_kind, size_t dim,
     d.ydim = target_kind == NRT_TARGET_VALUE ? (size_t)ncls : 0;
 
     int rc;
-    if (strcmp(src->kind, "csv") == 0 || strcmp(src->kind, "table") == 0)
+    if (text)
         rc = load_text(src, src->kind[0] == 'c', target_kind, dim, ncls,
                        scale, &d, err);
     else if (strcmp(src->kind, "cifar10") == 0)
         rc = load_cifar(src, target_kind, dim, ncls, test, scale, &d, err);
+    else if (strcmp(src->kind, "mnist") == 0)
+        rc = load_mnist(src, target_kind, dim, ncls, test, scale, &d, err);
     else
         rc = nrt_errorf(err, "%s: unknown data kind '%s' (expected csv, "
-                        "table or cifar10)", src->path, src->kind);
+                        "table, cifar10 or mnist)", src->path, src->kind);
     if (rc != 0) {
         nrt_dataset_free(&d);
         return -1;

@@ -1,7 +1,9 @@
 /*
- * main.c — the generated program's main: flags, data, the training loop,
- * metrics, gradient checks.  The backends it trains on are backend.c's and
- * libnetrt_cuda's; weights go in and out through safetensors.c.
+ * main.c — the generated program's main: flags, data, the training loop
+ * with its validation, schedule, metrics, TensorBoard log and checkpoints,
+ * the test at the end; --eval, --predict.  The backends it trains on are
+ * backend.c's and libnetrt_cuda's; weights go in and out through
+ * safetensors.c, a run's whole state through checkpoint.c.
  *
  * A generated program calls nrt_main(&model, argc, argv) and nothing else;
  * the model descriptor tells this file the shapes, the parameters, the
@@ -14,11 +16,17 @@
  * does not change the others, and one seed with one set of flags gives
  * bit-identical runs.  The shuffle and the dropout masks are functions of
  * counters (philox.h: the epoch, the step), computed alike by every
- * backend.
+ * backend; which is why a checkpoint of the weights, the optimizer's state
+ * and the counters is all a run needs to go on exactly as it would have.
+ *
+ * The data: the training set; a validation set, evaluated after every
+ * epoch (what reduce_on_plateau watches); a test set, evaluated once at the
+ * end.  The latter two are files or parts of the training set held out.
  */
 #include "netrt.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,15 +43,22 @@
 #endif
 
 typedef struct Options {
-    const char *device, *data, *test_data, *save, *load, *metrics;
+    const char *device, *data, *valid_data, *test_data, *save, *load, *metrics;
+    const char *logdir;     /* --logdir: TensorBoard event files */
+    const char *checkpoint; /* --checkpoint DIR (and --resume's) */
+    const char *resume;     /* --resume DIR */
+    const char *predict;    /* --predict INPUT */
+    const char *output;     /* --output FILE (--predict's; default stdout) */
     int epochs, batch, threads, log_every, quiet, shuffle;
-    long long max_steps; /* -1: no limit */
-    double lr;           /* < 0: the model's */
+    int eval;               /* --eval: evaluate the test data, no training */
+    long long max_steps;    /* -1: no limit */
+    double lr;              /* < 0: the model's */
     uint64_t seed;
-    int gradcheck;       /* > 0: check gradients on this many samples */
-    int list_devices;    /* --list-devices */
-    int jit_info;        /* --jit-info */
-    const char *jit_arch;/* --jit-arch: for this architecture, no GPU needed */
+    int given_seed, given_batch, given_shuffle; /* flags a checkpoint must agree with */
+    int gradcheck;          /* > 0: check gradients on this many samples */
+    int list_devices;       /* --list-devices */
+    int jit_info;           /* --jit-info */
+    const char *jit_arch;   /* --jit-arch: for this architecture, no GPU needed */
 } Options;
 
 static double now(void)
@@ -65,6 +80,13 @@ static void fail(const char *prog, const char *fmt, ...)
 
 /* ------------------------------------------------------------------ flags */
 
+static const char *source_text(const nrt_source *s)
+{
+    if (!s->kind)
+        return "none";
+    return strcmp(s->kind, "holdout") ? s->path : "a held-out part of the training data";
+}
+
 static void usage(const nrt_model *m, const char *prog, FILE *out)
 {
     fprintf(out,
@@ -84,13 +106,24 @@ static void usage(const nrt_model *m, const char *prog, FILE *out)
             "  --lr X             learning rate (default: %g)\n"
             "  --seed N           seed of every random choice (default: %llu)\n"
             "  --data PATH        training data (default: %s)\n"
-            "  --test-data PATH   test data, evaluated after each epoch (default: %s)\n"
+            "  --valid-data PATH  validation data, evaluated after each epoch\n"
+            "                     (default: %s)\n"
+            "  --test-data PATH   test data, evaluated at the end (default: %s)\n"
             "  --no-shuffle       keep the training data in file order\n"
             "  --max-steps N      stop after N optimizer steps (0: no training)\n"
             "  --save FILE        write the weights to FILE (safetensors) at the end\n"
             "  --load FILE        start from the weights in FILE (safetensors)\n"
+            "  --checkpoint DIR   save the run's whole state in DIR after each epoch,\n"
+            "                     and on Ctrl-C or SIGTERM\n"
+            "  --resume DIR       go on from DIR's checkpoint (and keep saving there)\n"
             "  --metrics FILE     write one JSON record per epoch to FILE (JSON Lines)\n"
             "  --log-every N      also write the loss of every Nth step to the metrics\n"
+            "  --logdir DIR       write TensorBoard event files to DIR\n"
+            "  --eval             evaluate the test data (with --load's weights), print\n"
+            "                     the loss and accuracy, and exit\n"
+            "  --predict INPUT    write the model's predictions for INPUT's samples as\n"
+            "                     CSV to --output (default: stdout), and exit\n"
+            "  -o, --output FILE  where --predict writes\n"
             "  --threads N        CPU threads (default: all cores)\n"
             "  --quiet            print nothing but errors\n"
             "  --gradcheck N      check the gradients on N training samples against\n"
@@ -98,8 +131,8 @@ static void usage(const nrt_model *m, const char *prog, FILE *out)
             "  --help             print this help\n",
             prog, m->name, NETRT_VERSION, m->source, m->device, m->epochs, m->batch,
             (double)m->optim.lr, (unsigned long long)m->seed,
-            m->train.path ? m->train.path : "none",
-            m->test.path ? m->test.path : m->holdout > 0 ? "a held-out part of the training data" : "none");
+            m->train.path ? m->train.path : "none", source_text(&m->valid),
+            source_text(&m->test));
 }
 
 static int parse_int(const char *prog, const char *flag, const char *s, long long lo,
@@ -116,38 +149,67 @@ static int parse_int(const char *prog, const char *flag, const char *s, long lon
     return 0;
 }
 
+/* A flag's value: where it goes (a string, or a number with its range). */
+typedef struct Flag {
+    const char *name;
+    const char **str;
+    long long *num;
+    long long lo, hi;
+} Flag;
+
 static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
 {
     const char *prog = argv[0];
-    *o = (Options){m->device, m->train.path, m->test.path, NULL, NULL, NULL,
-                   m->epochs, m->batch, 0, 0, 0, 1, -1, -1, m->seed, 0, 0, 0, NULL};
+    *o = (Options){.device = m->device, .data = m->train.path, .epochs = m->epochs,
+                   .batch = m->batch, .shuffle = 1, .max_steps = -1, .lr = -1, .seed = m->seed};
+    long long epochs = o->epochs, batch = o->batch, seed = (long long)o->seed, log_every = 0,
+              threads = 0, gradcheck = 0, max_steps = -1;
+    const char *lr = NULL;
+    const Flag flags[] = {
+        {"--device", &o->device, NULL, 0, 0},
+        {"--jit-arch", &o->jit_arch, NULL, 0, 0},
+        {"--data", &o->data, NULL, 0, 0},
+        {"--valid-data", &o->valid_data, NULL, 0, 0},
+        {"--test-data", &o->test_data, NULL, 0, 0},
+        {"--save", &o->save, NULL, 0, 0},
+        {"--load", &o->load, NULL, 0, 0},
+        {"--metrics", &o->metrics, NULL, 0, 0},
+        {"--logdir", &o->logdir, NULL, 0, 0},
+        {"--checkpoint", &o->checkpoint, NULL, 0, 0},
+        {"--resume", &o->resume, NULL, 0, 0},
+        {"--predict", &o->predict, NULL, 0, 0},
+        {"--output", &o->output, NULL, 0, 0},
+        {"-o", &o->output, NULL, 0, 0},
+        {"--lr", &lr, NULL, 0, 0},
+        {"--epochs", NULL, &epochs, 0, 2147483647},
+        {"--batch", NULL, &batch, 1, 1048576},
+        {"--seed", NULL, &seed, 0, 9007199254740991ll},
+        {"--max-steps", NULL, &max_steps, 0, 9007199254740991ll},
+        {"--log-every", NULL, &log_every, 1, 2147483647},
+        {"--threads", NULL, &threads, 1, 2147483647},
+        {"--gradcheck", NULL, &gradcheck, 1, 2147483647},
+        {NULL, NULL, NULL, 0, 0}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        long long v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(m, prog, stdout);
             exit(0);
-        } else if (!strcmp(a, "--no-shuffle")) {
-            o->shuffle = 0;
-            continue;
-        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
-            o->quiet = 1;
-            continue;
-        } else if (!strcmp(a, "--list-devices")) {
-            o->list_devices = 1;
-            continue;
-        } else if (!strcmp(a, "--jit-info")) {
-            o->jit_info = 1;
+        }
+        int *sw = !strcmp(a, "--no-shuffle")     ? &o->shuffle
+                  : !strcmp(a, "--quiet") || !strcmp(a, "-q") ? &o->quiet
+                  : !strcmp(a, "--list-devices") ? &o->list_devices
+                  : !strcmp(a, "--jit-info")     ? &o->jit_info
+                  : !strcmp(a, "--eval")         ? &o->eval
+                                                 : NULL;
+        if (sw) {
+            *sw = sw != &o->shuffle;
+            o->given_shuffle |= sw == &o->shuffle;
             continue;
         }
-        static const char *const with_value[] = {
-            "--device", "--epochs", "--batch", "--lr", "--seed", "--data", "--test-data",
-            "--max-steps", "--save", "--load", "--metrics", "--log-every", "--threads",
-            "--gradcheck", "--jit-arch", NULL};
-        int known = 0;
-        for (int k = 0; with_value[k]; k++)
-            known |= !strcmp(a, with_value[k]);
-        if (!known) {
+        const Flag *f = flags;
+        while (f->name && strcmp(a, f->name))
+            f++;
+        if (!f->name) {
             fail(prog, "unknown option '%s'", a);
             fprintf(stderr, "%s: note: '%s --help' lists the options\n", prog, prog);
             return -1;
@@ -156,56 +218,46 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
             fail(prog, "%s needs a value", a);
             return -1;
         }
-        const char *s = argv[++i];
-        if (!strcmp(a, "--device")) {
-            o->device = s;
-        } else if (!strcmp(a, "--jit-arch")) {
-            o->jit_arch = s;
-            o->jit_info = 1;
-        } else if (!strcmp(a, "--data")) {
-            o->data = s;
-        } else if (!strcmp(a, "--test-data")) {
-            o->test_data = s;
-        } else if (!strcmp(a, "--save")) {
-            o->save = s;
-        } else if (!strcmp(a, "--load")) {
-            o->load = s;
-        } else if (!strcmp(a, "--metrics")) {
-            o->metrics = s;
-        } else if (!strcmp(a, "--lr")) {
-            char *end;
-            errno = 0;
-            o->lr = strtod(s, &end);
-            if (errno || end == s || *end || !(o->lr >= 0) || isinf(o->lr)) {
-                fail(prog, "--lr expects a non-negative number, got '%s'", s);
-                return -1;
-            }
-        } else {
-            long long lo = 0, hi = 2147483647;
-            if (!strcmp(a, "--batch") || !strcmp(a, "--log-every") || !strcmp(a, "--threads") ||
-                !strcmp(a, "--gradcheck"))
-                lo = 1;
-            if (!strcmp(a, "--batch"))
-                hi = 1048576;
-            if (!strcmp(a, "--seed") || !strcmp(a, "--max-steps"))
-                hi = 9007199254740991ll;
-            if (parse_int(prog, a, s, lo, hi, &v))
-                return -1;
-            if (!strcmp(a, "--epochs"))
-                o->epochs = (int)v;
-            else if (!strcmp(a, "--batch"))
-                o->batch = (int)v;
-            else if (!strcmp(a, "--seed"))
-                o->seed = (uint64_t)v;
-            else if (!strcmp(a, "--max-steps"))
-                o->max_steps = v;
-            else if (!strcmp(a, "--log-every"))
-                o->log_every = (int)v;
-            else if (!strcmp(a, "--threads"))
-                o->threads = (int)v;
-            else
-                o->gradcheck = (int)v;
+        const char *v = argv[++i];
+        if (f->str)
+            *f->str = v;
+        else if (parse_int(prog, a, v, f->lo, f->hi, f->num))
+            return -1;
+        o->given_seed |= f->num == &seed;
+        o->given_batch |= f->num == &batch;
+    }
+    if (lr) {
+        char *end;
+        errno = 0;
+        o->lr = strtod(lr, &end);
+        if (errno || end == lr || *end || !(o->lr >= 0) || isinf(o->lr)) {
+            fail(prog, "--lr expects a non-negative number, got '%s'", lr);
+            return -1;
         }
+    }
+    o->epochs = (int)epochs;
+    o->batch = (int)batch;
+    o->seed = (uint64_t)seed;
+    o->log_every = (int)log_every;
+    o->threads = (int)threads;
+    o->gradcheck = (int)gradcheck;
+    o->max_steps = max_steps;
+    o->jit_info |= o->jit_arch != NULL;
+    if (o->resume && !o->checkpoint)
+        o->checkpoint = o->resume;
+    const char *alone = o->eval ? "--eval" : o->predict ? "--predict" : NULL;
+    if (o->eval && o->predict) {
+        fail(prog, "--eval and --predict: give one");
+        return -1;
+    }
+    if (alone && (o->resume || o->checkpoint || o->gradcheck)) {
+        fail(prog, "%s does not train: it takes no %s", alone,
+             o->resume ? "--resume" : o->checkpoint ? "--checkpoint" : "--gradcheck");
+        return -1;
+    }
+    if (o->output && !o->predict) {
+        fail(prog, "--output is where --predict writes; there is no --predict");
+        return -1;
     }
     return 0;
 }
@@ -213,18 +265,52 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
 /* ------------------------------------------------------------------- data */
 
 typedef struct Data {
-    nrt_dataset train, test;
-    int has_train, has_test;
+    nrt_dataset train, valid, test;
+    int has_train, has_valid, has_test;
 } Data;
 
 static void data_free(Data *d)
 {
     if (d->has_train)
         nrt_dataset_free(&d->train);
+    if (d->has_valid)
+        nrt_dataset_free(&d->valid);
     if (d->has_test)
         nrt_dataset_free(&d->test);
 }
 
+static int is_holdout(const nrt_source *s)
+{
+    return s->kind && !strcmp(s->kind, "holdout");
+}
+
+/* The validation or test set: the flag's path, read as the model's source
+ * for it says (or as the training data), else the model's source: a file,
+ * or a part of the training set held out. */
+static int load_eval_set(const nrt_model *m, const nrt_source *model_src, const char *flag_path,
+                         const nrt_source *train_src, Data *d, uint64_t split_seed,
+                         nrt_dataset *out, int *has, nrt_error *err)
+{
+    if (!flag_path && is_holdout(model_src)) {
+        if (nrt_dataset_split(&d->train, model_src->fraction, split_seed, out, err))
+            return -1;
+        *has = 1;
+        return 0;
+    }
+    if (!flag_path && !model_src->kind)
+        return 0;
+    nrt_source s = model_src->kind && !is_holdout(model_src) ? *model_src : *train_src;
+    if (flag_path)
+        s.path = flag_path;
+    if (nrt_dataset_load(&s, m->target_kind, m->in_size, m->n_out, 1, out, err))
+        return -1;
+    *has = 1;
+    return 0;
+}
+
+/* The data the run needs: training data to train or check gradients (or
+ * to hold a part of out), validation data to train, test data to train
+ * or --eval.  Standardization uses the training set's statistics. */
 static int load_data(const nrt_model *m, const Options *o, Data *d, nrt_error *err)
 {
     *d = (Data){0};
@@ -232,24 +318,29 @@ static int load_data(const nrt_model *m, const Options *o, Data *d, nrt_error *e
     src.path = o->data;
     if (!src.kind)
         src.kind = "csv";
-    if (!src.path)
-        return nrt_errorf(err, "no training data: the model names none; give --data PATH");
-    if (nrt_dataset_load(&src, m->target_kind, m->in_size, m->n_out, 0, &d->train, err))
-        return -1;
-    d->has_train = 1;
-    if (o->test_data) {
-        nrt_source t = m->test.kind ? m->test : m->train;
-        t.path = o->test_data;
-        if (!t.kind)
-            t.kind = src.kind;
-        if (nrt_dataset_load(&t, m->target_kind, m->in_size, m->n_out, 1, &d->test, err))
+    const int train = !o->eval && (o->max_steps != 0 || o->gradcheck > 0);
+    if (!train && !o->eval)
+        return 0;
+    const int holdout = (!o->test_data && is_holdout(&m->test)) ||
+                        (train && !o->valid_data && is_holdout(&m->valid));
+    if (train || holdout || src.standardize) {
+        if (!src.path)
+            return nrt_errorf(err, "no training data: the model names none; give --data PATH");
+        if (nrt_dataset_load(&src, m->target_kind, m->in_size, m->n_out, 0, &d->train, err))
             return -1;
-        d->has_test = 1;
-    } else if (m->holdout > 0) {
-        if (nrt_dataset_split(&d->train, m->holdout, o->seed, &d->test, err))
-            return -1;
-        d->has_test = 1;
+        d->has_train = 1;
     }
+    if (o->gradcheck > 0)
+        return 0;
+    if ((train || o->eval) &&
+        load_eval_set(m, &m->test, o->test_data, &src, d, o->seed, &d->test, &d->has_test, err))
+        return -1;
+    if (o->eval && !d->has_test)
+        return nrt_errorf(err, "--eval: no test data: the model names none; give --test-data PATH");
+    if (train && load_eval_set(m, &m->valid, o->valid_data, &src, d,
+                               nrt_stream_key(o->seed, NRT_STREAM_VALID), &d->valid,
+                               &d->has_valid, err))
+        return -1;
     if (src.standardize) {
         size_t dim = d->train.dim;
         float *mean = malloc(sizeof(float) * dim), *std = malloc(sizeof(float) * dim);
@@ -260,121 +351,51 @@ static int load_data(const nrt_model *m, const Options *o, Data *d, nrt_error *e
         }
         nrt_dataset_stats(&d->train, mean, std);
         nrt_dataset_standardize(&d->train, mean, std);
+        if (d->has_valid)
+            nrt_dataset_standardize(&d->valid, mean, std);
         if (d->has_test)
             nrt_dataset_standardize(&d->test, mean, std);
         free(mean);
         free(std);
     }
+    if (!train && !holdout && d->has_train) { /* read for its statistics only */
+        nrt_dataset_free(&d->train);
+        d->has_train = 0;
+    }
     return 0;
 }
 
-/* ---------------------------------------------------------------- gradcheck */
-
-/* Loss of the batch.  net->step does not move, so every evaluation of
- * the loss sees the same dropout masks. */
-static double loss_at(nrt_net *net, const nrt_batch *b)
-{
-    const float *out;
-    return (double)net->model->forward(net, b, &out);
-}
-
-typedef struct Check {
-    long long checked, kinks, failed;
-    double max_err;
-} Check;
-
-/* Compares the analytic derivative of value *v with central differences. */
-static void check_one(nrt_net *net, const nrt_batch *b, float *v,
-                      double analytic, const char *what, long long index, Check *c, int verbose)
-{
-    const char *step = getenv("NETRT_GRADCHECK_STEP");
-    const double h = step ? atof(step) : 1e-3, atol = 2e-4, rtol = 5e-3;
-    float saved = *v;
-    *v = saved + (float)h;
-    double up = loss_at(net, b);
-    *v = saved - (float)h;
-    double down = loss_at(net, b);
-    *v = saved;
-    double mid = loss_at(net, b);
-    double central = (up - down) / (2 * h);
-    double right = (up - mid) / h, left = (mid - down) / h;
-    c->checked++;
-    double err = fabs(analytic - central);
-    double tol = atol + rtol * fmax(fabs(analytic), fabs(central));
-    if (err <= tol) {
-        if (err > c->max_err)
-            c->max_err = err;
-        return;
-    }
-    /* a kink (relu at 0, a maxpool tie) inside [-h, h]: the one-sided
-     * derivatives disagree, and the analytic one must be one of them */
-    if (fabs(right - left) > tol) {
-        double el = fabs(analytic - left), er = fabs(analytic - right);
-        if (el <= atol + rtol * fabs(left) || er <= atol + rtol * fabs(right)) {
-            c->kinks++;
-            if (verbose)
-                printf("kink %s[%lld]: analytic %.6g, left %.6g, right %.6g\n", what, index,
-                       analytic, left, right);
-            return;
-        }
-    }
-    c->failed++;
-    printf("MISMATCH %s[%lld]: analytic %.6g, numeric %.6g (left %.6g, right %.6g)\n", what,
-           index, analytic, central, left, right);
-}
-
-static int gradcheck(nrt_net *net, const nrt_dataset *d, int nsamples, uint64_t seed)
-{
-    const nrt_model *m = net->model;
-    size_t n = (size_t)nsamples < d->n ? (size_t)nsamples : d->n;
-    uint32_t *idx = malloc(sizeof *idx * n);
-    float *x = malloc(sizeof(float) * n * m->in_size);
-    int32_t *label = d->label ? malloc(sizeof(int32_t) * n) : NULL;
-    float *y = d->y ? malloc(sizeof(float) * n * d->ydim) : NULL;
-    float *analytic = malloc(sizeof(float) * m->param_count + 1);
-    float *dinput = calloc(n * m->in_size, sizeof(float));
-    if (!idx || !x || (d->label && !label) || (d->y && !y) || !analytic || !dinput) {
-        fprintf(stderr, "gradcheck: out of memory\n");
-        free(idx), free(x), free(label), free(y), free(analytic), free(dinput);
-        return 1;
-    }
-    for (size_t i = 0; i < n; i++)
-        idx[i] = (uint32_t)i;
-    nrt_dataset_gather(d, idx, n, x, label, y);
-    nrt_batch b = {(int)n, x, label, y};
-    net->dropout_key = nrt_stream_key(seed, NRT_STREAM_DROPOUT);
-    net->training = 1;
-    net->dinput = dinput;
-    loss_at(net, &b);
-    m->backward(net, &b);
-    memcpy(analytic, net->grad, sizeof(float) * m->param_count);
-    net->dinput = NULL;
-
-    Check c = {0};
-    int verbose = getenv("NETRT_GRADCHECK_VERBOSE") != NULL;
-    for (int i = 0; i < m->n_params; i++) {
-        const nrt_param *p = &m->params[i];
-        size_t stride = p->size > 64 ? p->size / 64 : 1; /* at most ~64 per tensor */
-        for (size_t k = 0; k < p->size; k += stride)
-            check_one(net, &b, net->param + p->offset + k, analytic[p->offset + k],
-                      p->name, (long long)k, &c, verbose);
-    }
-    size_t nin = n * m->in_size, stride = nin > 256 ? nin / 256 : 1;
-    for (size_t k = 0; k < nin; k += stride)
-        check_one(net, &b, x + k, dinput[k], "input", (long long)k, &c, verbose);
-    printf("gradcheck: %lld values checked on %zu samples, %lld at kinks, max error %.3g: %s\n",
-           c.checked, n, c.kinks, c.max_err, c.failed ? "FAILED" : "ok");
-    free(x);
-    free(label);
-    free(y);
-    free(idx);
-    free(analytic);
-    net->dinput = NULL;
-    free(dinput);
-    return c.failed ? 1 : 0;
-}
-
 /* ------------------------------------------------------------------ train */
+
+/* Ctrl-C and SIGTERM stop the training loop between two steps, where the
+ * run's state is whole and can be saved.  A signal handler can only set a
+ * flag: the one piece of global state in the runtime, as signals are
+ * global to a process.  The handler is reset by the first signal, so a
+ * second Ctrl-C stops the program at once (a checkpoint being written is
+ * then left as it was: saves are atomic). */
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+/* A signal the program was started with ignored (Ctrl-C for a job a
+ * script put in the background, nohup's) stays ignored. */
+static void catch_signals(int on)
+{
+    static const int sigs[2] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction sa, old;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN)
+            continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on ? on_signal : SIG_DFL;
+        sa.sa_flags = on ? (int)SA_RESETHAND : 0;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
 
 typedef struct Run {
     const nrt_model *m;
@@ -382,33 +403,137 @@ typedef struct Run {
     const char *prog;
     nrt_backend be;
     float *param;      /* the weights on the host: initial, loaded, saved */
+    float *opt_m, *opt_v; /* the optimizer's state on the host (checkpoints) */
     Data data;
     FILE *metrics;
+    nrt_tb *tb;
+    nrt_sched_state sched;
     long long steps;
-    float lr;          /* the optimizer's, --lr applied */
+    int64_t start_epoch;   /* where training starts: 1, or a checkpoint's */
+    uint64_t start_position;
+    double resume_loss_sum; /* the checkpoint's epoch's loss sum so far */
+    int64_t last_epoch;    /* the last epoch ended (TensorBoard's test step) */
+    double lr;         /* the optimizer's now */
     nrt_error err;
 } Run;
 
-static void progress(const Run *r, int epoch, size_t done, size_t total, double loss)
+static void progress(const Run *r, int64_t epoch, size_t done, size_t total, double loss)
 {
-    fprintf(stderr, "\r  epoch %d/%d %3d%%  loss %.4f ", epoch, r->o->epochs,
+    fprintf(stderr, "\r  epoch %lld/%d %3d%%  loss %.4f ", (long long)epoch, r->o->epochs,
             (int)(100.0 * (double)done / (double)total), loss);
     fflush(stderr);
 }
 
-static void bad_loss(Run *r, double loss, const char *when, int epoch)
+static void bad_loss(Run *r, double loss, const char *when, int64_t epoch)
 {
-    fail(r->prog, "the loss is %s %s %lld (epoch %d); lower the learning rate (now %g)",
-         isnan(loss) ? "NaN" : "infinite", when, r->steps, epoch, (double)r->lr);
+    fail(r->prog, "the loss is %s %s %lld (epoch %lld); lower the learning rate (now %g)",
+         isnan(loss) ? "NaN" : "infinite", when, r->steps, (long long)epoch, r->lr);
 }
 
-/* The epochs: the order of the samples, the steps, the epoch's line and
- * metrics.  The loss of a step is read from the backend only when it is
- * needed (a logged step, the live progress line) unless reading it costs
- * nothing (the cpu): on a GPU a read waits for the step. */
+/* One scalar to TensorBoard, if there is a log. */
+static int tb_scalar(Run *r, const char *tag, int64_t step, double value)
+{
+    return r->tb && !isnan(value) ? nrt_tb_scalar(r->tb, tag, step, value, &r->err) : 0;
+}
+
+/* The run's state at position of epoch, to --checkpoint's directory. */
+static int save_checkpoint(Run *r, int64_t epoch, size_t position)
+{
+    const Options *o = r->o;
+    nrt_checkpoint c = {.epoch = epoch, .position = position, .seed = o->seed,
+                        .batch = o->batch, .shuffle = o->shuffle, .sched = r->sched,
+                        .param = r->param, .m = r->opt_m, .v = r->opt_v};
+    return r->be.get_params(r->be.ctx, r->param, &r->err) ||
+                   r->be.get_state(r->be.ctx, r->opt_m, r->opt_v, &c.step, &c.loss_sum,
+                                   &r->err) ||
+                   nrt_checkpoint_save(o->checkpoint, r->m, &r->m->optim, &c, &r->err)
+               ? -1
+               : 0;
+}
+
+/* A signal stopped the run at position of epoch: saved, if asked to. */
+static int interrupted(Run *r, int64_t epoch, size_t position)
+{
+    const char *name = stop_signal == SIGINT ? "Ctrl-C" : "SIGTERM";
+    if (!r->o->quiet && isatty(2))
+        fputs("\r\033[K", stderr);
+    if (!r->o->checkpoint) {
+        fprintf(stderr, "%s: stopped by %s in epoch %lld after %lld steps; nothing saved "
+                "(--checkpoint DIR keeps the run's state)\n", r->prog, name, (long long)epoch,
+                r->steps);
+        return 128 + stop_signal;
+    }
+    if (save_checkpoint(r, epoch, position))
+        return -1;
+    fprintf(stderr, "%s: stopped by %s in epoch %lld after %lld steps; saved to %s/%s "
+            "(--resume %s goes on)\n", r->prog, name, (long long)epoch, r->steps,
+            r->o->checkpoint, "checkpoint.safetensors", r->o->checkpoint);
+    return 128 + stop_signal;
+}
+
+/* The end of an epoch: the validation set, the schedule, the epoch's line,
+ * metrics and TensorBoard scalars, and the checkpoint.  full: the epoch
+ * was not cut short (by --max-steps), so the schedule moves on. */
+static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, double secs,
+                     int full)
+{
+    const Options *o = r->o;
+    nrt_backend *be = &r->be;
+    const int cls = r->m->target_kind == NRT_TARGET_CLASS, valid = r->data.has_valid;
+    double valid_loss = NAN, accuracy = NAN;
+    if (valid && be->evaluate(be->ctx, NRT_EVAL_VALID, &valid_loss, &accuracy, &r->err))
+        return -1;
+    const double lr = r->lr;
+    r->last_epoch = epoch;
+    if (!o->quiet) {
+        printf("epoch %3lld/%d  train_loss %.6f", (long long)epoch, o->epochs, train_loss);
+        if (valid) {
+            printf("  valid_loss %.6f", valid_loss);
+            if (cls)
+                printf("  valid_accuracy %.2f%%", 100 * accuracy);
+        }
+        if (r->m->schedule.kind)
+            printf("  lr %.4g", lr);
+        printf("  %.2fs  %.0f samples/s%s\n", secs, (double)seen / secs,
+               full ? "" : "  (stopped part way)");
+        fflush(stdout);
+    }
+    if (r->metrics) {
+        fprintf(r->metrics, "{\"epoch\": %lld, \"train_loss\": %.9g", (long long)epoch,
+                train_loss);
+        if (valid) {
+            fprintf(r->metrics, ", \"valid_loss\": %.9g", valid_loss);
+            if (cls)
+                fprintf(r->metrics, ", \"valid_accuracy\": %.9g", accuracy);
+        }
+        fprintf(r->metrics, ", \"lr\": %.9g, \"seconds\": %.6f, \"samples_per_sec\": %.3f%s}\n",
+                lr, secs, (double)seen / secs, full ? "" : ", \"partial\": true");
+        fflush(r->metrics);
+    }
+    if (tb_scalar(r, "train/loss", epoch, train_loss) ||
+        tb_scalar(r, "valid/loss", epoch, valid_loss) ||
+        tb_scalar(r, "valid/accuracy", epoch, accuracy) || tb_scalar(r, "lr", epoch, lr) ||
+        (r->tb && nrt_tb_flush(r->tb, &r->err)))
+        return -1;
+    if (full && r->m->schedule.kind) {
+        /* reduce_on_plateau watches the validation loss, or without a
+         * validation set the training loss */
+        double next = nrt_schedule_step(&r->sched, &r->m->schedule,
+                                        valid ? valid_loss : train_loss);
+        if (next != r->lr && be->set_lr(be->ctx, next, &r->err))
+            return -1;
+        r->lr = next;
+    }
+    return o->checkpoint && full ? save_checkpoint(r, epoch + 1, 0) : 0;
+}
+
+/* The epochs: the order of the samples, the steps, the epoch's end.  The
+ * loss of a step is read from the backend only when it is needed (a
+ * logged step, the live progress line) unless reading it costs nothing
+ * (the cpu): on a GPU a read waits for the step.  Returns 0, -1 (an error
+ * in r->err) or an exit status (a bad loss, a signal). */
 static int train(Run *r)
 {
-    const nrt_model *m = r->m;
     const Options *o = r->o;
     nrt_backend *be = &r->be;
     nrt_error *err = &r->err;
@@ -417,21 +542,25 @@ static int train(Run *r)
     int live = !o->quiet && isatty(2);
     double t0 = now(), total_samples = 0;
     int epochs_done = 0;
+    size_t start = r->start_position;
 
-    for (int epoch = 1; epoch <= o->epochs; epoch++) {
+    for (int64_t epoch = r->start_epoch; epoch <= o->epochs; epoch++, start = 0) {
         if (o->max_steps >= 0 && r->steps >= o->max_steps)
             break;
         nrt_order order;
         nrt_order_init(&order, shuffle_key, (uint64_t)epoch, d->n, o->shuffle);
-        if (be->set_order(be->ctx, &order, err))
+        if (be->set_order(be->ctx, &order, start, err))
             return -1;
         double te = now(), shown_sum = 0, last_shown = te;
-        size_t seen = 0, shown = 0;
-        for (size_t s = 0; s < d->n; s += (size_t)o->batch) {
+        size_t seen = 0, shown = 0, s = start;
+        for (; s < d->n; s += (size_t)o->batch) {
+            if (stop_signal)
+                return interrupted(r, epoch, s);
             if (o->max_steps >= 0 && r->steps >= o->max_steps)
                 break;
             size_t n = d->n - s < (size_t)o->batch ? d->n - s : (size_t)o->batch;
-            int logged = r->metrics && o->log_every && (r->steps + 1) % o->log_every == 0;
+            int logged = (r->metrics || r->tb) && o->log_every &&
+                         (r->steps + 1) % o->log_every == 0;
             int show = live && now() - last_shown > 0.1;
             int want = be->loss_free || logged || show;
             float loss;
@@ -449,13 +578,19 @@ static int train(Run *r)
             }
             shown_sum += (double)loss * (double)n;
             shown += n;
-            if (logged)
+            if (logged && r->metrics)
                 fprintf(r->metrics, "{\"step\": %lld, \"loss\": %.9g}\n", r->steps, (double)loss);
+            if (logged && tb_scalar(r, "train/step_loss", r->steps, loss))
+                return -1;
             if (show) {
                 progress(r, epoch, s + n, d->n, shown_sum / (double)shown);
                 last_shown = now();
             }
         }
+        const int full = s >= d->n;
+        const size_t done = full ? d->n : s; /* samples of the epoch done */
+        if (!full && o->checkpoint && save_checkpoint(r, epoch, s)) /* --max-steps */
+            return -1;
         if (seen == 0)
             break;
         double loss_sum;
@@ -466,41 +601,175 @@ static int train(Run *r)
         epochs_done++;
         if (live)
             fputs("\r\033[K", stderr);
-        double train_loss = loss_sum / (double)seen;
+        /* over the epoch's samples so far: a resumed epoch's loss sum
+         * started from the checkpoint's, as if never broken */
+        double train_loss = loss_sum / (double)done;
         if (!isfinite(train_loss)) {
             bad_loss(r, train_loss, "by step", epoch);
             return 1;
         }
-        double test_loss = NAN, accuracy = NAN;
-        if (r->data.has_test && be->evaluate(be->ctx, &test_loss, &accuracy, err))
+        if (end_epoch(r, epoch, train_loss, seen, secs, full))
             return -1;
-        if (!o->quiet) {
-            printf("epoch %3d/%d  train_loss %.6f", epoch, o->epochs, train_loss);
-            if (r->data.has_test) {
-                printf("  test_loss %.6f", test_loss);
-                if (m->target_kind == NRT_TARGET_CLASS)
-                    printf("  test_accuracy %.2f%%", 100 * accuracy);
-            }
-            printf("  %.2fs  %.0f samples/s\n", secs, (double)seen / secs);
-            fflush(stdout);
-        }
-        if (r->metrics) {
-            fprintf(r->metrics, "{\"epoch\": %d, \"train_loss\": %.9g", epoch, train_loss);
-            if (r->data.has_test) {
-                fprintf(r->metrics, ", \"test_loss\": %.9g", test_loss);
-                if (m->target_kind == NRT_TARGET_CLASS)
-                    fprintf(r->metrics, ", \"test_accuracy\": %.9g", accuracy);
-            }
-            fprintf(r->metrics, ", \"lr\": %.7g, \"seconds\": %.6f, \"samples_per_sec\": %.3f}\n",
-                    (double)r->lr, secs, (double)seen / secs);
-            fflush(r->metrics);
-        }
     }
     double secs = now() - t0;
     if (!o->quiet && epochs_done > 0)
         printf("trained %d epoch%s (%lld steps) in %.2f s: %.0f samples/s\n", epochs_done,
                epochs_done == 1 ? "" : "s", r->steps, secs, total_samples / secs);
     return 0;
+}
+
+/* The test set, after training or for --eval: a line, a metrics record
+ * and TensorBoard scalars at the last epoch. */
+static int test(Run *r, int64_t epoch)
+{
+    double loss, accuracy;
+    const int cls = r->m->target_kind == NRT_TARGET_CLASS;
+    if (r->be.evaluate(r->be.ctx, NRT_EVAL_TEST, &loss, &accuracy, &r->err))
+        return -1;
+    if (!r->o->quiet) {
+        printf("test_loss %.6f", loss);
+        if (cls)
+            printf("  test_accuracy %.2f%%", 100 * accuracy);
+        printf("  (%zu samples)\n", r->data.test.n);
+    }
+    if (r->metrics) {
+        fprintf(r->metrics, "{\"test_loss\": %.9g", loss);
+        if (cls)
+            fprintf(r->metrics, ", \"test_accuracy\": %.9g", accuracy);
+        fprintf(r->metrics, ", \"test_samples\": %zu}\n", r->data.test.n);
+    }
+    return tb_scalar(r, "test/loss", epoch, loss) || tb_scalar(r, "test/accuracy", epoch, accuracy)
+               ? -1
+               : 0;
+}
+
+/* --resume: the checkpoint's weights, optimizer state, counters and
+ * schedule, read before the backend opens (its batch is the checkpoint's).
+ * The run's seed, batch and order are the checkpoint's: a flag saying
+ * otherwise is refused. */
+static int read_checkpoint(Run *r, Options *o)
+{
+    nrt_checkpoint c = {.param = r->param, .m = r->opt_m, .v = r->opt_v};
+    nrt_error *err = &r->err;
+    if (nrt_checkpoint_load(o->resume, r->m, &r->m->optim, &c, err))
+        return -1;
+    if (o->given_seed && o->seed != c.seed)
+        return nrt_errorf(err, "%s: the run was seeded with %llu; resume it without --seed",
+                          o->resume, (unsigned long long)c.seed);
+    if (o->given_batch && o->batch != c.batch)
+        return nrt_errorf(err, "%s: the run has batches of %lld; resume it without --batch",
+                          o->resume, (long long)c.batch);
+    if (o->given_shuffle && o->shuffle != c.shuffle)
+        return nrt_errorf(err, "%s: the run shuffles its epochs; resume it without --no-shuffle",
+                          o->resume);
+    o->seed = c.seed;
+    o->batch = (int)c.batch;
+    o->shuffle = c.shuffle;
+    r->sched = c.sched;
+    r->lr = c.sched.lr;
+    r->steps = (long long)c.step;
+    r->start_epoch = c.epoch;
+    r->start_position = c.position;
+    r->resume_loss_sum = c.loss_sum;
+    return 0;
+}
+
+/* ----------------------------------------------------------------- predict */
+
+/* The samples of --predict's INPUT: read as the training data is, with
+ * its targets if its rows have them (which are then ignored), else
+ * features alone. */
+static int load_input(const nrt_model *m, const Options *o, nrt_dataset *d, nrt_error *err)
+{
+    nrt_source s = m->train;
+    s.path = o->predict;
+    if (!s.kind)
+        s.kind = "csv";
+    nrt_error first;
+    if (nrt_dataset_load(&s, m->target_kind, m->in_size, m->n_out, 1, d, &first) == 0)
+        return 0;
+    if (nrt_dataset_load(&s, 0, m->in_size, m->n_out, 1, d, err) == 0)
+        return 0;
+    *err = first;
+    return -1;
+}
+
+/* One CSV line a sample: the class and each class's probability (the
+ * softmax of the logits), or the predicted values. */
+static void write_predictions(FILE *f, const nrt_model *m, const float *out, size_t n)
+{
+    const int k = m->n_out, cls = m->target_kind == NRT_TARGET_CLASS;
+    fputs(cls ? "class" : "value_0", f);
+    for (int j = cls ? 0 : 1; j < k; j++)
+        fprintf(f, cls ? ",p%d" : ",value_%d", j);
+    fputc('\n', f);
+    for (size_t i = 0; i < n; i++) {
+        const float *y = out + i * (size_t)k;
+        if (!cls) {
+            for (int j = 0; j < k; j++)
+                fprintf(f, "%s%.9g", j ? "," : "", (double)y[j]);
+            fputc('\n', f);
+            continue;
+        }
+        int best = 0;
+        double sum = 0;
+        for (int j = 1; j < k; j++)
+            best = y[j] > y[best] ? j : best;
+        for (int j = 0; j < k; j++)
+            sum += exp((double)y[j] - (double)y[best]);
+        fprintf(f, "%d", best);
+        for (int j = 0; j < k; j++)
+            fprintf(f, ",%.6g", exp((double)y[j] - (double)y[best]) / sum);
+        fputc('\n', f);
+    }
+}
+
+/* --predict: to --output through a temporary file renamed at the end, so
+ * that a failure leaves no half-written file; or to stdout. */
+static int predict(Run *r)
+{
+    const nrt_model *m = r->m;
+    const char *path = r->o->output;
+    nrt_dataset d;
+    if (load_input(m, r->o, &d, &r->err))
+        return -1;
+    float *out = malloc(sizeof(float) * (d.n ? d.n : 1) * (size_t)m->n_out);
+    char *tmp = path ? malloc(strlen(path) + 32) : NULL;
+    FILE *f = stdout;
+    int rc = -1;
+    if (!out || (path && !tmp)) {
+        nrt_errorf(&r->err, "out of memory");
+        goto out;
+    }
+    if (r->be.predict(r->be.ctx, d.x, d.n, out, &r->err))
+        goto out;
+    if (path) {
+        snprintf(tmp, strlen(path) + 32, "%s.tmp.%ld", path, (long)getpid());
+        if (!(f = fopen(tmp, "w"))) {
+            nrt_errorf(&r->err, "%s: cannot write: %s", tmp, strerror(errno));
+            goto out;
+        }
+    }
+    write_predictions(f, m, out, d.n);
+    if (path) {
+        int bad = ferror(f);
+        if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
+            nrt_errorf(&r->err, "%s: write error: %s", path, strerror(errno));
+            remove(tmp);
+            goto out;
+        }
+        if (!r->o->quiet)
+            fprintf(stderr, "%s: %zu predictions written to %s\n", r->prog, d.n, path);
+    } else if (fflush(stdout) != 0) {
+        nrt_errorf(&r->err, "stdout: write error: %s", strerror(errno));
+        goto out;
+    }
+    rc = 0;
+out:
+    free(tmp);
+    free(out);
+    nrt_dataset_free(&d);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- devices */
@@ -550,9 +819,70 @@ static int run_gradcheck(Run *r)
     if (nrt_net_alloc(&net, r->m, r->o->gradcheck, &r->err))
         return -1;
     memcpy(net.param, r->param, sizeof(float) * r->m->param_count);
-    int status = gradcheck(&net, &r->data.train, r->o->gradcheck, r->o->seed);
+    int status = nrt_gradcheck(&net, &r->data.train, r->o->gradcheck, r->o->seed);
     nrt_net_free(&net);
     return status;
+}
+
+/* The metrics file and the TensorBoard log; a resumed run appends to the
+ * metrics (its records go on from the checkpoint's). */
+static int open_logs(Run *r)
+{
+    const Options *o = r->o;
+    if (o->metrics && !(r->metrics = fopen(o->metrics, o->resume ? "a" : "w")))
+        return nrt_errorf(&r->err, "%s: cannot write: %s", o->metrics, strerror(errno));
+    return o->logdir ? nrt_tb_open(o->logdir, &r->tb, &r->err) : 0;
+}
+
+static int close_logs(Run *r)
+{
+    int rc = 0;
+    if (r->metrics) {
+        int bad = ferror(r->metrics);
+        if ((fclose(r->metrics) != 0 || bad) && rc == 0)
+            rc = nrt_errorf(&r->err, "%s: write error: %s", r->o->metrics, strerror(errno));
+        r->metrics = NULL;
+    }
+    nrt_error e;
+    if (nrt_tb_close(r->tb, &e) && rc == 0) {
+        r->err = e;
+        rc = -1;
+    }
+    r->tb = NULL;
+    return rc;
+}
+
+/* Training, from the start or a checkpoint, and the test set at the end.
+ * Returns 0, -1 (r->err) or an exit status. */
+static int run_training(Run *r)
+{
+    nrt_backend *be = &r->be;
+    Data *d = &r->data;
+    if (be->set_data(be->ctx, &d->train, d->has_valid ? &d->valid : NULL,
+                     d->has_test ? &d->test : NULL, &r->err))
+        return -1;
+    if (r->o->resume && be->set_state(be->ctx, r->opt_m, r->opt_v, (uint64_t)r->steps,
+                                      r->resume_loss_sum, &r->err))
+        return -1;
+    if (!r->o->quiet) {
+        printf("model %s: %zu parameters; %zu training samples", r->m->name,
+               r->m->param_count, d->train.n);
+        if (d->has_valid)
+            printf(", %zu validation", d->valid.n);
+        if (d->has_test)
+            printf(", %zu test", d->test.n);
+        printf("\n");
+        if (r->o->resume)
+            printf("resuming from %s: epoch %lld, sample %llu of %zu, step %lld\n", r->o->resume,
+                   (long long)r->start_epoch, (unsigned long long)r->start_position, d->train.n,
+                   r->steps);
+    }
+    catch_signals(1);
+    int t = train(r);
+    catch_signals(0);
+    if (t)
+        return t;
+    return d->has_test ? test(r, r->last_epoch) : 0;
 }
 
 int nrt_main(const nrt_model *m, int argc, char **argv)
@@ -576,10 +906,7 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         openblas_set_num_threads(o.threads);
 #endif
 
-    Run r = {0};
-    r.m = m;
-    r.o = &o;
-    r.prog = prog;
+    Run r = {.m = m, .o = &o, .prog = prog, .start_epoch = 1};
     nrt_error *err = &r.err;
     int status = 1;
     if (o.list_devices || o.jit_info) {
@@ -588,68 +915,74 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         return 0;
     }
     int dev_index;
-    nrt_run_config rc = {.dropout_key = nrt_stream_key(o.seed, NRT_STREAM_DROPOUT), .optim = m->optim};
     if (nrt_device_parse(o.device, &dev_index, err) < 0)
         goto fail;
-    int need_data = o.max_steps != 0 || o.gradcheck > 0;
-
-    if (need_data && load_data(m, &o, &r.data, err))
-        goto fail;
-    r.param = calloc(m->param_count ? m->param_count : 1, sizeof(float));
-    if (!r.param) {
+    const size_t np = m->param_count ? m->param_count : 1;
+    const int slots = nrt_optim_slots(&m->optim);
+    r.param = calloc(np, sizeof(float));
+    r.opt_m = slots > 0 ? calloc(np, sizeof(float)) : NULL;
+    r.opt_v = slots > 1 ? calloc(np, sizeof(float)) : NULL;
+    if (!r.param || (slots > 0 && !r.opt_m) || (slots > 1 && !r.opt_v)) {
         nrt_errorf(err, "out of memory");
         goto fail;
     }
-    nrt_rng init;
-    nrt_rng_seed(&init, nrt_stream_key(o.seed, NRT_STREAM_INIT));
-    nrt_init_params(m->params, m->n_params, r.param, &init);
-    if (o.load && nrt_weights_load(m, r.param, o.load, err))
+    nrt_schedule_init(&r.sched, o.lr >= 0 ? o.lr : m->optim.lr);
+    r.lr = r.sched.lr;
+    if (o.resume && read_checkpoint(&r, &o))
         goto fail;
+    if (!o.predict && load_data(m, &o, &r.data, err))
+        goto fail;
+    if (!o.resume) {
+        nrt_rng init;
+        nrt_rng_seed(&init, nrt_stream_key(o.seed, NRT_STREAM_INIT));
+        nrt_init_params(m->params, m->n_params, r.param, &init);
+        if (o.load && nrt_weights_load(m, r.param, o.load, err))
+            goto fail;
+    } else if (o.load) {
+        nrt_errorf(err, "--resume and --load: the checkpoint holds the weights; give one");
+        goto fail;
+    }
     if (o.gradcheck > 0) {
         status = run_gradcheck(&r);
         if (status < 0)
             goto fail;
         goto done;
     }
-    rc.cap = o.batch;
-    if (o.lr >= 0)
-        rc.optim.lr = (float)o.lr;
-    r.lr = rc.optim.lr;
+    nrt_run_config rc = {.cap = o.batch,
+                         .dropout_key = nrt_stream_key(o.seed, NRT_STREAM_DROPOUT),
+                         .optim = m->optim};
+    rc.optim.lr = r.lr;
     char note[256];
     if (nrt_backend_open(m, o.device, &rc, &r.be, note, sizeof note, err))
         goto fail;
-    if (note[0] && !o.quiet)
+    if (note[0] && !o.quiet && !o.predict)
         printf("device: %s\n", note);
     if (r.be.set_params(r.be.ctx, r.param, err))
         goto fail;
-    if (o.metrics) {
-        r.metrics = fopen(o.metrics, "w");
-        if (!r.metrics) {
-            nrt_errorf(err, "%s: cannot write: %s", o.metrics, strerror(errno));
+    if (o.predict) {
+        if (predict(&r))
             goto fail;
-        }
+        status = 0;
+        goto done;
     }
-    if (need_data) {
-        if (r.be.set_data(r.be.ctx, &r.data.train, r.data.has_test ? &r.data.test : NULL, err))
+    if (open_logs(&r))
+        goto fail;
+    if (o.eval) {
+        if (r.be.set_data(r.be.ctx, NULL, NULL, &r.data.test, err) || test(&r, 0))
             goto fail;
-        if (!o.quiet)
-            printf("model %s: %zu parameters; %zu training samples%s\n", m->name, m->param_count,
-                   r.data.train.n,
-                   r.data.has_test ? "" : " (no test data)");
-        int t = train(&r);
+    } else if (o.max_steps != 0) {
+        int t = run_training(&r);
         if (t < 0)
             goto fail;
-        if (t > 0)
+        if (t > 0) {
+            status = t;
             goto done;
+        }
     }
     if (o.save && (r.be.get_params(r.be.ctx, r.param, err) || nrt_weights_save(m, r.param, o.save, err)))
         goto fail;
-    if (r.metrics && fclose(r.metrics) != 0) {
-        r.metrics = NULL;
-        nrt_errorf(err, "%s: write error: %s", o.metrics, strerror(errno));
+    if (close_logs(&r))
         goto fail;
-    }
-    r.metrics = NULL;
     size_t peak = r.be.peak_memory(r.be.ctx);
     if (peak && !o.quiet)
         printf("peak device memory: %.1f MiB\n", (double)peak / 1048576);
@@ -658,11 +991,12 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
 fail:
     fail(prog, "%s", err->msg);
 done:
-    if (r.metrics)
-        fclose(r.metrics);
+    close_logs(&r); /* after an error: what it says is not news */
     if (r.be.close)
         r.be.close(r.be.ctx);
     free(r.param);
+    free(r.opt_m);
+    free(r.opt_v);
     data_free(&r.data);
     return status;
 }

@@ -31,7 +31,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 7
+#define NETRT_ABI 8
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,12 +69,15 @@ void nrt_order_init(nrt_order *o, uint64_t key, uint64_t epoch, size_t n, int sh
 
 /* A run's random streams each have a key of their own derived from the
  * seed, so that changing one (say, no shuffling) leaves the others be. */
-enum nrt_stream { NRT_STREAM_INIT = 1, NRT_STREAM_SHUFFLE = 2, NRT_STREAM_DROPOUT = 3 };
+enum nrt_stream {
+    NRT_STREAM_INIT = 1, NRT_STREAM_SHUFFLE = 2, NRT_STREAM_DROPOUT = 3, NRT_STREAM_VALID = 4
+};
 uint64_t nrt_stream_key(uint64_t seed, enum nrt_stream stream);
 
 /* ----------------------------------------------------------------- data.c */
 
 enum nrt_target_kind {
+    NRT_TARGET_NONE = 0,  /* features alone (text data to predict from) */
     NRT_TARGET_CLASS = 1, /* one integer label in [0, classes) per sample */
     NRT_TARGET_VALUE = 2  /* ydim real values per sample */
 };
@@ -82,14 +85,18 @@ enum nrt_target_kind {
 /* Where a dataset comes from, as the model file or the flags say. */
 typedef struct nrt_source {
     const char *kind;  /* "csv" (comma separated), "table" (whitespace
-                          separated) or "cifar10" (binary batches) */
-    const char *path;  /* file, or for cifar10 a file or a directory */
+                          separated), "cifar10" (binary batches), "mnist"
+                          (IDX files), or "holdout" (a part of the
+                          training set) */
+    const char *path;  /* file, or for cifar10 and mnist a file or a
+                          directory */
     int label;         /* column of the (first) target value; negative
                           counts from the end: -1 is the last column */
     int header;        /* lines to skip at the top of a text file */
     float scale;       /* features are multiplied by this (1 = unchanged) */
     int standardize;   /* 1: features scaled to zero mean, unit variance
                           with the training set's statistics */
+    double fraction;   /* holdout: the part of the training set */
 } nrt_source;
 
 /* A whole dataset in memory. */
@@ -105,9 +112,13 @@ typedef struct nrt_dataset {
 /* Reads a dataset.  dim is the number of features the model expects per
  * sample; for class targets, ncls is the number of classes (a label outside
  * [0, ncls) is an error); for value targets ncls is the number of target
- * values per sample.  test: for a cifar10 directory, read test_batch.bin
- * instead of data_batch_*.bin.  Errors name the file and the line (text) or
- * the record (binary): "data/x.csv:17: expected 14 columns, found 13". */
+ * values per sample; NRT_TARGET_NONE reads text rows of features alone.
+ * test: for a cifar10 or mnist directory, read the test files
+ * (test_batch.bin, t10k-*) instead of the training ones.  mnist's path is
+ * a directory or the images file, whose labels file is the path with its
+ * last "images" and "idx3" made "labels" and "idx1"; .gz is not read.
+ * Errors name the file and the line (text), the record or the sample
+ * (binary): "data/x.csv:17: expected 14 columns, found 13". */
 int nrt_dataset_load(const nrt_source *src, int target_kind, size_t dim,
                      int ncls, int test, nrt_dataset *out, nrt_error *err);
 void nrt_dataset_free(nrt_dataset *d);
@@ -153,6 +164,8 @@ int nrt_safetensors_open(const char *path, nrt_st_file **out, nrt_error *err);
  * returned; *dtype receives the dtype string of whatever was found. */
 const nrt_tensor *nrt_safetensors_find(const nrt_st_file *f, const char *name,
                                        const char **dtype);
+/* The value of a key of the file's __metadata__, or NULL. */
+const char *nrt_safetensors_meta(const nrt_st_file *f, const char *key);
 int nrt_safetensors_count(const nrt_st_file *f);
 const char *nrt_safetensors_name(const nrt_st_file *f, int i);
 void nrt_safetensors_close(nrt_st_file *f);
@@ -165,6 +178,29 @@ int nrt_weights_load(const struct nrt_model *m, float *param, const char *path,
                      nrt_error *err);
 int nrt_weights_save(const struct nrt_model *m, const float *param, const char *path,
                      nrt_error *err);
+
+/* ------------------------------------------------------------- tfevents.c */
+
+/* TensorBoard's event files: a writer of scalar summaries (--logdir).  A
+ * file is a sequence of TFRecords, each an Event protocol buffer framed by
+ * its length and masked CRC-32Cs; TensorBoard reads every
+ * events.out.tfevents.* file of a directory. */
+#define NRT_TB_API 1
+typedef struct nrt_tb nrt_tb;
+/* Creates dir (and its parents) if needed and a new event file in it,
+ * events.out.tfevents.SECONDS.HOST.PID.N, its first record the file
+ * version ("brain.Event:2"). */
+int nrt_tb_open(const char *dir, nrt_tb **out, nrt_error *err);
+/* One scalar: its tag ("train/loss"), the global step and the value, at
+ * the wall-clock time of the call.  Buffered. */
+int nrt_tb_scalar(nrt_tb *tb, const char *tag, int64_t step, double value, nrt_error *err);
+/* Writes what is buffered to the file. */
+int nrt_tb_flush(nrt_tb *tb, nrt_error *err);
+/* Flushes, closes and frees tb, reporting a write error; NULL: nothing. */
+int nrt_tb_close(nrt_tb *tb, nrt_error *err);
+/* CRC-32C (Castagnoli) of n bytes, and the TFRecord's mask of a CRC. */
+uint32_t nrt_crc32c(const void *p, size_t n);
+uint32_t nrt_crc32c_mask(uint32_t crc);
 
 /* -------------------------------------------------------------- kernels.c */
 
@@ -267,7 +303,7 @@ enum nrt_optim_kind { NRT_SGD = 1, NRT_ADAM = 2 };
 /* Hyperparameters, with PyTorch's names and meanings. */
 typedef struct nrt_optim {
     int kind;
-    float lr;
+    double lr;   /* as PyTorch keeps it; SGD's update uses it as a float */
     float momentum, dampening, weight_decay; /* sgd (weight_decay: both) */
     int nesterov;
     float beta1, beta2, eps;                 /* adam */
@@ -287,6 +323,47 @@ int nrt_optim_init(nrt_optim_state *s, const nrt_optim *h, size_t n,
 /* One update of param[0..n) with grad[0..n), exactly torch.optim's. */
 void nrt_optim_step(nrt_optim_state *s, float *param, const float *grad);
 void nrt_optim_free(nrt_optim_state *s);
+
+/* ------------------------------------------------------------- schedule.c */
+
+/* Learning-rate schedules, stepped once an epoch as PyTorch's are
+ * (scheduler.step() after the epoch's validation), with PyTorch's
+ * arithmetic: StepLR, CosineAnnealingLR (its recursive form) and
+ * ReduceLROnPlateau. */
+enum nrt_schedule_kind {
+    NRT_SCHED_NONE = 0,
+    NRT_SCHED_STEP,      /* lr *= gamma every step_size epochs */
+    NRT_SCHED_COSINE,    /* cosine from the base lr to eta_min over t_max */
+    NRT_SCHED_PLATEAU    /* lr *= factor when the watched loss stalls */
+};
+
+typedef struct nrt_schedule {
+    int kind;
+    int step_size;        /* step */
+    double gamma;         /* step */
+    int t_max;            /* cosine */
+    double eta_min;       /* cosine */
+    double factor;        /* plateau, and PyTorch's defaults: 0.1 */
+    int patience;         /* 10 */
+    double threshold;     /* 1e-4 */
+    int threshold_abs;    /* threshold_mode: 0 "rel", 1 "abs" */
+    int cooldown;         /* 0 */
+    double min_lr;        /* 0 */
+    double eps;           /* 1e-8 */
+} nrt_schedule;
+
+/* Where a schedule stands: what a checkpoint keeps of it. */
+typedef struct nrt_sched_state {
+    double base_lr, lr;   /* the optimizer's lr, and the current one */
+    int64_t epoch;        /* steps taken (PyTorch's last_epoch) */
+    double best;          /* plateau: the best loss seen (inf at first) */
+    int64_t bad_epochs, cooldown_left;
+} nrt_sched_state;
+
+void nrt_schedule_init(nrt_sched_state *st, double base_lr);
+/* The end of an epoch whose watched loss (plateau: the validation loss)
+ * was metric: moves the schedule on and returns the next epoch's lr. */
+double nrt_schedule_step(nrt_sched_state *st, const nrt_schedule *s, double metric);
 
 /* ----------------------------------------------------------------- init.c */
 
@@ -362,6 +439,8 @@ typedef struct nrt_run_config {
     nrt_optim optim;         /* hyperparameters, the --lr flag applied */
 } nrt_run_config;
 
+enum nrt_eval_set { NRT_EVAL_VALID = 0, NRT_EVAL_TEST = 1 };
+
 /* A device that trains a model: the cpu (main.c) or a GPU (libnetrt_cuda).
  * The training loop, metrics and checkpoints in main.c are written once
  * over these calls.  All return 0, or -1 with a message in err. */
@@ -370,14 +449,16 @@ typedef struct nrt_backend {
     char name[160];          /* "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)" */
     int loss_free;           /* reading a step's loss costs nothing (cpu) */
     /* The run's data: the backend keeps what it needs (a GPU copies a
-     * training set that fits to device memory, once).  test may be NULL. */
-    int (*set_data)(void *ctx, const nrt_dataset *train,
+     * training set that fits to device memory, once).  Any may be NULL
+     * (--eval has no training set). */
+    int (*set_data)(void *ctx, const nrt_dataset *train, const nrt_dataset *valid,
                     const nrt_dataset *test, nrt_error *err);
     int (*set_params)(void *ctx, const float *param, nrt_error *err);
     int (*get_params)(void *ctx, float *param, nrt_error *err);
-    /* The order of the training samples for the epoch that starts; the
-     * backend computes it (a GPU, on the device, as it gathers a batch). */
-    int (*set_order)(void *ctx, const nrt_order *order, nrt_error *err);
+    /* The order of the training samples for the epoch that starts, or
+     * resumes at position start; the backend computes it (a GPU, on the
+     * device, as it gathers a batch). */
+    int (*set_order)(void *ctx, const nrt_order *order, size_t start, nrt_error *err);
     /* Forward, backward and update on the samples at positions
      * start .. start + n - 1 of the epoch's order.
      * If loss is not NULL it receives the batch's mean loss before the
@@ -385,8 +466,18 @@ typedef struct nrt_backend {
     int (*step)(void *ctx, size_t start, int n, float *loss, nrt_error *err);
     /* The sum of loss * n over the steps since the last call. */
     int (*take_loss_sum)(void *ctx, double *sum, nrt_error *err);
-    /* Mean loss and accuracy (class targets; else NaN) over the test set. */
-    int (*evaluate)(void *ctx, double *loss, double *accuracy, nrt_error *err);
+    /* Mean loss and accuracy (class targets; else NaN) over the
+     * validation set (NRT_EVAL_VALID) or the test set (NRT_EVAL_TEST). */
+    int (*evaluate)(void *ctx, int which, double *loss, double *accuracy, nrt_error *err);
+    /* The optimizer's learning rate from the next step on (schedules). */
+    int (*set_lr)(void *ctx, double lr, nrt_error *err);
+    /* What a checkpoint holds beyond the weights: the optimizer's state m
+     * and v (as nrt_optim_state's; NULL where the optimizer keeps none),
+     * the updates done, and the loss sum since take_loss_sum. */
+    int (*get_state)(void *ctx, float *m, float *v, uint64_t *step, double *loss_sum,
+                     nrt_error *err);
+    int (*set_state)(void *ctx, const float *m, const float *v, uint64_t step,
+                     double loss_sum, nrt_error *err);
     /* The model's output ([n, n_out]: logits or values) for n samples of
      * the caller's, x [n, in_size], in evaluation mode (no dropout). */
     int (*predict)(void *ctx, const float *x, size_t n, float *out, nrt_error *err);
@@ -464,8 +555,11 @@ typedef struct nrt_model {
     nrt_optim optim;
     const char *device;      /* "cpu", "cuda", "cuda:N", "auto" */
     nrt_source train;        /* default training data (path may be NULL) */
-    nrt_source test;         /* default test data (path may be NULL) */
-    double holdout;          /* > 0: test set = this fraction of train */
+    nrt_source valid;        /* default validation data, evaluated every
+                                epoch (kind NULL: none) */
+    nrt_source test;         /* default test data, evaluated at the end
+                                (kind NULL: none) */
+    nrt_schedule schedule;   /* the learning rate's schedule */
     int batch, epochs;
     uint64_t seed;
     /* Forward pass over a batch: returns the mean loss; the model's output
@@ -476,6 +570,37 @@ typedef struct nrt_model {
     /* The CUDA passes, or NULL in a program built without CUDA. */
     const nrt_cuda_model *cuda;
 } nrt_model;
+
+/* ----------------------------------------------------------- checkpoint.c */
+
+/* A training run's state between two steps, in DIR/checkpoint.safetensors:
+ * what --resume needs to go on as if the run had never stopped. */
+typedef struct nrt_checkpoint {
+    int64_t epoch;          /* the epoch under way, from 1 */
+    uint64_t position;      /* samples of it done */
+    uint64_t step;          /* updates done */
+    uint64_t seed;
+    int64_t batch;
+    int shuffle;
+    double loss_sum;        /* the epoch's loss sum so far */
+    nrt_sched_state sched;
+    float *param;           /* param_count floats each; m and v NULL */
+    float *m, *v;           /* where the optimizer keeps none */
+} nrt_checkpoint;
+
+/* The optimizer state tensors h keeps: 0 (sgd), 1 (sgd with momentum: m)
+ * or 2 (adam: m and v). */
+int nrt_optim_slots(const nrt_optim *h);
+/* Writes c to DIR/checkpoint.safetensors, creating DIR, atomically: the
+ * weights under the model's names (so --load reads a checkpoint too), the
+ * optimizer's state as optimizer.NAME.exp_avg (and .exp_avg_sq, or
+ * .momentum_buffer), the rest as metadata. */
+int nrt_checkpoint_save(const char *dir, const struct nrt_model *m, const nrt_optim *h,
+                        const nrt_checkpoint *c, nrt_error *err);
+/* Reads it back into c, whose param, m and v the caller allocated; one of
+ * another model or optimizer is refused, naming what differs. */
+int nrt_checkpoint_load(const char *dir, const struct nrt_model *m, const nrt_optim *h,
+                        nrt_checkpoint *c, nrt_error *err);
 
 /* -------------------------------------------------------------- backend.c */
 
@@ -528,6 +653,13 @@ int nrt_session_predict(nrt_session *s, const float *x, size_t n, float *out,
 int nrt_session_train_step(nrt_session *s, const float *x, const int32_t *label,
                            const float *y, int n, float *loss, nrt_error *err);
 void nrt_session_close(nrt_session *s);
+
+/* ------------------------------------------------------------ gradcheck.c */
+
+/* Compares every gradient of the cpu's backward pass (sampled) with central
+ * finite differences on the first nsamples samples of d, prints the verdict
+ * and returns 0 if all agree, else 1. */
+int nrt_gradcheck(nrt_net *net, const nrt_dataset *d, int nsamples, uint64_t seed);
 
 /* ----------------------------------------------------------------- main.c */
 

@@ -48,7 +48,7 @@ static inline __attribute__((always_inline)) void
 sgd(nrt_optim_state *s, float *restrict p, const float *restrict grad)
 {
     const nrt_optim *h = &s->h;
-    const float lr = h->lr, wd = h->weight_decay, mom = h->momentum;
+    const float lr = (float)h->lr, wd = h->weight_decay, mom = h->momentum;
     const float damp = 1.0f - h->dampening;
     const size_t n = s->n;
     float *restrict m = s->m;

@@ -855,6 +855,8 @@ struct nrt_st_file {
     int n;
     struct st_ent *ent;   /* in header order */
     int *byname;          /* indices into ent, sorted by name */
+    const char **meta;    /* __metadata__: key, value, key, ... (in header) */
+    size_t nmeta;
 };
 
 void nrt_safetensors_close(nrt_st_file *f)
@@ -865,6 +867,7 @@ void nrt_safetensors_close(nrt_st_file *f)
         free(f->ent[i].copy);
     free(f->ent);
     free(f->byname);
+    free(f->meta);
     free(f->data);
     free(f->header);
     free(f);
@@ -1204,6 +1207,14 @@ int nrt_safetensors_open(const char *path, nrt_st_file **out, nrt_error *err)
             }
             if (check_metadata(path, m, err) != 0)
                 goto out;
+            if (m->count > 0 && !(f->meta = malloc(2 * m->count * sizeof *f->meta))) {
+                nrt_errorf(err, "%s: out of memory", path);
+                goto out;
+            }
+            for (const struct jv *x = m->child; x; x = x->next) {
+                f->meta[2 * f->nmeta] = x->key;
+                f->meta[2 * f->nmeta++ + 1] = x->s;
+            }
         } else {
             ntensors++;
         }
@@ -1343,6 +1354,14 @@ const nrt_tensor *nrt_safetensors_find(const nrt_st_file *f, const char *name,
     return NULL;
 }
 
+const char *nrt_safetensors_meta(const nrt_st_file *f, const char *key)
+{
+    for (size_t i = 0; f && i < f->nmeta; i++)
+        if (!strcmp(f->meta[2 * i], key))
+            return f->meta[2 * i + 1];
+    return NULL;
+}
+
 int nrt_safetensors_count(const nrt_st_file *f)
 {
     return f ? f->n : 0;
@@ -1391,7 +1410,7 @@ int nrt_weights_load(const nrt_model *m, float *param, const char *path, nrt_err
     }
     for (int i = 0; i < nrt_safetensors_count(f) && rc == 0; i++) {
         const char *name = nrt_safetensors_name(f, i);
-        int found = 0;
+        int found = !strncmp(name, "optimizer.", 10); /* a checkpoint's */
         for (int k = 0; k < m->n_params; k++)
             found |= !strcmp(name, m->params[k].name);
         if (!found)

@@ -24,8 +24,10 @@ four ways:
     --no-shuffle --batch 16 --epochs E --log-every 1 --threads 1` and the
     twin trained by torch.optim on the same batches in file order (the last
     one partial for most models) give the same loss at every step, the same
-    epoch records (train_loss; test_loss and test_accuracy where there is
-    test data) and the same final weights;
+    epoch records (train_loss; valid_loss and valid_accuracy where there is
+    test data, given again as --valid-data) and the same final weights, and
+    the test at the end agrees with the last epoch's validation of the same
+    data bit for bit;
  3. the reverse: weights PyTorch initialises itself, written here, go
     through `PROG --load ... --max-steps 0 --save` bit for bit, and give the
     same first-step loss and the same weights after that step;
@@ -511,7 +513,8 @@ def describe(p):
 
 
 def read_metrics(path):
-    steps, epochs = [], []
+    """(step records, epoch records, the test record or None)."""
+    steps, epochs, test = [], [], None
     with open(path) as f:
         for ln in f:
             if not ln.strip():
@@ -521,7 +524,9 @@ def read_metrics(path):
                 steps.append(rec)
             elif "epoch" in rec:
                 epochs.append(rec)
-    return steps, epochs
+            elif "test_loss" in rec:
+                test = rec
+    return steps, epochs, test
 
 
 def close(a, b, rtol, atol):
@@ -664,7 +669,7 @@ def torch_train(model, spec, data, batch, epochs, max_steps=None):
             seen += len(xb)
         rec = {"train_loss": total / seen}
         if "xt" in data:
-            rec["test_loss"], rec["test_accuracy"] = evaluate(model, lf, data["xt"], data["yt"])
+            rec["valid_loss"], rec["valid_accuracy"] = evaluate(model, lf, data["xt"], data["yt"])
         epochs_out.append(rec)
     for h in ties.handles:
         h.remove()
@@ -794,9 +799,17 @@ def check_model(check, spec, netc, src, root):
     cmd = [prog, "--load", "init.safetensors", "--no-shuffle", "--batch", str(spec.batch),
            "--epochs", str(spec.epochs), "--metrics", "m.jsonl", "--log-every", "1",
            "--save", "final.safetensors", "--threads", "1", "--quiet"] + run_flags
+    if "test" in data:
+        cmd += ["--valid-data", data["test"]]
     p = run(cmd, work)
     if check(p.returncode == 0, f"{name}: training run", describe(p)):
-        steps, epochs = read_metrics(os.path.join(work, "m.jsonl"))
+        steps, epochs, test = read_metrics(os.path.join(work, "m.jsonl"))
+        if "test" in data:
+            last = epochs[-1] if epochs else {}
+            check(test is not None and test.get("test_loss") == last.get("valid_loss") and
+                  test.get("test_accuracy") == last.get("valid_accuracy"),
+                  f"{name}: the test at the end is the last epoch's validation of the same data",
+                  f"test record {test}\nlast epoch {last}")
         losses, want_epochs, ties = torch_train(model, spec, data, spec.batch, spec.epochs)
         nums = [r["step"] for r in steps]
         check(nums == list(range(1, len(losses) + 1)),
@@ -812,7 +825,7 @@ def check_model(check, spec, netc, src, root):
                 if val is None:
                     continue
                 gv = g.get(key)
-                if key == "test_accuracy":
+                if key == "valid_accuracy":
                     good = gv is not None and abs(gv - val) < 1e-6
                 else:
                     good = gv is not None and close(gv, val, LOSS_RTOL, LOSS_ATOL)
@@ -843,7 +856,7 @@ def check_model(check, spec, netc, src, root):
              "--max-steps", "1", "--metrics", "m1.jsonl", "--log-every", "1",
              "--save", "step1.safetensors", "--threads", "1", "--quiet"] + run_flags, work)
     if check(p.returncode == 0, f"{name}: one step from PyTorch's weights", describe(p)):
-        steps, _ = read_metrics(os.path.join(work, "m1.jsonl"))
+        steps, _, _ = read_metrics(os.path.join(work, "m1.jsonl"))
         losses, _, ties = torch_train(tmodel, spec, {"x": data["x"], "y": data["y"]}, spec.batch,
                                       1, max_steps=1)
         ok, detail = compare_losses([r["loss"] for r in steps], losses)

@@ -62,9 +62,10 @@ struct Ctx {
     int32_t *blabel;
     char *blas_ws;
     /* data */
-    int data_tried, has_data, has_test, resident;
+    int data_tried, has_data, resident;
+    int has_eval[2];       /* a validation set, a test set (NRT_EVAL_*) */
     nrt_dataset train;     /* the caller's, by value: host mode reads it */
-    DevData dtrain, dtest;
+    DevData dtrain, deval[2];
     cudaEvent_t order_copied;
     size_t cursor;         /* the host's view of the device cursor */
     /* host mode: two pinned batches, so one fills while the other copies */
@@ -358,12 +359,12 @@ static int host_mode(Ctx *c, nrt_error *err)
 /* Whether the training set goes to the device: when it fits, the normal
  * case.  The free memory already excludes the net's buffers (allocated at
  * open); what must fit beside it is the test set and a reserve.  NETRT_CUDA_HOST_DATA=1 keeps it on the host, to test that. */
-static int fits(const nrt_dataset *train, const nrt_dataset *test, int *yes, nrt_error *err)
+static int fits(const nrt_dataset *train, size_t eval_bytes, int *yes, nrt_error *err)
 {
     size_t free_b = 0, total_b = 0;
     if (NRT_CUDA(cudaMemGetInfo(&free_b, &total_b), err))
         return -1;
-    const size_t need = data_bytes(train) + (test ? data_bytes(test) : 0) + DATA_RESERVE;
+    const size_t need = data_bytes(train) + eval_bytes + DATA_RESERVE;
     const char *force = getenv("NETRT_CUDA_HOST_DATA");
     *yes = need <= free_b && !(force && !strcmp(force, "1"));
     return 0;
@@ -371,51 +372,66 @@ static int fits(const nrt_dataset *train, const nrt_dataset *test, int *yes, nrt
 
 /* Once a run: the graphs hold the data's addresses.  A failure leaves
  * what was allocated to close. */
-static int be_set_data(void *ctx, const nrt_dataset *train, const nrt_dataset *test,
-                       nrt_error *err)
+static int be_set_data(void *ctx, const nrt_dataset *train, const nrt_dataset *valid,
+                       const nrt_dataset *test, nrt_error *err)
 {
     Ctx *c = (Ctx *)ctx;
+    const nrt_dataset *eval[2] = {valid, test};
+    static const char *const what[2] = {"the validation set", "the test set"};
     if (c->data_tried)
         return nrt_errorf(err, "internal error: the data was set twice");
     c->data_tried = 1;
-    if (check_shape(c->m, train, "training set", err) ||
-        (test && check_shape(c->m, test, "test set", err)) ||
-        fits(train, test, &c->resident, err))
+    size_t eval_bytes = 0;
+    for (int k = 0; k < 2; k++) {
+        if (eval[k] && check_shape(c->m, eval[k], what[k], err))
+            return -1;
+        eval_bytes += eval[k] ? data_bytes(eval[k]) : 0;
+    }
+    if (train) {
+        if (check_shape(c->m, train, "training set", err) ||
+            fits(train, eval_bytes, &c->resident, err))
+            return -1;
+        c->train = *train; /* host mode reads the caller's data, which outlives the run */
+        if ((c->resident ? upload(c, train, &c->dtrain, "the training set", err)
+                         : host_mode(c, err)) ||
+            NRT_CUDA(cudaEventCreateWithFlags(&c->order_copied, cudaEventDisableTiming), err))
+            return -1;
+    }
+    for (int k = 0; k < 2; k++)
+        if (eval[k] && upload(c, eval[k], &c->deval[k], what[k], err))
+            return -1;
+    if (NRT_CUDA(cudaStreamSynchronize(c->net.stream), err))
         return -1;
-    c->train = *train; /* host mode reads the caller's data, which outlives the run */
-    if (c->resident ? upload(c, train, &c->dtrain, "the training set", err)
-                    : host_mode(c, err))
-        return -1;
-    if (NRT_CUDA(cudaEventCreateWithFlags(&c->order_copied, cudaEventDisableTiming), err) ||
-        (test && upload(c, test, &c->dtest, "the test set", err)) ||
-        NRT_CUDA(cudaStreamSynchronize(c->net.stream), err))
-        return -1;
-    c->has_data = 1;
-    c->has_test = test != NULL;
+    c->has_data = train != NULL;
+    c->has_eval[0] = valid != NULL;
+    c->has_eval[1] = test != NULL;
     return 0;
 }
 
-static int be_set_order(void *ctx, const nrt_order *order, nrt_error *err)
+static int be_set_order(void *ctx, const nrt_order *order, size_t start, nrt_error *err)
 {
     Ctx *c = (Ctx *)ctx;
     if (!c->has_data)
         return nrt_errorf(err, "internal error: an order before the data was set");
-    if (order->n > c->train.n)
-        return nrt_errorf(err, "internal error: an order of %u samples for %zu", order->n,
-                          c->train.n);
+    if (order->n > c->train.n || start > order->n)
+        return nrt_errorf(err, "internal error: an order of %u samples for %zu from %zu",
+                          order->n, c->train.n, start);
     /* The previous order's copy must be done before its staging is
      * reused; the device's copy is replaced in stream order, after the
-     * last step that reads it.  The cursor starts again at 0. */
+     * last step that reads it.  The cursor starts again at start (0,
+     * unless a run resumes).  The order and the cursor are adjacent in
+     * neither struct: two copies. */
     if (NRT_CUDA(cudaEventSynchronize(c->order_copied), err))
         return -1;
     c->host->order = *order;
+    c->host->cursor = start;
     if (copy(c, &c->dev->order, &c->host->order, sizeof(nrt_order), cudaMemcpyHostToDevice,
              err) ||
-        NRT_CUDA(cudaMemsetAsync(&c->dev->cursor, 0, sizeof c->dev->cursor, c->net.stream),
-                 err) ||
+        copy(c, &c->dev->cursor, &c->host->cursor, sizeof c->dev->cursor,
+             cudaMemcpyHostToDevice, err) ||
         NRT_CUDA(cudaEventRecord(c->order_copied, c->net.stream), err))
         return -1;
-    c->cursor = 0;
+    c->cursor = start;
     return 0;
 }
 
@@ -432,11 +448,10 @@ static int be_take_loss_sum(void *ctx, double *sum, nrt_error *err)
     return 0;
 }
 
-/* The test set in order, batches of up to cap, each counted by k_eval. */
-static int evaluate_batches(Ctx *c, nrt_error *err)
+/* A set in order, batches of up to cap, each counted by k_eval. */
+static int evaluate_batches(Ctx *c, const DevData *d, nrt_error *err)
 {
     nrt_cuda_net *net = &c->net;
-    const DevData *d = &c->dtest;
     const size_t cap = (size_t)net->cap, dim = c->m->in_size, ydim = (size_t)c->m->n_out;
     net->x = c->bx;
     net->label = c->blabel;
@@ -454,24 +469,26 @@ static int evaluate_batches(Ctx *c, nrt_error *err)
     return 0;
 }
 
-static int be_evaluate(void *ctx, double *loss, double *accuracy, nrt_error *err)
+static int be_evaluate(void *ctx, int which, double *loss, double *accuracy, nrt_error *err)
 {
     Ctx *c = (Ctx *)ctx;
-    if (!c->has_test)
-        return nrt_errorf(err, "no test data");
+    const int k = which == NRT_EVAL_TEST ? 1 : 0;
+    if (!c->has_eval[k] || c->deval[k].n == 0)
+        return nrt_errorf(err, "internal error: no %s data to evaluate",
+                          k ? "test" : "validation");
     cudaStream_t s = c->net.stream;
     /* eval_loss and correct are adjacent: zeroed and read as one */
     const size_t both = sizeof(double) + sizeof(unsigned long long);
     if (NRT_CUDA(cudaMemsetAsync(&c->dev->eval_loss, 0, both, s), err))
         return -1;
     c->net.training = 0;
-    int rc = evaluate_batches(c, err);
+    int rc = evaluate_batches(c, &c->deval[k], err);
     c->net.training = 1;
     if (rc || copy(c, &c->host->eval_loss, &c->dev->eval_loss, both, cudaMemcpyDeviceToHost,
                    err) ||
         NRT_CUDA(cudaStreamSynchronize(s), err))
         return -1;
-    const double n = (double)c->dtest.n;
+    const double n = (double)c->deval[k].n;
     *loss = c->host->eval_loss / n;
     *accuracy = c->m->target_kind == NRT_TARGET_CLASS ? (double)c->host->correct / n : NAN;
     return 0;
@@ -539,6 +556,54 @@ static int be_set_params(void *ctx, const float *param, nrt_error *err)
     Ctx *c = (Ctx *)ctx;
     return copy(c, c->net.param, param, sizeof(float) * c->m->param_count,
                 cudaMemcpyHostToDevice, err) ||
+                   NRT_CUDA(cudaStreamSynchronize(c->net.stream), err)
+               ? -1
+               : 0;
+}
+
+/* The optimizer's hyperparameters are the graphs' kernel arguments: a
+ * new lr makes new graphs (captured at the next step of each size). */
+static int be_set_lr(void *ctx, double lr, nrt_error *err)
+{
+    (void)err;
+    Ctx *c = (Ctx *)ctx;
+    if (c->h.lr != lr) {
+        c->h.lr = lr;
+        drop_graphs(c);
+    }
+    return 0;
+}
+
+/* The step counter and the loss sum are adjacent neither: each its copy. */
+static int be_get_state(void *ctx, float *m, float *v, uint64_t *step, double *loss_sum,
+                        nrt_error *err)
+{
+    Ctx *c = (Ctx *)ctx;
+    const size_t bytes = sizeof(float) * c->m->param_count;
+    const cudaMemcpyKind d2h = cudaMemcpyDeviceToHost;
+    if ((m && c->opt_m && copy(c, m, c->opt_m, bytes, d2h, err)) ||
+        (v && c->opt_v && copy(c, v, c->opt_v, bytes, d2h, err)) ||
+        copy(c, &c->host->step, &c->dev->step, sizeof c->dev->step, d2h, err) ||
+        copy(c, &c->host->loss_sum, &c->dev->loss_sum, sizeof(double), d2h, err) ||
+        NRT_CUDA(cudaStreamSynchronize(c->net.stream), err))
+        return -1;
+    *step = c->host->step;
+    *loss_sum = c->host->loss_sum;
+    return 0;
+}
+
+static int be_set_state(void *ctx, const float *m, const float *v, uint64_t step,
+                        double loss_sum, nrt_error *err)
+{
+    Ctx *c = (Ctx *)ctx;
+    const size_t bytes = sizeof(float) * c->m->param_count;
+    const cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
+    c->host->step = step;
+    c->host->loss_sum = loss_sum;
+    return (m && c->opt_m && copy(c, c->opt_m, m, bytes, h2d, err)) ||
+                   (v && c->opt_v && copy(c, c->opt_v, v, bytes, h2d, err)) ||
+                   copy(c, &c->dev->step, &c->host->step, sizeof c->dev->step, h2d, err) ||
+                   copy(c, &c->dev->loss_sum, &c->host->loss_sum, sizeof(double), h2d, err) ||
                    NRT_CUDA(cudaStreamSynchronize(c->net.stream), err)
                ? -1
                : 0;
@@ -691,6 +756,9 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
     b.take_loss_sum = be_take_loss_sum;
     b.evaluate = be_evaluate;
     b.predict = be_predict;
+    b.set_lr = be_set_lr;
+    b.get_state = be_get_state;
+    b.set_state = be_set_state;
     b.train_batch = be_train_batch;
     b.peak_memory = be_peak_memory;
     b.close = be_close;

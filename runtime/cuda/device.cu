@@ -216,6 +216,7 @@ int nrt_cuda_gather(cudaStream_t s, int sms, const float *sx, const int32_t *sl,
  * explicitly rounded intrinsics (__fmul_rn, __fadd_rn, ...) are never
  * contracted into an FMA, which the cpu does not do either. */
 struct OptArgs {
+    double lr_exact;   /* Adam's lr / (1 - beta1^t) is in double, as PyTorch's */
     float lr, wd, mom, damp, b1, b2, one_b1, one_b2, eps;
     int nesterov;
 };
@@ -260,7 +261,7 @@ static __global__ void k_adam(float *__restrict__ p, const float *__restrict__ g
     const double t = (double)(*step + 1);
     const double bc1 = 1.0 - pow((double)a.b1, t);
     const double bc2 = 1.0 - pow((double)a.b2, t);
-    const float step_size = __double2float_rn(__ddiv_rn((double)a.lr, bc1));
+    const float step_size = __double2float_rn(__ddiv_rn(a.lr_exact, bc1));
     const float bc2_sqrt = __double2float_rn(__dsqrt_rn(bc2));
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -286,7 +287,8 @@ int nrt_cuda_optim(cudaStream_t s, int sms, const nrt_optim *h, float *param,
     if (n == 0)
         return 0;
     OptArgs a;
-    a.lr = h->lr;
+    a.lr_exact = h->lr;
+    a.lr = (float)h->lr;
     a.wd = h->weight_decay;
     a.mom = h->momentum;
     a.damp = 1.0f - h->dampening; /* in float, as optim.c */

@@ -29,7 +29,7 @@ static int failures;
 
 static int load(const char *path, nrt_dataset *d)
 {
-    nrt_source src = {"csv", path, -1, 0, 0.0625f, 0};
+    nrt_source src = {.kind = "csv", .path = path, .label = -1, .scale = 0.0625f};
     nrt_error err;
     if (nrt_dataset_load(&src, NRT_TARGET_CLASS, DIGITS_INPUT_SIZE, DIGITS_OUTPUT_SIZE, 0, d,
                          &err) != 0) {

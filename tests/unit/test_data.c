@@ -1,6 +1,7 @@
 /*
- * test_data.c — unit test of runtime/data.c: text and cifar10 loading, the
- * exact error messages, held-out splits, statistics and standardization.
+ * test_data.c — unit test of runtime/data.c: text, cifar10 and mnist (IDX)
+ * loading, the exact error messages, held-out splits, statistics and
+ * standardization.
  *
  * Every input is written to a temporary file (under $TMPDIR or /tmp) and
  * removed at the end.  The Boston housing check runs only when
@@ -40,7 +41,7 @@ static void check(int ok, int line, const char *fmt, ...)
 
 /* ------------------------------------------------------------ temp files */
 
-#define MAX_TEMPS 64
+#define MAX_TEMPS 256
 
 /* Everything created, removed at exit: files first, then directories. */
 static char *temps[MAX_TEMPS];
@@ -459,7 +460,7 @@ static void test_text_errors(void)
         nrt_source s = text_source("json", path, -1, 0);
         char want[1024];
         snprintf(want, sizeof want, "%s: unknown data kind 'json' (expected "
-                 "csv, table or cifar10)", path);
+                 "csv, table, cifar10 or mnist)", path);
         expect_error_src(__LINE__, &s, NRT_TARGET_CLASS, 2, 3, 0, want);
         s.kind = "csv";
         snprintf(want, sizeof want, "%s: unknown target kind 7", path);
@@ -608,6 +609,554 @@ static void test_cifar(void)
     free(b1);
     free(b2);
     free(bt);
+}
+
+/* ----------------------------------------------------------------- mnist */
+
+enum { U8 = 0x08, I8 = 0x09, I16 = 0x0B, I32 = 0x0C, F32 = 0x0D, F64 = 0x0E };
+
+static size_t idx_size(int type)
+{
+    switch (type) {
+    case I16: return 2;
+    case I32: case F32: return 4;
+    case F64: return 8;
+    default: return 1;
+    }
+}
+
+/* An IDX file: the header for type and dims, then nv values (which need not
+ * be as many as the dims say) converted to the type, big-endian. */
+static unsigned char *idx_make(int type, int ndims, const uint32_t *dims,
+                               const double *v, size_t nv, size_t *len)
+{
+    size_t size = idx_size(type), head = 4 + 4 * (size_t)ndims;
+    *len = head + nv * size;
+    unsigned char *b = malloc(*len + 1);
+    if (!b)
+        abort();
+    b[0] = 0;
+    b[1] = 0;
+    b[2] = (unsigned char)type;
+    b[3] = (unsigned char)ndims;
+    for (int i = 0; i < ndims; i++)
+        for (int k = 0; k < 4; k++)
+            b[4 + 4 * i + k] = (unsigned char)(dims[i] >> (24 - 8 * k));
+    unsigned char *p = b + head;
+    for (size_t i = 0; i < nv; i++, p += size) {
+        uint64_t u;
+        if (type == F32) {
+            float f = (float)v[i];
+            uint32_t w;
+            memcpy(&w, &f, sizeof w);
+            u = w;
+        } else if (type == F64) {
+            memcpy(&u, &v[i], sizeof u);
+        } else {
+            u = (uint64_t)(int64_t)v[i]; /* two's complement, low bytes */
+        }
+        for (size_t k = 0; k < size; k++)
+            p[k] = (unsigned char)(u >> (8 * (size - 1 - k)));
+    }
+    return b;
+}
+
+/* Writes an IDX file as dir/name (removed at exit). */
+static void idx_put(const char *dir, const char *name, int type, int ndims,
+                    const uint32_t *dims, const double *v, size_t nv)
+{
+    size_t len;
+    unsigned char *b = idx_make(type, ndims, dims, v, nv, &len);
+    dir_file(dir, name, b, len);
+    free(b);
+}
+
+/* Creates the directory dir/name (removed at exit, after its files). */
+static const char *sub_dir(const char *dir, const char *name)
+{
+    char *path = malloc(strlen(dir) + strlen(name) + 2);
+    if (!path)
+        abort();
+    sprintf(path, "%s/%s", dir, name);
+    if (mkdir(path, 0700) != 0) {
+        perror(path);
+        exit(1);
+    }
+    remember(path);
+    return path;
+}
+
+static nrt_source mnist_source(const char *path)
+{
+    nrt_source s = {.kind = "mnist", .path = path, .scale = 1};
+    return s;
+}
+
+/* The training and test sets of the MNIST-like directories below. */
+static const double tr_img[18] = {0,  255, 1,  2,  3,  128, 10,  20,  30,
+                                  40, 50,  60, 200, 201, 202, 203, 204, 254};
+static const double tr_lab[3] = {3, 0, 9};
+static const double te_img[12] = {7, 7, 7, 7, 7, 7, 8, 9, 10, 11, 12, 13};
+static const double te_lab[2] = {5, 1};
+static const uint32_t tr_dims[3] = {3, 2, 3}, te_dims[3] = {2, 2, 3};
+static const uint32_t tr_n[1] = {3}, te_n[1] = {2};
+
+/* Whether x holds the n bytes b as ToTensor has them, times scale. */
+static int bytes_are(const float *x, const double *b, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != (float)b[i] / 255.0f * scale)
+            return 0;
+    return 1;
+}
+
+/* Loads s as class data and checks it holds the given unsigned-byte images
+ * (n of 6 values) and labels. */
+static void expect_mnist(int line, const nrt_source *s, int test, size_t n,
+                         const double *img, const double *lab)
+{
+    nrt_dataset d;
+    nrt_error err = {""};
+    int rc = nrt_dataset_load(s, NRT_TARGET_CLASS, 6, 10, test, &d, &err);
+    check(rc == 0, line, "mnist %s (test %d): %s", s->path, test, err.msg);
+    if (rc != 0)
+        return;
+    check(d.n == n && d.dim == 6 && d.label && !d.y && d.ydim == 0, line,
+          "mnist %s: shape n=%zu dim=%zu", s->path, d.n, d.dim);
+    if (d.n == n && d.dim == 6 && d.label) {
+        float scale = s->scale != 0 ? s->scale : 1.0f;
+        check(bytes_are(d.x, img, 6 * n, scale), line,
+              "mnist %s: features", s->path);
+        int ok = 1;
+        for (size_t i = 0; i < n; i++)
+            ok &= d.label[i] == (int32_t)lab[i];
+        check(ok, line, "mnist %s: labels", s->path);
+    }
+    nrt_dataset_free(&d);
+}
+
+/* Expects loading s to fail with want, which must name the file `names`. */
+static void expect_mnist_error(int line, const nrt_source *s, int target,
+                               size_t dim, int ncls, int test,
+                               const char *names, const char *want)
+{
+    check(strstr(want, names) != NULL, line, "\"%s\" does not name %s", want,
+          names);
+    expect_error_src(line, s, target, dim, ncls, test, want);
+}
+
+static void test_mnist(void)
+{
+    char want[2048], p[512], q[512];
+    nrt_dataset d;
+    nrt_error err = {""};
+
+    /* A directory with MNIST's names: the training set, then the test set. */
+    const char *dir = temp_dir();
+    idx_put(dir, "train-images-idx3-ubyte", U8, 3, tr_dims, tr_img, 18);
+    idx_put(dir, "train-labels-idx1-ubyte", U8, 1, tr_n, tr_lab, 3);
+    idx_put(dir, "t10k-images-idx3-ubyte", U8, 3, te_dims, te_img, 12);
+    idx_put(dir, "t10k-labels-idx1-ubyte", U8, 1, te_n, te_lab, 2);
+    nrt_source s = mnist_source(dir);
+    expect_mnist(__LINE__, &s, 0, 3, tr_img, tr_lab);
+    expect_mnist(__LINE__, &s, 1, 2, te_img, te_lab);
+    if (nrt_dataset_load(&s, NRT_TARGET_CLASS, 6, 10, 0, &d, &err) == 0) {
+        CHECK(d.x[0] == 0.0f && d.x[1] == 1.0f && d.x[5] == 128.0f / 255.0f,
+              "mnist bytes 0, 255, 128: %g %g %g", d.x[0], d.x[1], d.x[5]);
+        nrt_dataset_free(&d);
+    }
+    snprintf(p, sizeof p, "%s/", dir); /* a trailing slash */
+    s.path = p;
+    expect_mnist(__LINE__, &s, 0, 3, tr_img, tr_lab);
+    s.path = dir;
+    s.scale = 2; /* scaled after the division, as cifar10 */
+    expect_mnist(__LINE__, &s, 0, 3, tr_img, tr_lab);
+    s.scale = 0; /* counts as 1 */
+    expect_mnist(__LINE__, &s, 1, 2, te_img, te_lab);
+    s.scale = 1;
+
+    /* A file: its labels are found by name, whatever the test flag says. */
+    snprintf(p, sizeof p, "%s/t10k-images-idx3-ubyte", dir);
+    s.path = p;
+    expect_mnist(__LINE__, &s, 0, 2, te_img, te_lab);
+    expect_mnist(__LINE__, &s, 1, 2, te_img, te_lab);
+    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte", dir);
+    expect_mnist(__LINE__, &s, 1, 3, tr_img, tr_lab);
+
+    /* The mirrors' dotted names; the first spelling wins over the second. */
+    const char *dotted = temp_dir();
+    idx_put(dotted, "train-images.idx3-ubyte", U8, 3, tr_dims, tr_img, 18);
+    idx_put(dotted, "train-labels.idx1-ubyte", U8, 1, tr_n, tr_lab, 3);
+    idx_put(dotted, "t10k-images.idx3-ubyte", U8, 3, te_dims, te_img, 12);
+    idx_put(dotted, "t10k-labels.idx1-ubyte", U8, 1, te_n, te_lab, 2);
+    s.path = dotted;
+    expect_mnist(__LINE__, &s, 0, 3, tr_img, tr_lab);
+    expect_mnist(__LINE__, &s, 1, 2, te_img, te_lab);
+    snprintf(p, sizeof p, "%s/t10k-images.idx3-ubyte", dotted);
+    s.path = p;
+    expect_mnist(__LINE__, &s, 0, 2, te_img, te_lab);
+    idx_put(dotted, "t10k-images-idx3-ubyte", U8, 3, tr_dims, tr_img, 18);
+    idx_put(dotted, "t10k-labels-idx1-ubyte", U8, 1, tr_n, tr_lab, 3);
+    s.path = dotted;
+    expect_mnist(__LINE__, &s, 1, 3, tr_img, tr_lab);
+
+    /* The last "images" of the path is replaced, here in the file's name
+     * and not in its directory's; and "idx3" need not be there. */
+    const char *imdir = sub_dir(dir, "images");
+    idx_put(imdir, "my-images.bin", U8, 3, te_dims, te_img, 12);
+    idx_put(imdir, "my-labels.bin", U8, 1, te_n, te_lab, 2);
+    snprintf(p, sizeof p, "%s/my-images.bin", imdir);
+    s.path = p;
+    expect_mnist(__LINE__, &s, 0, 2, te_img, te_lab);
+
+    /* Other types: int16 and float32 features (scaled, not divided), signed
+     * byte, int16 and int32 labels; 2x3 reshaped as 6 or seen as 3x2. */
+    const double i16[6] = {-32768, -1, 0, 1, 300, 32767};
+    const double f32[6] = {0.5, -1.25, 3e-3, 1e10, -0.0, 65504};
+    const uint32_t d23[3] = {1, 2, 3}, d32[3] = {1, 3, 2}, d16[2] = {1, 6};
+    const double lab1[1] = {4};
+    struct {
+        int type, ndims;
+        const uint32_t *dims;
+        const double *v;
+        int ltype;
+        float scale;
+    } ty[] = {
+        {I16, 3, d23, i16, I8, 1},    {I16, 2, d16, i16, I16, 0.5f},
+        {F32, 3, d32, f32, I32, 1},   {F32, 3, d23, f32, U8, -2},
+        {F64, 3, d23, f32, I16, 0},   {I32, 2, d16, i16, I32, 0.25f},
+        {I8, 2, d16, (const double[]){-128, -1, 0, 1, 2, 127}, U8, 1},
+    };
+    const uint32_t one[1] = {1};
+    for (size_t c = 0; c < sizeof ty / sizeof ty[0]; c++) {
+        const char *tdir = temp_dir();
+        idx_put(tdir, "x-images", ty[c].type, ty[c].ndims, ty[c].dims, ty[c].v,
+                6);
+        idx_put(tdir, "x-labels", ty[c].ltype, 1, one, lab1, 1);
+        snprintf(p, sizeof p, "%s/x-images", tdir);
+        s = mnist_source(p);
+        s.scale = ty[c].scale;
+        int rc = nrt_dataset_load(&s, NRT_TARGET_CLASS, 6, 5, 0, &d, &err);
+        CHECK(rc == 0, "mnist type 0x%02x: %s", ty[c].type, err.msg);
+        if (rc != 0)
+            continue;
+        float scale = s.scale != 0 ? s.scale : 1.0f;
+        int ok = d.n == 1 && d.dim == 6 && d.label && d.label[0] == 4;
+        for (size_t i = 0; ok && i < 6; i++)
+            ok = d.x[i] == (float)ty[c].v[i] * scale;
+        CHECK(ok, "mnist type 0x%02x, labels 0x%02x, scale %g: values",
+              ty[c].type, ty[c].ltype, scale);
+        nrt_dataset_free(&d);
+    }
+    s = mnist_source(dir);
+
+    /* Value targets: float32 [n, 2], and [n] or [n, 1] for one value. */
+    {
+        const char *vdir = temp_dir();
+        const double y2[6] = {0.5, -1, 2.25, 1e-3, -7, 1e6};
+        const double y1[3] = {-15, 0, 123456789};
+        const uint32_t n2[2] = {3, 2}, n11[2] = {3, 1};
+        idx_put(vdir, "a-images", U8, 3, tr_dims, tr_img, 18);
+        idx_put(vdir, "a-labels", F32, 2, n2, y2, 6);
+        idx_put(vdir, "b-images", U8, 3, tr_dims, tr_img, 18);
+        idx_put(vdir, "b-labels", I32, 1, tr_n, y1, 3);
+        idx_put(vdir, "c-images", U8, 3, tr_dims, tr_img, 18);
+        idx_put(vdir, "c-labels", F64, 2, n11, y1, 3);
+        const struct {
+            const char *name;
+            int ncls;
+            const double *y;
+        } vc[] = {{"a-images", 2, y2}, {"b-images", 1, y1},
+                  {"c-images", 1, y1}};
+        for (size_t c = 0; c < 3; c++) {
+            snprintf(p, sizeof p, "%s/%s", vdir, vc[c].name);
+            s = mnist_source(p);
+            s.scale = 0.5f;
+            int rc = nrt_dataset_load(&s, NRT_TARGET_VALUE, 6, vc[c].ncls, 0,
+                                      &d, &err);
+            CHECK(rc == 0, "mnist value targets %s: %s", vc[c].name, err.msg);
+            if (rc != 0)
+                continue;
+            size_t ny = 3 * (size_t)vc[c].ncls;
+            int ok = d.n == 3 && d.dim == 6 && d.y && !d.label &&
+                     d.ydim == (size_t)vc[c].ncls;
+            for (size_t i = 0; ok && i < ny; i++)
+                ok = d.y[i] == (float)vc[c].y[i]; /* targets not scaled */
+            CHECK(ok, "mnist value targets %s", vc[c].name);
+            CHECK(ok && bytes_are(d.x, tr_img, 18, 0.5f),
+                  "mnist value targets %s: features", vc[c].name);
+            nrt_dataset_free(&d);
+        }
+
+        /* Wrong shapes of value targets. */
+        snprintf(p, sizeof p, "%s/a-images", vdir);
+        snprintf(q, sizeof q, "%s/a-labels", vdir);
+        s = mnist_source(p);
+        snprintf(want, sizeof want, "%s: targets of shape 3x2, expected 3x3 "
+                 "(3 values a sample)", q);
+        expect_mnist_error(__LINE__, &s, NRT_TARGET_VALUE, 6, 3, 0, q, want);
+        snprintf(want, sizeof want, "%s: targets of shape 3x2, expected 3 or "
+                 "3x1 (one value a sample)", q);
+        expect_mnist_error(__LINE__, &s, NRT_TARGET_VALUE, 6, 1, 0, q, want);
+        snprintf(p, sizeof p, "%s/b-images", vdir);
+        snprintf(q, sizeof q, "%s/b-labels", vdir);
+        snprintf(want, sizeof want, "%s: targets of shape 3, expected 3x2 "
+                 "(2 values a sample)", q);
+        expect_mnist_error(__LINE__, &s, NRT_TARGET_VALUE, 6, 2, 0, q, want);
+    }
+
+    /* ---- errors */
+
+    /* The model's input size. */
+    s = mnist_source(dir);
+    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte", dir);
+    snprintf(want, sizeof want, "%s: images of 2x3, but the model's input "
+             "has 5 values", p);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 5, 10, 0, p, want);
+    snprintf(p, sizeof p, "%s/t10k-images-idx3-ubyte", dir);
+    snprintf(want, sizeof want, "%s: images of 2x3, but the model's input "
+             "has 784 values", p);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 784, 10, 1, p, want);
+
+    /* Labels outside the classes: too large (sample 3 of the training set),
+     * and negative. */
+    snprintf(p, sizeof p, "%s/train-labels-idx1-ubyte", dir);
+    snprintf(want, sizeof want, "%s: label 9 of sample 3 is outside 0..4", p);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 5, 0, p, want);
+    snprintf(want, sizeof want, "%s: label 3 of sample 1 is outside 0..0", p);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 1, 0, p, want);
+
+    const char *edir = temp_dir();
+    const double neg[3] = {1, 2, -1};
+    idx_put(edir, "neg-images", U8, 3, tr_dims, tr_img, 18);
+    idx_put(edir, "neg-labels", I16, 1, tr_n, neg, 3);
+    snprintf(p, sizeof p, "%s/neg-images", edir);
+    snprintf(q, sizeof q, "%s/neg-labels", edir);
+    s = mnist_source(p);
+    snprintf(want, sizeof want, "%s: label -1 of sample 3 is outside 0..9", q);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, q, want);
+
+    /* As many labels as images, both files named. */
+    idx_put(edir, "cnt-images", U8, 3, tr_dims, tr_img, 18);
+    idx_put(edir, "cnt-labels", U8, 1, te_n, te_lab, 2);
+    snprintf(p, sizeof p, "%s/cnt-images", edir);
+    snprintf(q, sizeof q, "%s/cnt-labels", edir);
+    s = mnist_source(p);
+    snprintf(want, sizeof want, "%s: 2 labels, but %s holds 3 images", q, p);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, p, want);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_VALUE, 6, 1, 0, q, want);
+
+    /* Class labels must be integers of one dimension. */
+    const uint32_t n32[2] = {3, 2};
+    idx_put(edir, "flt-images", U8, 3, tr_dims, tr_img, 18);
+    idx_put(edir, "flt-labels", F32, 1, tr_n, tr_lab, 3);
+    idx_put(edir, "two-images", U8, 3, tr_dims, tr_img, 18);
+    idx_put(edir, "two-labels", U8, 2, n32, tr_img, 6);
+    snprintf(p, sizeof p, "%s/flt-images", edir);
+    snprintf(q, sizeof q, "%s/flt-labels", edir);
+    s = mnist_source(p);
+    snprintf(want, sizeof want, "%s: labels of type float32, but class "
+             "labels must be integers", q);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, q, want);
+    snprintf(p, sizeof p, "%s/two-images", edir);
+    snprintf(q, sizeof q, "%s/two-labels", edir);
+    snprintf(want, sizeof want, "%s: labels of shape 3x2, expected one label "
+             "a sample", q);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, q, want);
+
+    /* Headers and sizes: each file below is the images of a set whose
+     * labels are fine. */
+    const uint32_t z3[3] = {3, 0, 3}, big[4] = {0xFFFFFFFFu, 0xFFFFFFFFu,
+                                               0xFFFFFFFFu, 0xFFFFFFFFu};
+    size_t len;
+    unsigned char *good = idx_make(U8, 3, tr_dims, tr_img, 18, &len);
+    unsigned char *bad = malloc(len + 8);
+    if (!bad)
+        abort();
+    struct {
+        const char *name;
+        size_t len;        /* of the good file; 0: build from the fields */
+        int patch, value;  /* byte patch set to value, when patch >= 0 */
+        const char *msg;   /* %s: the path */
+    } hc[] = {
+        {"trunc", 30, -1, 0, "%s: expected 34 bytes (a header of 16 and "
+                             "3x2x3 unsigned byte values), found 30"},
+        {"long", 35, -1, 0, "%s: expected 34 bytes (a header of 16 and "
+                            "3x2x3 unsigned byte values), found 35"},
+        {"empty", 0, -1, 0, "%s: 0 bytes, shorter than an IDX header"},
+        {"three", 3, -1, 0, "%s: 3 bytes, shorter than an IDX header"},
+        {"head", 10, -1, 0, "%s: 10 bytes, shorter than its 16-byte IDX "
+                            "header"},
+        {"magic", 34, 0, 1, "%s: not an IDX file (magic 01 00 08 03, "
+                            "expected 00 00 TYPE NDIMS)"},
+        {"magic2", 34, 1, 8, "%s: not an IDX file (magic 00 08 08 03, "
+                             "expected 00 00 TYPE NDIMS)"},
+        {"gzip", 34, -2, 0, "%s: compressed; gunzip it first"},
+        {"type", 34, 2, 0x0A, "%s: unknown IDX data type 0x0a"},
+        {"ndims0", 34, 3, 0, "%s: IDX file of 0 dimensions (1 to 4 are "
+                             "read)"},
+        {"ndims5", 34, 3, 5, "%s: IDX file of 5 dimensions (1 to 4 are "
+                             "read)"},
+        {"wide", 34, 2, F32, "%s: expected 88 bytes (a header of 16 and "
+                             "3x2x3 float32 values), found 34"},
+    };
+    for (size_t c = 0; c < sizeof hc / sizeof hc[0]; c++) {
+        size_t n = hc[c].len;
+        memcpy(bad, good, len);
+        if (n > len)
+            bad[len] = 7;
+        if (hc[c].patch >= 0)
+            bad[hc[c].patch] = (unsigned char)hc[c].value;
+        if (hc[c].patch == -2) {
+            bad[0] = 0x1f;
+            bad[1] = 0x8b;
+        }
+        char name[64];
+        snprintf(name, sizeof name, "%s-images", hc[c].name);
+        dir_file(edir, name, bad, n);
+        snprintf(name, sizeof name, "%s-labels", hc[c].name);
+        idx_put(edir, name, U8, 1, tr_n, tr_lab, 3);
+        snprintf(p, sizeof p, "%s/%s-images", edir, hc[c].name);
+        s = mnist_source(p);
+        snprintf(want, sizeof want, hc[c].msg, p);
+        expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, p, want);
+    }
+    free(good);
+    free(bad);
+    {   /* a zero size; sizes whose product overflows */
+        idx_put(edir, "zero-images", U8, 3, z3, NULL, 0);
+        idx_put(edir, "zero-labels", U8, 1, tr_n, tr_lab, 3);
+        snprintf(p, sizeof p, "%s/zero-images", edir);
+        s = mnist_source(p);
+        snprintf(want, sizeof want, "%s: IDX size 2 of 3 is 0", p);
+        expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, p, want);
+        idx_put(edir, "huge-images", F64, 4, big, NULL, 0);
+        idx_put(edir, "huge-labels", U8, 1, tr_n, tr_lab, 3);
+        snprintf(p, sizeof p, "%s/huge-images", edir);
+        s = mnist_source(p);
+        snprintf(want, sizeof want, "%s: IDX sizes 4294967295x4294967295x"
+                 "4294967295x4294967295 are too large", p);
+        expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, p, want);
+        const uint32_t mid[2] = {0xFFFFFFFFu, 0x10000000u}; /* 2^60 bytes */
+        idx_put(edir, "mid-images", F64, 2, mid, NULL, 0);
+        idx_put(edir, "mid-labels", U8, 1, tr_n, tr_lab, 3);
+        snprintf(p, sizeof p, "%s/mid-images", edir);
+        s = mnist_source(p);
+        if (sizeof(size_t) >= 8)
+            snprintf(want, sizeof want, "%s: expected %zu bytes (a header of "
+                     "12 and 4294967295x268435456 float64 values), found "
+                     "12", p, (size_t)12 + (size_t)0xFFFFFFFFu * 0x10000000u *
+                     8);
+        else
+            snprintf(want, sizeof want, "%s: IDX sizes 4294967295x268435456 "
+                     "are too large", p);
+        expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 0x10000000, 10, 0,
+                           p, want);
+    }
+    {   /* a bad labels file is named too */
+        idx_put(edir, "lt-images", U8, 3, tr_dims, tr_img, 18);
+        idx_put(edir, "lt-labels", U8, 1, tr_n, tr_lab, 2);
+        snprintf(p, sizeof p, "%s/lt-images", edir);
+        snprintf(q, sizeof q, "%s/lt-labels", edir);
+        s = mnist_source(p);
+        snprintf(want, sizeof want, "%s: expected 11 bytes (a header of 8 "
+                 "and 3 unsigned byte values), found 10", q);
+        expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, q, want);
+    }
+
+    /* Values that are not finite, or too large for a float: features and
+     * targets, naming the sample and the value (1-based). */
+    {
+        const double fx[6] = {1, 2, 3, 4, NAN, 6};
+        const double fy[4] = {1, 2, 3, -INFINITY};
+        const double dx[6] = {1, 2, 3, 1e300, 5, 6};
+        const double ok2[4] = {1, 2, 3, 4}, ok6[6] = {1, 2, 3, 4, 5, 6};
+        const uint32_t x2[3] = {2, 1, 3}, y2[2] = {2, 2};
+        idx_put(edir, "nan-images", F32, 3, x2, fx, 6);
+        idx_put(edir, "nan-labels", F32, 2, y2, ok2, 4);
+        idx_put(edir, "short-images", I16, 3, x2, ok2, 4); /* too short */
+        idx_put(edir, "short-labels", F64, 2, y2, ok2, 4);
+        idx_put(edir, "inf-images", I16, 3, x2, ok6, 6);
+        idx_put(edir, "inf-labels", F64, 2, y2, fy, 4);
+        idx_put(edir, "dbl-images", F64, 3, x2, dx, 6);
+        idx_put(edir, "dbl-labels", F32, 2, y2, ok2, 4);
+        snprintf(p, sizeof p, "%s/nan-images", edir);
+        s = mnist_source(p);
+        snprintf(want, sizeof want, "%s: sample 2, value 2 is nan", p);
+        expect_mnist_error(__LINE__, &s, NRT_TARGET_VALUE, 3, 2, 0, p, want);
+        snprintf(p, sizeof p, "%s/short-images", edir);
+        snprintf(want, sizeof want, "%s: expected 28 bytes (a header of 16 "
+                 "and 2x1x3 int16 values), found 24", p);
+        expect_mnist_error(__LINE__, &s, NRT_TARGET_VALUE, 3, 2, 0, p, want);
+        snprintf(p, sizeof p, "%s/inf-images", edir);
+        snprintf(q, sizeof q, "%s/inf-labels", edir);
+        snprintf(want, sizeof want, "%s: sample 2, value 2 is -inf", q);
+        expect_mnist_error(__LINE__, &s, NRT_TARGET_VALUE, 3, 2, 0, q, want);
+        snprintf(p, sizeof p, "%s/dbl-images", edir);
+        snprintf(want, sizeof want, "%s: sample 2, value 1: 1e+300 does not "
+                 "fit a float", p);
+        expect_mnist_error(__LINE__, &s, NRT_TARGET_VALUE, 3, 2, 0, p, want);
+    }
+
+    /* Compressed files. */
+    s = mnist_source("data/mnist/train-images-idx3-ubyte.gz");
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 784, 10, 0,
+                       s.path, "data/mnist/train-images-idx3-ubyte.gz: "
+                       "compressed; gunzip it first");
+    const char *gzdir = temp_dir();
+    dir_file(gzdir, "train-images-idx3-ubyte.gz", "\x1f\x8b", 2);
+    dir_file(gzdir, "train-labels-idx1-ubyte.gz", "\x1f\x8b", 2);
+    dir_file(gzdir, "t10k-images.idx3-ubyte.gz", "\x1f\x8b", 2);
+    s = mnist_source(gzdir);
+    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", gzdir);
+    snprintf(want, sizeof want, "%s: compressed; gunzip it first", p);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, p, want);
+    snprintf(p, sizeof p, "%s/t10k-images.idx3-ubyte.gz", gzdir);
+    snprintf(want, sizeof want, "%s: compressed; gunzip it first", p);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 1, p, want);
+    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte", gzdir);
+    s.path = p; /* the file named without its .gz */
+    snprintf(want, sizeof want, "%s.gz: compressed; gunzip it first", p);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, p, want);
+    idx_put(gzdir, "train-images-idx3-ubyte", U8, 3, tr_dims, tr_img, 18);
+    snprintf(q, sizeof q, "%s/train-labels-idx1-ubyte.gz", gzdir);
+    snprintf(want, sizeof want, "%s: compressed; gunzip it first", q);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, q, want);
+    s.path = gzdir;
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, q, want);
+
+    /* Missing files. */
+    const char *none = temp_dir();
+    s = mnist_source(none);
+    snprintf(want, sizeof want, "%s: no train-images-idx3-ubyte (or "
+             "train-images.idx3-ubyte) file", none);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, none, want);
+    idx_put(none, "t10k-images.idx3-ubyte", U8, 3, te_dims, te_img, 12);
+    snprintf(want, sizeof want, "%s: no t10k-labels-idx1-ubyte (or "
+             "t10k-labels.idx1-ubyte) file", none);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 1, none, want);
+    snprintf(p, sizeof p, "%s/t10k-images.idx3-ubyte", none);
+    snprintf(q, sizeof q, "%s/t10k-labels.idx1-ubyte", none);
+    s.path = p;
+    snprintf(want, sizeof want, "%s: cannot open: %s (the labels of %s)", q,
+             strerror(ENOENT), p);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, q, want);
+    snprintf(p, sizeof p, "%s/no-such-images", none);
+    snprintf(want, sizeof want, "%s: cannot open: %s", p, strerror(ENOENT));
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, p, want);
+
+    /* A file whose name holds no "images". */
+    snprintf(p, sizeof p, "%s/train-labels-idx1-ubyte", dir);
+    s.path = p;
+    snprintf(want, sizeof want, "%s: cannot tell the labels file: it is this "
+             "path with its last \"images\" replaced by \"labels\" (and "
+             "\"idx3\" by \"idx1\"), and the path has no \"images\"", p);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 10, 0, p, want);
+
+    /* Only class labels in a directory; the arguments checked first. */
+    s = mnist_source(dir);
+    snprintf(want, sizeof want, "%s: 0 classes (need at least 1)", dir);
+    expect_mnist_error(__LINE__, &s, NRT_TARGET_CLASS, 6, 0, 0, dir, want);
 }
 
 /* ---------------------------------------------------- split, stats, etc. */
@@ -871,6 +1420,7 @@ int main(void)
     test_text();
     test_text_errors();
     test_cifar();
+    test_mnist();
     test_split();
     test_stats();
     test_boston();

@@ -1,0 +1,248 @@
+# tests/train.sh — what the training loop does besides training: the
+# validation set and the test at the end, learning-rate schedules, the
+# TensorBoard log, checkpoints (--max-steps, Ctrl-C, SIGTERM) and --resume,
+# --eval, --predict, and MNIST's IDX files as a data source.
+#
+#  - a run stopped and resumed logs the very losses, and ends with the
+#    very weights, of one that never stopped (bit for bit, on the cpu);
+#  - the lr of each epoch is PyTorch's scheduler's (with python3-torch), and
+#    a schedule's lr reaches the optimizer: with gamma 0 the weights stop;
+#  - every scalar of the TensorBoard log is what the metrics say, read back
+#    by the tensorboard package (skipped without it);
+#  - --eval gives the training run's test loss; --predict's classes give
+#    its accuracy.
+. "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
+
+TRA=$SRC/data/optdigits.tra
+TES=$SRC/data/optdigits.tes
+strip() { grep "$2" "$1" | grep -v '"partial"' | sed 's/, "seconds".*//'; } # FILE PATTERN: whole records, no timings
+field() { grep "\"$2\"" "$1" | tail -n 1 | sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p"; }
+
+model() { # NAME EXTRA-STATEMENTS: a digits MLP with them
+    cat > "$WORK/$1.net" <<NET
+model $1 {
+    input  x[64]
+    target class(10)
+    linear(32)
+    relu
+    dropout(0.1)
+    linear(10)
+    loss      cross_entropy
+    optimizer sgd(lr=0.05, momentum=0.9)
+    device    cpu
+    train     csv("$TRA", scale=0.0625) batch 64 epochs 4 seed 3
+$2
+}
+NET
+    compile "$WORK/$1.net" "$WORK/$1"
+}
+
+# ------------------------------------------------------ validation, test
+model vt '    valid holdout(0.25)
+    test  csv("'"$TES"'", scale=0.0625)'
+"$WORK/vt" --metrics "$WORK/vt.jsonl" > "$WORK/vt.out"
+check "[ \$? -eq 0 ]" "vt: the run failed: $(cat "$WORK/vt.out")"
+check "grep -q '2867 training samples, 956 validation, 1797 test' '$WORK/vt.out'" \
+    "vt: 25 % of 3823 samples held out for validation: $(head -n 2 "$WORK/vt.out")"
+check "[ \$(grep -c '\"valid_loss\"' '$WORK/vt.jsonl') -eq 4 ]" "vt: a validation every epoch"
+check "[ \$(grep -c '\"test_loss\"' '$WORK/vt.jsonl') -eq 1 ]" "vt: one test, at the end"
+check "grep -q '^test_loss .* test_accuracy .*(1797 samples)' '$WORK/vt.out'" "vt: no test line"
+"$WORK/vt" --epochs 1 --valid-data "$TES" --quiet --metrics "$WORK/vt2.jsonl"
+check "[ \"\$(field '$WORK/vt2.jsonl' valid_loss)\" = \"\$(field '$WORK/vt2.jsonl' test_loss)\" ]" \
+    "vt: --valid-data of the test file: its validation is not the test's"
+
+# ---------------------------------------------------------------- schedules
+model sstep 'schedule step(size=2, gamma=0.5)'
+model scos 'schedule cosine(t_max=3, eta_min=0.001)'
+model splat '    valid holdout(0.2)
+    schedule reduce_on_plateau(factor=0.5, patience=0, threshold=0.5)'
+for s in sstep scos splat; do
+    "$WORK/$s" --epochs 6 --quiet --metrics "$WORK/$s.jsonl"
+    check "[ \$? -eq 0 ]" "$s: the run failed"
+done
+lrs() { sed -n 's/.*"lr": \([^,]*\),.*/\1/p' "$1" | tr '\n' ' '; }
+check "[ \"\$(lrs '$WORK/sstep.jsonl')\" = '0.05 0.05 0.025 0.025 0.0125 0.0125 ' ]" \
+    "step(2, 0.5): lr $(lrs "$WORK/sstep.jsonl")"
+if "$PYTHON" -c 'import torch' 2> /dev/null; then
+    cat > "$WORK/sched.py" <<'PY'
+import json, sys, torch
+kind, path = sys.argv[1], sys.argv[2]
+recs = [json.loads(l) for l in open(path) if '"epoch"' in l]
+p = torch.nn.Parameter(torch.zeros(1))
+opt = torch.optim.SGD([p], lr=0.05, momentum=0.9)
+S = torch.optim.lr_scheduler
+sch = {"sstep": lambda: S.StepLR(opt, step_size=2, gamma=0.5),
+       "scos": lambda: S.CosineAnnealingLR(opt, T_max=3, eta_min=0.001),
+       "splat": lambda: S.ReduceLROnPlateau(opt, factor=0.5, patience=0, threshold=0.5)}[kind]()
+bad = 0
+for r in recs:
+    want = opt.param_groups[0]["lr"]
+    if abs(r["lr"] - want) > 1e-8 * want:
+        print(f"{kind}: epoch {r['epoch']}: lr {r['lr']}, PyTorch's {want!r}")
+        bad += 1
+    sch.step(r["valid_loss"]) if kind == "splat" else sch.step()
+sys.exit(1 if bad else 0)
+PY
+    export PYTHONWARNINGS=ignore # torch's warning that no optimizer.step() came first
+    for s in sstep scos splat; do
+        check "'$PYTHON' '$WORK/sched.py' $s '$WORK/$s.jsonl'" "$s: the lr of each epoch is not PyTorch's"
+    done
+else
+    echo "train: python3-torch not installed: the schedules' lr not compared with PyTorch's"
+fi
+check "[ \"\$(lrs '$WORK/splat.jsonl')\" != '0.05 0.05 0.05 0.05 0.05 0.05 ' ]" \
+    "reduce_on_plateau(threshold=0.5) never reduced the lr"
+# the scheduled lr is the optimizer's: with gamma 0 nothing moves after epoch 1
+model szero 'schedule step(size=1, gamma=0)'
+"$WORK/szero" --epochs 1 --quiet --save "$WORK/z1.safetensors"
+"$WORK/szero" --epochs 3 --quiet --save "$WORK/z3.safetensors"
+check "cmp -s '$WORK/z1.safetensors' '$WORK/z3.safetensors'" "step(1, gamma=0): the weights moved after epoch 1"
+
+# -------------------------------------------------- checkpoints and --resume
+model ck '    valid holdout(0.2)
+    schedule step(size=1, gamma=0.7)'
+run() { "$WORK/ck" --log-every 1 --quiet "$@"; }
+run --epochs 4 --metrics "$WORK/full.jsonl" --save "$WORK/full.safetensors"
+run --epochs 4 --metrics "$WORK/cut.jsonl" --max-steps 70 --checkpoint "$WORK/ckd"
+check "[ -f '$WORK/ckd/checkpoint.safetensors' ]" "--max-steps 70 --checkpoint: no checkpoint"
+check "[ -z \"\$(ls '$WORK/ckd' | grep -v '^checkpoint.safetensors\$')\" ]" "the checkpoint directory holds more: $(ls "$WORK/ckd")"
+run --epochs 4 --metrics "$WORK/cut.jsonl" --resume "$WORK/ckd" --save "$WORK/cut.safetensors"
+check "[ \"\$(strip '$WORK/full.jsonl' step)\" = \"\$(strip '$WORK/cut.jsonl' step)\" ]" \
+    "stopped at step 70 and resumed: other step losses than a run never stopped"
+check "[ \"\$(strip '$WORK/full.jsonl' epoch)\" = \"\$(strip '$WORK/cut.jsonl' epoch)\" ]" \
+    "stopped and resumed: other epoch records (train, validation, lr)"
+check "cmp -s '$WORK/full.safetensors' '$WORK/cut.safetensors'" "stopped and resumed: other final weights"
+check "[ \"\$(field '$WORK/full.jsonl' test_loss)\" = \"\$(field '$WORK/cut.jsonl' test_loss)\" ]" "stopped and resumed: another test loss"
+
+# Ctrl-C and SIGTERM: stop between two steps, save, exit 128 + the signal
+for sig in INT TERM; do
+    rm -rf "$WORK/sd" "$WORK/sig.jsonl"
+    set -m # a background job without job control would ignore Ctrl-C
+    "$WORK/ck" --log-every 1 --quiet --epochs 100000 --metrics "$WORK/sig.jsonl" \
+        --checkpoint "$WORK/sd" 2> "$WORK/sig.err" &
+    pid=$!
+    set +m
+    i=0
+    while [ ! -f "$WORK/sd/checkpoint.safetensors" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -$sig $pid
+    wait $pid
+    status=$?
+    want=$((128 + $(kill -l $sig)))
+    check "[ $status -eq $want ]" "SIG$sig: exit status $status, expected $want; $(cat "$WORK/sig.err")"
+    check "grep -q 'stopped by .* saved to .*--resume' '$WORK/sig.err'" "SIG$sig: $(cat "$WORK/sig.err")"
+    steps=$(sed -n 's/.* after \([0-9]*\) steps.*/\1/p' "$WORK/sig.err")
+    end=$((${steps:-0} + 100))
+    run --epochs 100000 --max-steps $end --metrics "$WORK/sig.jsonl" --resume "$WORK/sd"
+    run --epochs 100000 --max-steps $end --metrics "$WORK/sigfull.jsonl"
+    check "[ \"\$(strip '$WORK/sigfull.jsonl' step)\" = \"\$(strip '$WORK/sig.jsonl' step)\" ]" \
+        "SIG$sig at step $steps and resumed: other step losses than a run never stopped"
+done
+
+# what --resume refuses, naming the reason
+expect() { # SUBSTRING ARGS...: the program fails, saying SUBSTRING
+    want=$1
+    shift
+    "$@" > "$WORK/out" 2> "$WORK/err"
+    status=$?
+    check "[ $status -eq 1 ] && grep -qF -- \"\$want\" '$WORK/err'" \
+        "'$*': exit $status, expected '$want' in: $(cat "$WORK/err")"
+}
+expect "resume it without --seed" "$WORK/ck" --resume "$WORK/ckd" --seed 9
+expect "resume it without --batch" "$WORK/ck" --resume "$WORK/ckd" --batch 7
+expect "no-such/checkpoint.safetensors" "$WORK/ck" --resume "$WORK/no-such"
+expect "a checkpoint of model 'ck', not 'vt'" "$WORK/vt" --resume "$WORK/ckd"
+expect "give one" "$WORK/ck" --resume "$WORK/ckd" --load "$WORK/full.safetensors"
+# a checkpoint is a weights file too
+"$WORK/ck" --load "$WORK/ckd/checkpoint.safetensors" --max-steps 0 --save "$WORK/w.safetensors" --quiet
+check "[ \$? -eq 0 ] && cmp -s '$WORK/w.safetensors' '$WORK/full.safetensors'" \
+    "--load of the final checkpoint: not the run's final weights"
+
+# ---------------------------------------------------------------- TensorBoard
+"$WORK/vt" --epochs 3 --quiet --log-every 20 --metrics "$WORK/tb.jsonl" --logdir "$WORK/tb/run1"
+check "ls '$WORK'/tb/run1/events.out.tfevents.* > /dev/null" "--logdir: no event file"
+cat > "$WORK/expect.py" <<'PY'
+import json, sys
+e = {}
+def add(tag, step, v):
+    e.setdefault(tag, []).append([step, v])
+last = 0
+for r in map(json.loads, open(sys.argv[1])):
+    if "step" in r:
+        add("train/step_loss", r["step"], r["loss"])
+    elif "epoch" in r:
+        last = r["epoch"]
+        add("train/loss", last, r["train_loss"])
+        add("valid/loss", last, r["valid_loss"])
+        add("valid/accuracy", last, r["valid_accuracy"])
+        add("lr", last, r["lr"])
+    else:
+        add("test/loss", last, r["test_loss"])
+        add("test/accuracy", last, r["test_accuracy"])
+json.dump(e, open(sys.argv[2], "w"))
+PY
+"$PYTHON" "$WORK/expect.py" "$WORK/tb.jsonl" "$WORK/tb.json"
+"$PYTHON" "$SRC/tests/tfevents_check.py" "$WORK/tb/run1" "$WORK/tb.json"
+status=$?
+if [ $status -eq 77 ]; then
+    echo "train: the tensorboard package is not installed: the event files not read back"
+else
+    check "[ $status -eq 0 ]" "TensorBoard's reading of --logdir differs from the metrics"
+fi
+
+# ------------------------------------------------------------ --eval, --predict
+"$WORK/vt" --epochs 2 --quiet --save "$WORK/vt.safetensors" --metrics "$WORK/vt3.jsonl"
+"$WORK/vt" --eval --load "$WORK/vt.safetensors" > "$WORK/eval.out"
+check "[ \$? -eq 0 ]" "--eval failed"
+loss=$(sed -n 's/^test_loss \([0-9.]*\) .*/\1/p' "$WORK/eval.out")
+check "[ \"$loss\" = \"\$(printf '%.6f' \$(field '$WORK/vt3.jsonl' test_loss))\" ]" \
+    "--eval: test loss '$loss', the training run's $(field "$WORK/vt3.jsonl" test_loss)"
+"$WORK/vt" --predict "$TES" --load "$WORK/vt.safetensors" -o "$WORK/pred.csv" --quiet
+check "[ \$? -eq 0 ] && [ \$(wc -l < '$WORK/pred.csv') -eq 1798 ]" "--predict: not a header and 1797 rows"
+check "head -n 1 '$WORK/pred.csv' | grep -q '^class,p0,p1,.*,p9\$'" "--predict: header $(head -n 1 "$WORK/pred.csv")"
+acc=$(tail -n +2 "$WORK/pred.csv" | cut -d, -f1 | paste -d, - "$TES" | awk -F, '$1 == $66 { c++ } END { printf "%.9g", c / NR }')
+check "[ \"$acc\" = \"\$(printf '%.9g' \$(field '$WORK/vt3.jsonl' test_accuracy))\" ]" \
+    "--predict's classes: accuracy $acc, the training run's $(field "$WORK/vt3.jsonl" test_accuracy)"
+# features alone (no label column) give the same predictions, to stdout
+cut -d, -f1-64 "$TES" > "$WORK/features.csv"
+"$WORK/vt" --predict "$WORK/features.csv" --load "$WORK/vt.safetensors" > "$WORK/pred2.csv"
+check "cmp -s '$WORK/pred.csv' '$WORK/pred2.csv'" "--predict of features alone differs"
+expect "cannot write" "$WORK/vt" --predict "$TES" -o "$WORK/no/such/dir/p.csv"
+check "[ ! -e '$WORK/no' ]" "a failed --predict left something"
+expect "--eval: no test data" "$WORK/ck" --eval
+
+# --------------------------------------------------------------------- MNIST
+# IDX files as MNIST's, 28x28 bytes: the class shifts the image's mean
+"$PYTHON" - "$WORK/mnist" <<'PY'
+import os, random, struct, sys
+d = sys.argv[1]
+os.makedirs(d)
+for part, n in (("train", 300), ("t10k", 100)):
+    rnd = random.Random(n)
+    labels = [rnd.randrange(10) for _ in range(n)]
+    with open(f"{d}/{part}-images-idx3-ubyte", "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 28, 28))
+        f.write(bytes(min(255, rnd.randrange(60) + 20 * y) for y in labels for _ in range(784)))
+    with open(f"{d}/{part}-labels-idx1-ubyte", "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + bytes(labels))
+PY
+cat > "$WORK/mn.net" <<NET
+model mn {
+    input  image[1, 28, 28]
+    target class(10)
+    conv2d(4, kernel=5, stride=2)
+    relu
+    flatten
+    linear(10)
+    loss      cross_entropy
+    optimizer adam(lr=0.01)
+    device    cpu
+    train     mnist("$WORK/mnist") batch 32 epochs 30
+    test      mnist("$WORK/mnist")
+}
+NET
+compile "$WORK/mn.net" "$WORK/mn"
+"$WORK/mn" --quiet --metrics "$WORK/mn.jsonl"
+acc=$(field "$WORK/mn.jsonl" test_accuracy)
+check "awk 'BEGIN { exit !(\"$acc\" + 0 > 0.8) }'" "mnist: test accuracy '$acc' on separable synthetic digits"
+
+finish
