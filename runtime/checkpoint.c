@@ -29,7 +29,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define FORMAT "1"
 #define FILE_NAME "checkpoint.safetensors"
@@ -86,9 +85,8 @@ static void put(Meta *mt, const char *key, const char *fmt, ...)
 int nrt_checkpoint_save(const char *dir, const nrt_model *m, const nrt_optim *h,
                         const nrt_checkpoint *c, nrt_error *err)
 {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return nrt_errorf(err, "%s: cannot create the checkpoint directory: %s", dir,
-                          strerror(errno));
+    if (nrt_make_dirs(dir, err))
+        return -1;
     const int slots = nrt_optim_slots(h), n = m->n_params * (1 + slots);
     nrt_tensor *t = calloc((size_t)n + 1, sizeof *t);
     char **names = calloc((size_t)n + 1, sizeof *names);

@@ -164,6 +164,9 @@ int nrt_safetensors_open(const char *path, nrt_st_file **out, nrt_error *err);
  * returned; *dtype receives the dtype string of whatever was found. */
 const nrt_tensor *nrt_safetensors_find(const nrt_st_file *f, const char *name,
                                        const char **dtype);
+/* Whether the NUL-terminated s is valid UTF-8 (no overlong forms, no
+ * surrogates), as JSON and protobuf strings must be. */
+int nrt_utf8_valid(const char *s);
 /* The value of a key of the file's __metadata__, or NULL. */
 const char *nrt_safetensors_meta(const nrt_st_file *f, const char *key);
 int nrt_safetensors_count(const nrt_st_file *f);
@@ -198,6 +201,9 @@ int nrt_tb_scalar(nrt_tb *tb, const char *tag, int64_t step, double value, nrt_e
 int nrt_tb_flush(nrt_tb *tb, nrt_error *err);
 /* Flushes, closes and frees tb, reporting a write error; NULL: nothing. */
 int nrt_tb_close(nrt_tb *tb, nrt_error *err);
+/* mkdir -p: dir and its missing parents (--logdir's, --checkpoint's);
+ * messages begin with dir. */
+int nrt_make_dirs(const char *dir, nrt_error *err);
 /* CRC-32C (Castagnoli) of n bytes, and the TFRecord's mask of a CRC. */
 uint32_t nrt_crc32c(const void *p, size_t n);
 uint32_t nrt_crc32c_mask(uint32_t crc);

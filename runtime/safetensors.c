@@ -83,7 +83,7 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
     return len;
 }
 
-static int utf8_valid(const char *str)
+int nrt_utf8_valid(const char *str)
 {
     const unsigned char *s = (const unsigned char *)str;
     size_t n = strlen(str);
@@ -295,7 +295,7 @@ int nrt_safetensors_save(const char *path, const nrt_tensor *t, int n,
             goto out;
         }
         show(nb, sizeof nb, x->name);
-        if (!utf8_valid(x->name)) {
+        if (!nrt_utf8_valid(x->name)) {
             nrt_errorf(err, "%s: tensor name '%s' is not valid UTF-8", path,
                        nb);
             goto out;
@@ -353,7 +353,7 @@ int nrt_safetensors_save(const char *path, const nrt_tensor *t, int n,
             nrt_errorf(err, "%s: metadata entry %d is NULL", path, i);
             goto out;
         }
-        if (!utf8_valid(k) || !utf8_valid(v)) {
+        if (!nrt_utf8_valid(k) || !nrt_utf8_valid(v)) {
             nrt_errorf(err, "%s: metadata entry '%s' is not valid UTF-8",
                        path, show(nb, sizeof nb, k));
             goto out;

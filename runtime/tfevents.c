@@ -228,40 +228,6 @@ static float to_float(double v)
     return (float)v; /* NaN stays NaN */
 }
 
-/* Whether s is valid UTF-8: Event is a proto3 message, and proto3 parsers
- * (Python's included, which TensorBoard uses) refuse a string field that is
- * not, dropping the whole event. */
-static int utf8_valid(const char *str)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    while (*s) {
-        unsigned c = *s;
-        size_t len;
-        uint32_t cp, min;
-        if (c < 0x80) {
-            s++;
-            continue;
-        } else if (c >= 0xc2 && c <= 0xdf) {
-            len = 2, cp = c & 0x1f, min = 0x80;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            len = 3, cp = c & 0x0f, min = 0x800;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            len = 4, cp = c & 0x07, min = 0x10000;
-        } else {
-            return 0;
-        }
-        for (size_t k = 1; k < len; k++) {
-            if ((s[k] & 0xc0) != 0x80) /* also stops at the NUL */
-                return 0;
-            cp = (cp << 6) | (s[k] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        s += len;
-    }
-    return 1;
-}
-
 /* Makes room for a record of up to need bytes in tb->buf. */
 static int reserve(nrt_tb *tb, size_t need, nrt_error *err)
 {
@@ -320,7 +286,7 @@ static int make_dir(const char *p, const char *dir, int whole, nrt_error *err)
 
 /* mkdir -p: creates dir and each missing parent, one path prefix ending
  * before a '/' at a time (runs of '/' count as one). */
-static int make_dirs(const char *dir, nrt_error *err)
+int nrt_make_dirs(const char *dir, nrt_error *err)
 {
     char *p = strdup(dir);
     if (!p)
@@ -405,7 +371,7 @@ int nrt_tb_open(const char *dir, nrt_tb **out, nrt_error *err)
     *out = NULL;
     if (!dir || !*dir)
         return nrt_errorf(err, "tensorboard: no log directory");
-    if (make_dirs(dir, err) != 0)
+    if (nrt_make_dirs(dir, err) != 0)
         return -1;
     nrt_tb *tb = calloc(1, sizeof *tb);
     if (!tb)
@@ -450,7 +416,10 @@ int nrt_tb_scalar(nrt_tb *tb, const char *tag, int64_t step, double value,
         return nrt_errorf(err, "tensorboard: no writer");
     if (!tag)
         return nrt_errorf(err, "%s: scalar without a tag", tb->path);
-    if (!utf8_valid(tag))
+    /* Event is a proto3 message, and proto3 parsers (Python's included,
+     * which TensorBoard uses) refuse a string field that is not UTF-8,
+     * dropping the whole event */
+    if (!nrt_utf8_valid(tag))
         return nrt_errorf(err, "%s: tag is not valid UTF-8", tb->path);
     size_t tlen = strlen(tag);
     if (tlen > SIZE_MAX - TB_RECORD_OVERHEAD)

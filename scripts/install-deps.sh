@@ -4,13 +4,15 @@
 # graphviz (the test that renders --emit=dot), cmake and man-db (the test
 # that builds examples/ against an installed tree and reads the man page).
 #   --with-torch   also Debian's python3-torch, for the tests and benchmarks
-#                  that compare with PyTorch (they are skipped without it)
+#                  that compare with PyTorch (they are skipped without it),
+#                  and PyPI's tensorboard, which reads back --logdir's files
 # Run as root, or with sudo available.
 set -eu
 packages="build-essential flex bison autoconf automake libtool pkg-config libopenblas-dev python3 graphviz cmake man-db"
+tensorboard=no
 for arg in "$@"; do
     case $arg in
-    --with-torch) packages="$packages python3-torch" ;;
+    --with-torch) packages="$packages python3-torch python3-pip"; tensorboard=yes ;;
     *) echo "usage: $0 [--with-torch]" >&2; exit 2 ;;
     esac
 done
@@ -21,3 +23,12 @@ $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $packages > /dev/null
 echo "installed: $packages"
+if [ "$tensorboard" = yes ]; then
+    # not packaged by Debian; without it the test reading the logs back skips
+    if $SUDO /usr/bin/python3 -m pip install -q --break-system-packages tensorboard > /dev/null 2>&1 ||
+        $SUDO /usr/bin/python3 -m pip install -q tensorboard > /dev/null 2>&1; then
+        echo "installed: tensorboard (PyPI)"
+    else
+        echo "warning: tensorboard could not be installed from PyPI" >&2
+    fi
+fi

@@ -11,7 +11,9 @@
 #    by the tensorboard package (skipped without it);
 #  - --eval gives the training run's test loss; --predict's classes give
 #    its accuracy.
+# NETC_TRAIN_DEVICE=cuda runs it all on a GPU (tests/gpu/run.sh does).
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
+DEV=${NETC_TRAIN_DEVICE:-cpu}
 
 TRA=$SRC/data/optdigits.tra
 TES=$SRC/data/optdigits.tes
@@ -29,7 +31,7 @@ model $1 {
     linear(10)
     loss      cross_entropy
     optimizer sgd(lr=0.05, momentum=0.9)
-    device    cpu
+    device    $DEV
     train     csv("$TRA", scale=0.0625) batch 64 epochs 4 seed 3
 $2
 }
@@ -235,7 +237,7 @@ model mn {
     linear(10)
     loss      cross_entropy
     optimizer adam(lr=0.01)
-    device    cpu
+    device    $DEV
     train     mnist("$WORK/mnist") batch 32 epochs 30
     test      mnist("$WORK/mnist")
 }

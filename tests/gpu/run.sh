@@ -116,6 +116,11 @@ stage_parity() {
         NETRT_CUDA_HOST_DATA=1 DEVICE=cuda NETC=$BUILD/netc \
             "$root/tests/gpu/parity.sh" "$root/models/digits_mlp.net" \
             "$root/models/cifar10.net" >>"$log" 2>&1 || rc=1
+        # validation, schedules, checkpoints and --resume (bit for bit),
+        # SIGINT, TensorBoard, --eval and --predict on the GPU
+        echo "--- tests/train.sh on cuda" >>"$log"
+        NETC_TRAIN_DEVICE=cuda NETC=$BUILD/netc NETC_TOP_SRCDIR=$root \
+            sh "$root/tests/train.sh" >>"$log" 2>&1 || rc=1
     fi
     section "Parity with the cpu backend (tests/gpu/parity.sh, DEVICE=$dev)" "$log" \
         "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
