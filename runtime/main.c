@@ -510,12 +510,16 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
                 lr, secs, (double)seen / secs, full ? "" : ", \"partial\": true");
         fflush(r->metrics);
     }
+    /* an epoch cut short is not a point of the curves: a resumed run
+     * logs the whole of it */
+    if (!full)
+        return 0;
     if (tb_scalar(r, "train/loss", epoch, train_loss) ||
         tb_scalar(r, "valid/loss", epoch, valid_loss) ||
         tb_scalar(r, "valid/accuracy", epoch, accuracy) || tb_scalar(r, "lr", epoch, lr) ||
         (r->tb && nrt_tb_flush(r->tb, &r->err)))
         return -1;
-    if (full && r->m->schedule.kind) {
+    if (r->m->schedule.kind) {
         /* reduce_on_plateau watches the validation loss, or without a
          * validation set the training loss */
         double next = nrt_schedule_step(&r->sched, &r->m->schedule,
@@ -524,7 +528,7 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
             return -1;
         r->lr = next;
     }
-    return o->checkpoint && full ? save_checkpoint(r, epoch + 1, 0) : 0;
+    return o->checkpoint ? save_checkpoint(r, epoch + 1, 0) : 0;
 }
 
 /* The epochs: the order of the samples, the steps, the epoch's end.  The

@@ -105,10 +105,11 @@ model ck '    valid holdout(0.2)
     schedule step(size=1, gamma=0.7)'
 run() { "$WORK/ck" --log-every 1 --quiet "$@"; }
 run --epochs 4 --metrics "$WORK/full.jsonl" --save "$WORK/full.safetensors"
-run --epochs 4 --metrics "$WORK/cut.jsonl" --max-steps 70 --checkpoint "$WORK/ckd"
+run --epochs 4 --metrics "$WORK/cut.jsonl" --max-steps 70 --checkpoint "$WORK/ckd" --logdir "$WORK/tbcut"
 check "[ -f '$WORK/ckd/checkpoint.safetensors' ]" "--max-steps 70 --checkpoint: no checkpoint"
 check "[ -z \"\$(ls '$WORK/ckd' | grep -v '^checkpoint.safetensors\$')\" ]" "the checkpoint directory holds more: $(ls "$WORK/ckd")"
-run --epochs 4 --metrics "$WORK/cut.jsonl" --resume "$WORK/ckd" --save "$WORK/cut.safetensors"
+run --epochs 4 --metrics "$WORK/cut.jsonl" --resume "$WORK/ckd" --save "$WORK/cut.safetensors" \
+    --logdir "$WORK/tbcut"
 check "[ \"\$(strip '$WORK/full.jsonl' step)\" = \"\$(strip '$WORK/cut.jsonl' step)\" ]" \
     "stopped at step 70 and resumed: other step losses than a run never stopped"
 check "[ \"\$(strip '$WORK/full.jsonl' epoch)\" = \"\$(strip '$WORK/cut.jsonl' epoch)\" ]" \
@@ -189,6 +190,10 @@ if [ $status -eq 77 ]; then
     echo "train: the tensorboard package is not installed: the event files not read back"
 else
     check "[ $status -eq 0 ]" "TensorBoard's reading of --logdir differs from the metrics"
+    # a run stopped and resumed logs, in two files, what one never stopped logs
+    "$PYTHON" "$WORK/expect.py" "$WORK/full.jsonl" "$WORK/full.json"
+    check "'$PYTHON' '$SRC/tests/tfevents_check.py' '$WORK/tbcut' '$WORK/full.json'" \
+        "TensorBoard: a run stopped and resumed logged other scalars than one never stopped"
 fi
 
 # ------------------------------------------------------------ --eval, --predict
