@@ -201,7 +201,7 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
                   : !strcmp(a, "--jit-info")     ? &o->jit_info
                   : !strcmp(a, "--eval")         ? &o->eval
                                                  : NULL;
-        if (sw) {
+        if (sw) { /* a switch turns its option on, except --no-shuffle's off */
             *sw = sw != &o->shuffle;
             o->given_shuffle |= sw == &o->shuffle;
             continue;
