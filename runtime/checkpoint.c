@@ -173,6 +173,7 @@ static void bad_value(Reader *r, const char *key, const char *v)
     r->failed = 1;
 }
 
+/* A count, at least lo (the unsigned ones too: none reaches 2^63). */
 static int64_t get_int(Reader *r, const char *key, int64_t lo)
 {
     const char *v = need(r, key);
@@ -182,19 +183,6 @@ static int64_t get_int(Reader *r, const char *key, int64_t lo)
     errno = 0;
     long long x = strtoll(v, &end, 10);
     if (errno || end == v || *end || x < lo)
-        bad_value(r, key, v);
-    return x;
-}
-
-static uint64_t get_u64(Reader *r, const char *key)
-{
-    const char *v = need(r, key);
-    if (!v)
-        return 0;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno || end == v || *end || *v == '-')
         bad_value(r, key, v);
     return x;
 }
@@ -267,9 +255,9 @@ int nrt_checkpoint_load(const char *dir, const nrt_model *m, const nrt_optim *h,
         goto out;
     }
     c->epoch = get_int(&r, "epoch", 1);
-    c->position = get_u64(&r, "position");
-    c->step = get_u64(&r, "step");
-    c->seed = get_u64(&r, "seed");
+    c->position = (uint64_t)get_int(&r, "position", 0);
+    c->step = (uint64_t)get_int(&r, "step", 0);
+    c->seed = (uint64_t)get_int(&r, "seed", 0);
     c->batch = get_int(&r, "batch", 1);
     c->shuffle = (int)get_int(&r, "shuffle", 0);
     c->loss_sum = get_double(&r, "loss_sum");

@@ -419,8 +419,8 @@ static int be_set_order(void *ctx, const nrt_order *order, size_t start, nrt_err
     /* The previous order's copy must be done before its staging is
      * reused; the device's copy is replaced in stream order, after the
      * last step that reads it.  The cursor starts again at start (0,
-     * unless a run resumes).  The order and the cursor are adjacent in
-     * neither struct: two copies. */
+     * unless a run resumes).  The order and the cursor are not adjacent
+     * in Scalars: two copies. */
     if (NRT_CUDA(cudaEventSynchronize(c->order_copied), err))
         return -1;
     c->host->order = *order;
@@ -574,7 +574,8 @@ static int be_set_lr(void *ctx, double lr, nrt_error *err)
     return 0;
 }
 
-/* The step counter and the loss sum are adjacent neither: each its copy. */
+/* The step counter and the loss sum are not adjacent in Scalars: a copy
+ * each. */
 static int be_get_state(void *ctx, float *m, float *v, uint64_t *step, double *loss_sum,
                         nrt_error *err)
 {
