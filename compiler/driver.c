@@ -25,10 +25,10 @@ static const char *init_kind(int k)
 
 static void emit_source(Emit *e, const char *field, const nrt_source *s)
 {
-    emitf(e, ".%s = {%s, %s, %d, %d, %s, %d, %s},", field, c_string(e->arena, s->kind),
+    emitf(e, ".%s = {%s, %s, %d, %d, %s, %d, %s, %s},", field, c_string(e->arena, s->kind),
           c_string(e->arena, s->path), s->label, s->header,
           c_float(e->arena, s->scale ? s->scale : 1.0), s->standardize,
-          c_double(e->arena, s->fraction));
+          c_double(e->arena, s->fraction), c_string(e->arena, s->root));
 }
 
 static void emit_schedule(Emit *e, const nrt_schedule *s)
@@ -52,6 +52,26 @@ static void emit_schedule(Emit *e, const nrt_schedule *s)
     default:
         break;
     }
+}
+
+static const char *floats(Arena *a, const float *v, int n)
+{
+    const char *s = "";
+    for (int i = 0; i < n; i++)
+        s = arena_printf(a, "%s%s%s", s, i ? ", " : "", c_float(a, v[i]));
+    return s;
+}
+
+static void emit_transforms(Emit *e, const nrt_transforms *t)
+{
+    if (!t->resize_h && !t->flip_p && !t->to_tensor && !t->normalize)
+        return;
+    Arena *a = e->arena;
+    emitf(e, ".transforms = {.resize_h = %d, .resize_w = %d, .flip_p = %s, .to_tensor = %d, "
+          ".normalize = %d,", t->resize_h, t->resize_w, c_double(a, t->flip_p), t->to_tensor,
+          t->normalize);
+    emitf(e, "               .mean = {%s}, .std = {%s}},", floats(a, t->mean, NRT_MAX_CHANNELS),
+          floats(a, t->std, NRT_MAX_CHANNELS));
 }
 
 void emit_driver(Emit *e, bool cuda)
@@ -103,6 +123,7 @@ void emit_driver(Emit *e, bool cuda)
     emit_source(e, "valid", &p->valid);
     emit_source(e, "test", &p->test);
     emit_schedule(e, &p->schedule);
+    emit_transforms(e, &p->transforms);
     emitf(e, ".batch = %d,", p->batch);
     emitf(e, ".epochs = %d,", p->epochs);
     emitf(e, ".seed = %lluu,", (unsigned long long)p->seed);

@@ -118,7 +118,8 @@ typedef enum StmtKind {
     S_TEST,      /* test source(args) | test holdout(f) */
     S_INIT,      /* init [KIND] weight=INIT bias=INIT */
     S_VALID,     /* valid source(args) | valid holdout(f) */
-    S_SCHEDULE   /* schedule op(args) */
+    S_SCHEDULE,  /* schedule op(args) */
+    S_TRANSFORM  /* transform op(args): one of the image data's transforms */
 } StmtKind;
 
 typedef struct Stmt {
@@ -158,6 +159,7 @@ typedef enum ArgType {
     A_BOOL,   /* true | false */
     A_PAIR,   /* N or (N, M): kernel, stride, padding */
     A_NUMS2,  /* (x, y): betas */
+    A_NUMS,   /* a number or a tuple of up to 3: normalize's mean, std */
     A_STR,    /* "text" */
     A_INIT,   /* an initializer: xavier_normal, normal(0, 0.01), … */
     A_WORD    /* one of a set of identifiers (ArgSpec.words) */
@@ -178,7 +180,8 @@ typedef struct ArgSpec {
 /* An argument after binding: numbers in v[], initializers in init. */
 typedef struct ArgVal {
     bool given;
-    double v[2];
+    double v[3];
+    int nv;             /* A_NUMS: how many numbers were given */
     const char *s;
     nrt_init init;
     Loc loc;
@@ -240,7 +243,7 @@ const char *suggest(const char *s, const char *const *names, int n);
 const OpDef *op_table(int *n);
 const Sig *sig_find(const Sig *table, const char *name);
 extern const Sig loss_sigs[], optim_sigs[], schedule_sigs[], source_sigs[], init_sigs[],
-    target_sigs[];
+    target_sigs[], transform_sigs[];
 
 /* Binds the arguments of call to sig; reports unknown, missing, duplicate
  * and ill-typed arguments.  Returns false on error. */
@@ -309,6 +312,7 @@ struct Program {
     const char *device;
     nrt_source train, valid, test;
     nrt_schedule schedule;
+    nrt_transforms transforms;
     int batch, epochs;
     uint64_t seed;
     bool misplaced_loss, misplaced_optimizer; /* 'mse' written as a layer */

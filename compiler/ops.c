@@ -41,6 +41,7 @@ static const char *type_name(ArgType t)
     case A_BOOL: return "true or false";
     case A_PAIR: return "a whole number or a pair (h, w)";
     case A_NUMS2: return "a pair of numbers (a, b)";
+    case A_NUMS: return "a number or a tuple of up to 3 (a, b, c)";
     case A_STR: return "a string in double quotes";
     case A_INIT: return "an initializer";
     case A_WORD: return "one of";
@@ -215,6 +216,22 @@ static bool bind_one(Program *p, const Sig *s, const ArgSpec *as,
             out->v[i] = v->args[i].val->num;
         }
         return true;
+    case A_NUMS: {
+        const int n = v->kind == V_TUPLE ? v->nargs : 1;
+        if (n < 1 || n > 3) {
+            diag_error(p->diag, v->loc, "argument '%s' of %s must be %s, got %d values",
+                       as->name, s->name, type_name(as->type), n);
+            return false;
+        }
+        for (int i = 0; i < n; i++) {
+            const Value *e = v->kind == V_TUPLE ? v->args[i].val : v;
+            if (!check_number(p, s, as, e, false))
+                return false;
+            out->v[i] = e->num;
+        }
+        out->nv = n;
+        return true;
+    }
     case A_STR:
         if (v->kind != V_STR) {
             diag_error(p->diag, v->loc, "argument '%s' of %s must be a string in double quotes",
@@ -405,8 +422,24 @@ const Sig source_sigs[] = {
     {"mnist", "MNIST's IDX files: a directory, or the images file",
      {{"path", A_STR, NULL, 0, 0, NULL, NULL},
       {"scale", A_NUM, "1", -BIG, BIG, NULL, NULL}}},
+    {"images", "a CSV list of image files: path,label rows (PNG, JPEG, ...)",
+     {{"path", A_STR, NULL, 0, 0, NULL, NULL},
+      {"root", A_STR, "", 0, 0, NULL, NULL}}},
     {"holdout", "(valid and test only) this fraction of the training data, held out",
      {{"fraction", A_NUM, NULL, 0, 1, NULL, NULL}}},
+    {NULL, NULL, {{0}}}};
+
+/* torchvision's transforms of images(...) data, done in this order. */
+const Sig transform_sigs[] = {
+    {"resize", "Resize((height, width)): PIL's bilinear filter, antialiased",
+     {{"height", A_INT, NULL, 1, 65536, NULL, NULL},
+      {"width", A_INT, NULL, 1, 65536, NULL, NULL}}},
+    {"random_horizontal_flip", "RandomHorizontalFlip(p): training batches only",
+     {{"p", A_NUM, "0.5", 0, 1, NULL, NULL}}},
+    {"to_tensor", "ToTensor: pixels 0..255 to floats 0..1", {{0}}},
+    {"normalize", "Normalize(mean, std): (x - mean) / std, per channel",
+     {{"mean", A_NUMS, NULL, -BIG, BIG, NULL, NULL},
+      {"std", A_NUMS, NULL, -BIG, BIG, NULL, NULL}}},
     {NULL, NULL, {{0}}}};
 
 const Sig target_sigs[] = {

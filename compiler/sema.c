@@ -27,7 +27,7 @@ static const char *stmt_word(StmtKind k)
 {
     static const char *const words[] = {"input", "target", "", "loss", "optimizer",
                                         "device", "train", "test", "init", "valid",
-                                        "schedule"};
+                                        "schedule", "transform"};
     return words[k];
 }
 
@@ -358,6 +358,8 @@ static bool check_source(Program *p, const Value *call, nrt_source *src,
     src->scale = 1;
     if (!strcmp(sig->name, "cifar10") || !strcmp(sig->name, "mnist")) {
         src->scale = (float)a[1].v[0];
+    } else if (!strcmp(sig->name, "images")) {
+        src->root = a[1].s[0] ? a[1].s : NULL;
     } else {
         src->label = (int)a[1].v[0];
         src->header = (int)a[2].v[0];
@@ -442,13 +444,118 @@ static bool check_init(Program *p, const Stmt *s, Inits *out)
     return true;
 }
 
-/* CIFAR-10 records hold 3x32x32 images and a class: the model must take
- * that, which netc can tell now instead of the program at run time. */
+/* ------------------------------------------------------------ transforms */
+
+static bool reads_images(const Program *p)
+{
+    const nrt_source *srcs[3] = {&p->train, &p->valid, &p->test};
+    for (int i = 0; i < 3; i++)
+        if (srcs[i]->kind && !strcmp(srcs[i]->kind, "images"))
+            return true;
+    return false;
+}
+
+/* The transform statements, in the order written: each at most once,
+ * resize before to_tensor (torchvision resizes a tensor with another
+ * filter) and normalize after it (Normalize takes a tensor); flips go
+ * anywhere, as they commute with the rest. */
+static void check_transforms(Program *p, const Model *m)
+{
+    nrt_transforms *t = &p->transforms;
+    const Stmt *first[4] = {0};
+    for (const Stmt *s = m->stmts; s; s = s->next) {
+        if (s->kind != S_TRANSFORM)
+            continue;
+        const Sig *sig = find_sig(p, transform_sigs, s->call, "transform");
+        ArgVal a[MAX_ARGS];
+        if (!sig || !bind_args(p, sig, s->call, a))
+            continue;
+        const int k = (int)(sig - transform_sigs);
+        if (first[k]) {
+            diag_error(p->diag, s->call->loc, "a second '%s' transform", sig->name);
+            diag_note(p->diag, first[k]->call->loc, "the first is here");
+            continue;
+        }
+        first[k] = s;
+        if (!reads_images(p)) {
+            diag_error(p->diag, s->call->loc, "transforms apply to images(...) data, and the "
+                       "model reads none");
+            diag_note(p->diag, s->call->loc, "e.g. 'train images(\"data/desc_train.csv\")'");
+            continue;
+        }
+        const int c = p->input.rank == 3 ? (int)p->input.d[0] : 0;
+        switch (k) {
+        case 0: /* resize */
+            if (first[2]) {
+                diag_error(p->diag, s->call->loc, "resize works on the decoded pixels: put it "
+                           "before to_tensor");
+                continue;
+            }
+            if (p->input.rank == 3 && (a[0].v[0] != (double)p->input.d[1] ||
+                                       a[1].v[0] != (double)p->input.d[2])) {
+                diag_error(p->diag, s->call->loc, "resize(%g, %g) makes %gx%g images, but the "
+                           "input is %s", a[0].v[0], a[1].v[0], a[1].v[0], a[0].v[0],
+                           shape_str(p->arena, &p->input));
+                diag_note(p->diag, s->call->loc, "resize(height, width): 'resize(%lld, %lld)'",
+                          (long long)p->input.d[1], (long long)p->input.d[2]);
+                continue;
+            }
+            t->resize_h = (int)a[0].v[0];
+            t->resize_w = (int)a[1].v[0];
+            break;
+        case 1:
+            t->flip_p = a[0].v[0];
+            break;
+        case 2:
+            t->to_tensor = 1;
+            break;
+        case 3:
+            for (int i = 0; i < 2; i++) {
+                if (c && a[i].nv != 1 && a[i].nv != c) {
+                    diag_error(p->diag, a[i].loc, "normalize's %s has %d values, but the "
+                               "input has %d channel%s", i ? "std" : "mean", a[i].nv, c,
+                               c == 1 ? "" : "s");
+                    diag_note(p->diag, a[i].loc, "give one value a channel, or one for all");
+                    goto next;
+                }
+                for (int ch = 0; ch < NRT_MAX_CHANNELS; ch++) {
+                    const double v = a[i].v[a[i].nv == 1 ? 0 : ch];
+                    if (i && v == 0) {
+                        diag_error(p->diag, a[i].loc, "normalize's std must not be 0");
+                        goto next;
+                    }
+                    (i ? t->std : t->mean)[ch] = (float)v;
+                }
+            }
+            t->normalize = 1;
+            break;
+        }
+        if (k == 2 && first[3])
+            diag_error(p->diag, first[3]->call->loc, "normalize works on to_tensor's floats: "
+                       "put it after to_tensor");
+    next:;
+    }
+}
+
+/* CIFAR-10 records hold 3x32x32 images and a class, image lists images
+ * with a class: the model must take that, which netc can tell now instead
+ * of the program at run time. */
 static void check_data_shapes(Program *p, const Seen *seen)
 {
     const Stmt *stmts[3] = {seen->train, seen->valid, seen->test};
     const nrt_source *srcs[3] = {&p->train, &p->valid, &p->test};
     for (int i = 0; i < 3; i++) {
+        if (stmts[i] && srcs[i]->kind && !strcmp(srcs[i]->kind, "images")) {
+            if (p->input.rank != 3 || (p->input.d[0] != 1 && p->input.d[0] != 3))
+                diag_error(p->diag, stmts[i]->call->loc,
+                           "images(...) data needs an input [1 or 3, height, width] (grey or "
+                           "RGB), but the input is %s", shape_str(p->arena, &p->input));
+            else if (p->target_kind != NRT_TARGET_CLASS)
+                diag_error(p->diag, stmts[i]->call->loc,
+                           "images(...) data holds class labels, but the target is value(%d)",
+                           p->n_out);
+            continue;
+        }
         if (!stmts[i] || !srcs[i]->kind || strcmp(srcs[i]->kind, "cifar10"))
             continue;
         if (shape_size(&p->input) != 3 * 32 * 32)
@@ -477,7 +584,7 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
     p->batch = 32;
     p->epochs = 10;
     p->seed = 0;
-    p->train = p->valid = p->test = (nrt_source){NULL, NULL, -1, 0, 1.0f, 0, 0};
+    p->train = p->valid = p->test = (nrt_source){NULL, NULL, -1, 0, 1.0f, 0, 0, NULL};
 
     Seen seen = {0};
     int nlayers = 0, ninits = 0;
@@ -550,6 +657,7 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
                 ninits++;
             break;
         case S_LAYER:
+        case S_TRANSFORM:
             break;
         }
     }
@@ -579,6 +687,7 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
     if (p->loss)
         check_loss(p, &seen);
     check_data_shapes(p, &seen);
+    check_transforms(p, m);
     if (d->errors)
         return NULL;
     return p;

@@ -251,6 +251,7 @@ static int cpu_train_batch(void *ctx, const nrt_batch *b, float *loss, nrt_error
     c->m->backward(&c->net, b);
     nrt_optim_step(&c->opt, c->net.param, c->net.grad);
     c->net.step++;
+    c->loss_sum += (double)l * (double)b->n;
     if (loss)
         *loss = l;
     return 0;

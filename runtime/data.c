@@ -150,7 +150,7 @@ void nrt_dataset_free(nrt_dataset *d)
 /* --------------------------------------------------------- reading files */
 
 /* Reads the whole file at path into a NUL-terminated buffer. */
-static int read_all(const char *path, char **buf, size_t *len, nrt_error *err)
+int nrt_read_file(const char *path, char **buf, size_t *len, nrt_error *err)
 {
     *buf = NULL;
     *len = 0;
@@ -441,7 +441,7 @@ static int load_text(const nrt_source *src, int csv, int target_kind,
 
     char *buf;
     size_t len;
-    if (read_all(src->path, &buf, &len, err) != 0)
+    if (nrt_read_file(src->path, &buf, &len, err) != 0)
         return -1;
     int rc = parse_text(&sp, src->header, buf, len, d, err);
     free(buf);
@@ -450,7 +450,7 @@ static int load_text(const nrt_source *src, int csv, int target_kind,
 
 /* -------------------------------------------------------------- cifar10 */
 
-static char *join_path(const char *dir, const char *name)
+char *nrt_path_join(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);
     int slash = a > 0 && dir[a - 1] != '/';
@@ -522,7 +522,7 @@ static int load_cifar(const nrt_source *src, int target_kind, size_t dim,
     size_t nrec[5] = {0};
     int nfile = 0, rc = 0;
     if (!S_ISDIR(st.st_mode)) {
-        file[0] = join_path("", src->path);
+        file[0] = nrt_path_join("", src->path);
         if (!file[0])
             return oom(err);
         nfile = 1;
@@ -535,7 +535,7 @@ static int load_cifar(const nrt_source *src, int target_kind, size_t dim,
         const char *const *name = test ? testset : train;
         int nname = test ? 1 : 5;
         for (int i = 0; i < nname && rc == 0; i++) {
-            char *p = join_path(src->path, name[i]);
+            char *p = nrt_path_join(src->path, name[i]);
             if (!p) {
                 rc = oom(err);
                 break;
@@ -717,7 +717,7 @@ static int idx_read(const char *path, idx_file *f, nrt_error *err)
     memset(f, 0, sizeof *f);
     char *buf;
     size_t len;
-    if (read_all(path, &buf, &len, err) != 0)
+    if (nrt_read_file(path, &buf, &len, err) != 0)
         return -1;
     const unsigned char *b = (const unsigned char *)buf;
     const char *tname = "?";
@@ -843,7 +843,7 @@ static int idx_find(const char *dir, const char *name, const char *alt,
     const char *names[2] = {name, alt};
     *out = NULL;
     for (int i = 0; i < 2; i++) {
-        char *p = join_path(dir, names[i]);
+        char *p = nrt_path_join(dir, names[i]);
         if (!p)
             return oom(err);
         struct stat st;
@@ -857,7 +857,7 @@ static int idx_find(const char *dir, const char *name, const char *alt,
             return rc;
     }
     for (int i = 0; i < 2; i++) { /* neither: perhaps still compressed */
-        char *p = join_path(dir, names[i]);
+        char *p = nrt_path_join(dir, names[i]);
         int gz = p ? gz_exists(p) : -1;
         int rc = gz < 0 ? oom(err)
                  : gz ? nrt_errorf(err, "%s.gz: compressed; gunzip it first", p)
@@ -874,7 +874,7 @@ static int idx_find(const char *dir, const char *name, const char *alt,
  * *found 0 when the path holds no "images". */
 static char *idx_labels_path(const char *images, int *found)
 {
-    char *p = join_path("", images);
+    char *p = nrt_path_join("", images);
     if (!p)
         return NULL;
     static const char *const from[2] = {"images", "idx3"};
@@ -1009,7 +1009,7 @@ static int load_mnist(const nrt_source *src, int target_kind, size_t dim,
             rc = idx_find(path, name[1][0], name[1][1], &lbname, err);
     } else {
         int found;
-        imname = join_path("", path);
+        imname = nrt_path_join("", path);
         lbname = idx_labels_path(path, &found);
         if (!imname || !lbname)
             rc = oom(err);

@@ -50,6 +50,8 @@ typedef struct Options {
     const char *predict;    /* --predict INPUT */
     const char *output;     /* --output FILE (--predict's; default stdout) */
     int epochs, batch, threads, log_every, quiet, shuffle;
+    int workers;            /* --workers: threads decoding and assembling images */
+    int skip_bad;           /* --skip-bad: an unreadable image is left out */
     int eval;               /* --eval: evaluate the test data, no training */
     long long max_steps;    /* -1: no limit */
     double lr;              /* < 0: the model's */
@@ -125,6 +127,11 @@ static void usage(const nrt_model *m, const char *prog, FILE *out)
             "                     CSV to --output (default: stdout), and exit\n"
             "  -o, --output FILE  where --predict writes\n"
             "  --threads N        CPU threads (default: all cores)\n"
+            "  --workers N        threads that decode images and assemble augmented\n"
+            "                     batches while the step runs (default: the cores, up\n"
+            "                     to 8)\n"
+            "  --skip-bad         leave out images that cannot be read, with a count\n"
+            "                     at the end, instead of stopping at the first\n"
             "  --quiet            print nothing but errors\n"
             "  --gradcheck N      check the gradients on N training samples against\n"
             "                     central finite differences, and exit\n"
@@ -162,8 +169,10 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
     const char *prog = argv[0];
     *o = (Options){.device = m->device, .data = m->train.path, .epochs = m->epochs,
                    .batch = m->batch, .shuffle = 1, .max_steps = -1, .lr = -1, .seed = m->seed};
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long long epochs = o->epochs, batch = o->batch, seed = (long long)o->seed, log_every = 0,
-              threads = 0, gradcheck = 0, max_steps = -1;
+              threads = 0, gradcheck = 0, max_steps = -1,
+              workers = cores < 1 ? 1 : cores > 8 ? 8 : cores;
     const char *lr = NULL;
     const Flag flags[] = {
         {"--device", &o->device, NULL, 0, 0},
@@ -188,6 +197,7 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
         {"--log-every", NULL, &log_every, 1, 2147483647},
         {"--threads", NULL, &threads, 1, 2147483647},
         {"--gradcheck", NULL, &gradcheck, 1, 2147483647},
+        {"--workers", NULL, &workers, 1, 256},
         {NULL, NULL, NULL, 0, 0}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -200,6 +210,7 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
                   : !strcmp(a, "--list-devices") ? &o->list_devices
                   : !strcmp(a, "--jit-info")     ? &o->jit_info
                   : !strcmp(a, "--eval")         ? &o->eval
+                  : !strcmp(a, "--skip-bad")     ? &o->skip_bad
                                                  : NULL;
         if (sw) { /* a switch turns its option on, except --no-shuffle's off */
             *sw = sw != &o->shuffle;
@@ -241,6 +252,7 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
     o->log_every = (int)log_every;
     o->threads = (int)threads;
     o->gradcheck = (int)gradcheck;
+    o->workers = (int)workers;
     o->max_steps = max_steps;
     o->jit_info |= o->jit_arch != NULL;
     if (o->resume && !o->checkpoint)
@@ -267,6 +279,8 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
 typedef struct Data {
     nrt_dataset train, valid, test;
     int has_train, has_valid, has_test;
+    size_t skipped;          /* --skip-bad: images left out, */
+    nrt_error first_skipped; /* the first of them */
 } Data;
 
 static void data_free(Data *d)
@@ -284,10 +298,45 @@ static int is_holdout(const nrt_source *s)
     return s->kind && !strcmp(s->kind, "holdout");
 }
 
+static int is_images(const nrt_source *s)
+{
+    return s->kind && !strcmp(s->kind, "images");
+}
+
+/* One dataset from s: images through images.c (the model's transforms but
+ * the flips, counting what --skip-bad leaves out), the rest through
+ * data.c.  test: a cifar10 or mnist directory's test files. */
+static int read_set(const nrt_model *m, const Options *o, const nrt_source *s, int target_kind,
+                    int test, Data *d, nrt_dataset *out, nrt_error *err)
+{
+    if (!is_images(s))
+        return nrt_dataset_load(s, target_kind, m->in_size, m->n_out, test, out, err);
+    nrt_images_opts io = {m->in_dim[0], m->in_dim[1], m->in_dim[2], &m->transforms,
+                          o->workers, o->skip_bad};
+    size_t skipped;
+    nrt_error first;
+    if (nrt_images_load(s, &io, target_kind, m->n_out, out, &skipped, &first, err))
+        return -1;
+    if (skipped && !d->skipped)
+        d->first_skipped = first;
+    d->skipped += skipped;
+    return 0;
+}
+
+/* --skip-bad's count, at the end of the run. */
+static void report_skipped(const char *prog, const Data *d)
+{
+    if (d->skipped)
+        fprintf(stderr, "%s: warning: %zu image%s could not be read and %s left out; the "
+                "first: %s\n", prog, d->skipped, d->skipped == 1 ? "" : "s",
+                d->skipped == 1 ? "was" : "were", d->first_skipped.msg);
+}
+
 /* The validation or test set: the flag's path, read as the model's source
  * for it says (or as the training data), else the model's source: a file,
  * or a part of the training set held out. */
-static int load_eval_set(const nrt_model *m, const nrt_source *model_src, const char *flag_path,
+static int load_eval_set(const nrt_model *m, const Options *o, const nrt_source *model_src,
+                         const char *flag_path,
                          const nrt_source *train_src, Data *d, uint64_t split_seed,
                          nrt_dataset *out, int *has, nrt_error *err)
 {
@@ -302,7 +351,7 @@ static int load_eval_set(const nrt_model *m, const nrt_source *model_src, const 
     nrt_source s = model_src->kind && !is_holdout(model_src) ? *model_src : *train_src;
     if (flag_path)
         s.path = flag_path;
-    if (nrt_dataset_load(&s, m->target_kind, m->in_size, m->n_out, 1, out, err))
+    if (read_set(m, o, &s, m->target_kind, 1, d, out, err))
         return -1;
     *has = 1;
     return 0;
@@ -326,18 +375,18 @@ static int load_data(const nrt_model *m, const Options *o, Data *d, nrt_error *e
     if (train || holdout || src.standardize) {
         if (!src.path)
             return nrt_errorf(err, "no training data: the model names none; give --data PATH");
-        if (nrt_dataset_load(&src, m->target_kind, m->in_size, m->n_out, 0, &d->train, err))
+        if (read_set(m, o, &src, m->target_kind, 0, d, &d->train, err))
             return -1;
         d->has_train = 1;
     }
     if (o->gradcheck > 0)
         return 0;
     if ((train || o->eval) &&
-        load_eval_set(m, &m->test, o->test_data, &src, d, o->seed, &d->test, &d->has_test, err))
+        load_eval_set(m, o, &m->test, o->test_data, &src, d, o->seed, &d->test, &d->has_test, err))
         return -1;
     if (o->eval && !d->has_test)
         return nrt_errorf(err, "--eval: no test data: the model names none; give --test-data PATH");
-    if (train && load_eval_set(m, &m->valid, o->valid_data, &src, d,
+    if (train && load_eval_set(m, o, &m->valid, o->valid_data, &src, d,
                                nrt_stream_key(o->seed, NRT_STREAM_VALID), &d->valid,
                                &d->has_valid, err))
         return -1;
@@ -405,6 +454,7 @@ typedef struct Run {
     float *param;      /* the weights on the host: initial, loaded, saved */
     float *opt_m, *opt_v; /* the optimizer's state on the host (checkpoints) */
     Data data;
+    nrt_loader *loader;  /* augmented training batches (random flips), or NULL */
     FILE *metrics;
     nrt_tb *tb;
     nrt_sched_state sched;
@@ -553,7 +603,9 @@ static int train(Run *r)
             break;
         nrt_order order;
         nrt_order_init(&order, shuffle_key, (uint64_t)epoch, d->n, o->shuffle);
-        if (be->set_order(be->ctx, &order, start, err))
+        if (r->loader)
+            nrt_loader_epoch(r->loader, &order, (uint64_t)epoch, start, o->batch);
+        else if (be->set_order(be->ctx, &order, start, err))
             return -1;
         double te = now(), shown_sum = 0, last_shown = te;
         size_t seen = 0, shown = 0, s = start;
@@ -568,7 +620,11 @@ static int train(Run *r)
             int show = live && now() - last_shown > 0.1;
             int want = be->loss_free || logged || show;
             float loss;
-            if (be->step(be->ctx, s, (int)n, want ? &loss : NULL, err))
+            nrt_batch b;
+            if (r->loader && nrt_loader_next(r->loader, &b))
+                return nrt_errorf(err, "internal error: the loader ended its epoch early");
+            if (r->loader ? be->train_batch(be->ctx, &b, want ? &loss : NULL, err)
+                          : be->step(be->ctx, s, (int)n, want ? &loss : NULL, err))
                 return -1;
             r->steps++;
             seen += n;
@@ -683,12 +739,15 @@ static int read_checkpoint(Run *r, Options *o)
 /* The samples of --predict's INPUT: read as the training data is, with
  * its targets if its rows have them (which are then ignored), else
  * features alone. */
-static int load_input(const nrt_model *m, const Options *o, nrt_dataset *d, nrt_error *err)
+static int load_input(const nrt_model *m, const Options *o, Data *data, nrt_dataset *d,
+                      nrt_error *err)
 {
     nrt_source s = m->train;
     s.path = o->predict;
     if (!s.kind)
         s.kind = "csv";
+    if (is_images(&s))
+        return read_set(m, o, &s, NRT_TARGET_NONE, 1, data, d, err);
     nrt_error first;
     if (nrt_dataset_load(&s, m->target_kind, m->in_size, m->n_out, 1, d, &first) == 0)
         return 0;
@@ -735,7 +794,7 @@ static int predict(Run *r)
     const nrt_model *m = r->m;
     const char *path = r->o->output;
     nrt_dataset d;
-    if (load_input(m, r->o, &d, &r->err))
+    if (load_input(m, r->o, &r->data, &d, &r->err))
         return -1;
     float *out = malloc(sizeof(float) * (d.n ? d.n : 1) * (size_t)m->n_out);
     char *tmp = path ? malloc(strlen(path) + 32) : NULL;
@@ -862,22 +921,30 @@ static int run_training(Run *r)
 {
     nrt_backend *be = &r->be;
     Data *d = &r->data;
-    if (be->set_data(be->ctx, &d->train, d->has_valid ? &d->valid : NULL,
+    const Options *o = r->o;
+    const nrt_model *m = r->m;
+    if (m->transforms.flip_p > 0 &&
+        nrt_loader_open(&d->train, m->in_dim[0], m->in_dim[1], m->in_dim[2],
+                        m->transforms.flip_p, nrt_stream_key(o->seed, NRT_STREAM_AUGMENT),
+                        o->batch, o->workers, &r->loader, &r->err))
+        return -1;
+    /* with a loader, the training batches come from the host each step */
+    if (be->set_data(be->ctx, r->loader ? NULL : &d->train, d->has_valid ? &d->valid : NULL,
                      d->has_test ? &d->test : NULL, &r->err))
         return -1;
-    if (r->o->resume && be->set_state(be->ctx, r->opt_m, r->opt_v, (uint64_t)r->steps,
+    if (o->resume && be->set_state(be->ctx, r->opt_m, r->opt_v, (uint64_t)r->steps,
                                       r->resume_loss_sum, &r->err))
         return -1;
-    if (!r->o->quiet) {
-        printf("model %s: %zu parameters; %zu training samples", r->m->name,
-               r->m->param_count, d->train.n);
+    if (!o->quiet) {
+        printf("model %s: %zu parameters; %zu training samples", m->name,
+               m->param_count, d->train.n);
         if (d->has_valid)
             printf(", %zu validation", d->valid.n);
         if (d->has_test)
             printf(", %zu test", d->test.n);
         printf("\n");
-        if (r->o->resume)
-            printf("resuming from %s: epoch %lld, sample %llu of %zu, step %lld\n", r->o->resume,
+        if (o->resume)
+            printf("resuming from %s: epoch %lld, sample %llu of %zu, step %lld\n", o->resume,
                    (long long)r->start_epoch, (unsigned long long)r->start_position, d->train.n,
                    r->steps);
     }
@@ -1001,6 +1068,8 @@ done:
     free(r.param);
     free(r.opt_m);
     free(r.opt_v);
+    nrt_loader_close(r.loader);
+    report_skipped(prog, &r.data);
     data_free(&r.data);
     return status;
 }

@@ -31,7 +31,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 8
+#define NETRT_ABI 9
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,7 +70,8 @@ void nrt_order_init(nrt_order *o, uint64_t key, uint64_t epoch, size_t n, int sh
 /* A run's random streams each have a key of their own derived from the
  * seed, so that changing one (say, no shuffling) leaves the others be. */
 enum nrt_stream {
-    NRT_STREAM_INIT = 1, NRT_STREAM_SHUFFLE = 2, NRT_STREAM_DROPOUT = 3, NRT_STREAM_VALID = 4
+    NRT_STREAM_INIT = 1, NRT_STREAM_SHUFFLE = 2, NRT_STREAM_DROPOUT = 3, NRT_STREAM_VALID = 4,
+    NRT_STREAM_AUGMENT = 5
 };
 uint64_t nrt_stream_key(uint64_t seed, enum nrt_stream stream);
 
@@ -86,8 +87,9 @@ enum nrt_target_kind {
 typedef struct nrt_source {
     const char *kind;  /* "csv" (comma separated), "table" (whitespace
                           separated), "cifar10" (binary batches), "mnist"
-                          (IDX files), or "holdout" (a part of the
-                          training set) */
+                          (IDX files), "images" (a list of image files,
+                          images.c), or "holdout" (a part of the training
+                          set) */
     const char *path;  /* file, or for cifar10 and mnist a file or a
                           directory */
     int label;         /* column of the (first) target value; negative
@@ -97,6 +99,8 @@ typedef struct nrt_source {
     int standardize;   /* 1: features scaled to zero mean, unit variance
                           with the training set's statistics */
     double fraction;   /* holdout: the part of the training set */
+    const char *root;  /* images: the directory relative paths start
+                          from (NULL: the list's own directory) */
 } nrt_source;
 
 /* A whole dataset in memory. */
@@ -123,6 +127,12 @@ int nrt_dataset_load(const nrt_source *src, int target_kind, size_t dim,
                      int ncls, int test, nrt_dataset *out, nrt_error *err);
 void nrt_dataset_free(nrt_dataset *d);
 
+/* Reads the whole file at path into a NUL-terminated buffer the caller
+ * frees; its length (without the NUL) in *len. */
+int nrt_read_file(const char *path, char **buf, size_t *len, nrt_error *err);
+/* dir/name in a new string (NULL: out of memory). */
+char *nrt_path_join(const char *dir, const char *name);
+
 /* Moves a fraction of d's samples, chosen with a generator seeded by seed,
  * into held_out; d keeps the rest in their original order. */
 int nrt_dataset_split(nrt_dataset *d, double fraction, uint64_t seed,
@@ -138,6 +148,76 @@ void nrt_dataset_standardize(nrt_dataset *d, const float *mean,
  * (whichever d has). */
 void nrt_dataset_gather(const nrt_dataset *d, const uint32_t *idx, size_t n,
                         float *x, int32_t *label, float *y);
+
+/* --------------------------------------------------------------- images.c */
+
+/* The transforms a model declares for its image data, torchvision's, done
+ * in this order: resize and flip work on the decoded 8-bit pixels (flip
+ * commutes with the others and is done last, as the batch is assembled),
+ * to_tensor and normalize on the floats. */
+#define NRT_MAX_CHANNELS 3
+typedef struct nrt_transforms {
+    int resize_h, resize_w;  /* Resize((h, w)): PIL's bilinear filter,
+                                antialiased; 0: the images must already
+                                be the input's size */
+    double flip_p;           /* RandomHorizontalFlip(p), training only;
+                                0: none */
+    int to_tensor;           /* ToTensor: pixel / 255 (else 0 .. 255) */
+    int normalize;           /* Normalize: (x - mean[c]) / std[c] */
+    float mean[NRT_MAX_CHANNELS], std[NRT_MAX_CHANNELS];
+} nrt_transforms;
+
+/* How nrt_images_load reads a list. */
+typedef struct nrt_images_opts {
+    int channels, height, width; /* the model's input [C, H, W]; C is 1
+                                    (PIL's "L") or 3 ("RGB") */
+    const nrt_transforms *tf;
+    int workers;                 /* decoding threads (at least 1) */
+    int skip_bad;                /* 1: a bad image is left out and counted */
+} nrt_images_opts;
+
+/* Reads an image dataset: src->path is a list, a CSV file of `path,label`
+ * rows (a first row whose label is not a whole number is a header; for
+ * NRT_TARGET_NONE, --predict's input, the label may be left out), or a
+ * single image.  Relative paths start from src->root, else from the
+ * list's directory.  Each image (PNG, JPEG, BMP, GIF, TGA, PNM: what
+ * stb_image reads) is decoded, converted to the model's channels as PIL's
+ * convert() does, resized, and made floats by to_tensor and normalize,
+ * into out->x [n, C, H, W]; flips are the loader's.  A file that cannot be
+ * read is an error "LIST:LINE: PATH: why", or with opts->skip_bad is left
+ * out: *skipped counts those and *first_skipped holds the first one's
+ * message.  Fails with a message saying so in a runtime built without
+ * stb_image. */
+int nrt_images_load(const nrt_source *src, const nrt_images_opts *opts, int target_kind,
+                    int ncls, nrt_dataset *out, size_t *skipped, nrt_error *first_skipped,
+                    nrt_error *err);
+/* Whether the runtime was built with stb_image. */
+int nrt_images_available(void);
+
+/* ------------------------------------------------------------- loader.c */
+
+/* Training batches assembled on worker threads ahead of the step that
+ * takes them: the epoch's samples, in its order, from a dataset in memory,
+ * each image flipped left to right with probability p (random
+ * augmentation).  Whether sample i is flipped in epoch e is a function of
+ * (key, e, i) alone (philox.h's nrt_flip), so batches do not depend on
+ * the number of workers or on when they run, and a run resumed mid-epoch
+ * sees the flips an unbroken one would. */
+typedef struct nrt_loader nrt_loader;
+
+/* d's samples are images [c, h, w]; batches of up to cap samples. */
+int nrt_loader_open(const nrt_dataset *d, int c, int h, int w, double flip_p, uint64_t key,
+                    int cap, int workers, nrt_loader **out, nrt_error *err);
+/* Starts an epoch (abandoning any under way): batches of `batch`
+ * samples, the first at position start of order. */
+void nrt_loader_epoch(nrt_loader *l, const nrt_order *order, uint64_t epoch, size_t start,
+                      int batch);
+/* The epoch's next batch, waiting for it if the workers are behind; it is
+ * the caller's until the next call.  0, or -1 past the epoch's end. */
+struct nrt_batch;
+int nrt_loader_next(nrt_loader *l, struct nrt_batch *b);
+/* Stops the workers and frees l (NULL: nothing). */
+void nrt_loader_close(nrt_loader *l);
 
 /* ---------------------------------------------------------- safetensors.c */
 
@@ -488,7 +568,8 @@ typedef struct nrt_backend {
      * the caller's, x [n, in_size], in evaluation mode (no dropout). */
     int (*predict)(void *ctx, const float *x, size_t n, float *out, nrt_error *err);
     /* Forward, backward and update on a batch the caller holds (n up to
-     * the capacity; labels already checked); loss as for step. */
+     * the capacity; labels already checked); loss as for step, and added
+     * to the loss sum as step's is. */
     int (*train_batch)(void *ctx, const nrt_batch *b, float *loss, nrt_error *err);
     /* Bytes of device memory in use at the peak (0 on the cpu). */
     size_t (*peak_memory)(void *ctx);
@@ -566,6 +647,7 @@ typedef struct nrt_model {
     nrt_source test;         /* default test data, evaluated at the end
                                 (kind NULL: none) */
     nrt_schedule schedule;   /* the learning rate's schedule */
+    nrt_transforms transforms; /* for images data */
     int batch, epochs;
     uint64_t seed;
     /* Forward pass over a batch: returns the mean loss; the model's output

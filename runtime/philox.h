@@ -129,6 +129,17 @@ static inline NRT_HD uint64_t nrt_dropout_cut(double p)
  * bits. */
 #define NRT_DROPOUT_MAX ((uint64_t)1 << 37)
 
+/* -------------------------------------------------------- augmentation */
+
+/* random_horizontal_flip: sample i of the dataset is flipped in epoch e
+ * when the first word of Philox's block (i, e low, e high, 0) under the
+ * run's augmentation key is below cut (nrt_dropout_cut(p)). */
+static inline NRT_HD int nrt_flip(uint64_t key, uint64_t epoch, uint32_t i, uint64_t cut)
+{
+    const nrt_philox4 c = {{i, (uint32_t)epoch, (uint32_t)(epoch >> 32), 0}};
+    return nrt_philox4x32_10(c, (uint32_t)key, (uint32_t)(key >> 32)).v[0] < cut;
+}
+
 /* --------------------------------------------------------------- order */
 
 #define NRT_ORDER_ROUNDS 6

@@ -1,18 +1,20 @@
 #!/bin/sh
 # scripts/install-deps.sh — installs what building and testing netc needs on
 # Debian (or Ubuntu): the C toolchain, flex, bison, Autotools, OpenBLAS, and
-# graphviz (the test that renders --emit=dot), cmake and man-db (the test
+# stb_image (libstb-dev: image datasets), graphviz (the test that renders --emit=dot), cmake and man-db (the test
 # that builds examples/ against an installed tree and reads the man page).
-#   --with-torch   also Debian's python3-torch, for the tests and benchmarks
-#                  that compare with PyTorch (they are skipped without it),
-#                  and PyPI's tensorboard, which reads back --logdir's files
+#   --with-torch   also Debian's python3-torch, python3-torchvision and
+#                  python3-pil, for the tests and benchmarks that compare
+#                  with PyTorch and torchvision's transforms (they are
+#                  skipped without them), and PyPI's tensorboard, which
+#                  reads back --logdir's files
 # Run as root, or with sudo available.
 set -eu
-packages="build-essential flex bison autoconf automake libtool pkg-config libopenblas-dev python3 graphviz cmake man-db"
+packages="build-essential flex bison autoconf automake libtool pkg-config libopenblas-dev libstb-dev python3 graphviz cmake man-db"
 tensorboard=no
 for arg in "$@"; do
     case $arg in
-    --with-torch) packages="$packages python3-torch python3-pip"; tensorboard=yes ;;
+    --with-torch) packages="$packages python3-torch python3-torchvision python3-pil python3-pip"; tensorboard=yes ;;
     *) echo "usage: $0 [--with-torch]" >&2; exit 2 ;;
     esac
 done
