@@ -359,7 +359,7 @@ static bool check_source(Program *p, const Value *call, nrt_source *src,
     if (!strcmp(sig->name, "cifar10") || !strcmp(sig->name, "mnist")) {
         src->scale = (float)a[1].v[0];
     } else if (!strcmp(sig->name, "images")) {
-        src->root = a[1].s[0] ? a[1].s : NULL;
+        src->root = a[1].given && a[1].s[0] ? a[1].s : NULL;
     } else {
         src->label = (int)a[1].v[0];
         src->header = (int)a[2].v[0];

@@ -91,12 +91,14 @@ static char *field(const char **p, const char *end, int *bad)
             }
             f[n++] = *s;
         }
+        while (s < end && (*s == ' ' || *s == '\t')) /* before the comma */
+            s++;
     } else {
         while (s < end && *s != ',')
             f[n++] = *s++;
+        while (n > 0 && (f[n - 1] == ' ' || f[n - 1] == '\t'))
+            n--;
     }
-    while (n > 0 && (f[n - 1] == ' ' || f[n - 1] == '\t'))
-        n--;
     f[n] = '\0';
     *p = s;
     return f;
@@ -374,36 +376,62 @@ typedef struct Job {
     nrt_error first;
 } Job;
 
+/* The file's pixels, interleaved, n channels; NULL with the reason in err.
+ * Freed with free_pixels. */
+static unsigned char *load_pixels(const char *path, int *w, int *h, int *n, nrt_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        nrt_errorf(err, "cannot open: %s", strerror(errno));
+        return NULL;
+    }
 #ifdef NETRT_HAVE_STB
+    unsigned char *px = stbi_load_from_file(f, w, h, n, 0);
+    if (!px)
+        nrt_errorf(err, "not an image stb_image can read (%s)", stbi_failure_reason());
+#else
+    unsigned char *px = NULL;
+    (void)w, (void)h, (void)n;
+    nrt_errorf(err, "this runtime was built without stb_image");
+#endif
+    fclose(f);
+    return px;
+}
+
+static void free_pixels(unsigned char *px)
+{
+#ifdef NETRT_HAVE_STB
+    stbi_image_free(px);
+#else
+    (void)px;
+#endif
+}
+
 /* Row i's image into x; 0, or -1 with the reason in err. */
 static int decode(const Job *j, size_t i, nrt_error *err)
 {
     const Row *r = &j->list->row[i];
     const nrt_images_opts *o = j->o;
     const nrt_transforms *tf = o->tf;
-    FILE *f = fopen(r->path, "rb");
-    if (!f)
-        return nrt_errorf(err, "cannot open: %s", strerror(errno));
     int w, h, n;
-    unsigned char *px = stbi_load_from_file(f, &w, &h, &n, 0);
-    fclose(f);
+    unsigned char *px = load_pixels(r->path, &w, &h, &n, err);
     if (!px)
-        return nrt_errorf(err, "not an image stb_image can read (%s)", stbi_failure_reason());
+        return -1;
     const int c = o->channels, oh = tf->resize_h ? tf->resize_h : h,
               ow = tf->resize_w ? tf->resize_w : w;
     if (oh != o->height || ow != o->width) {
-        stbi_image_free(px);
+        free_pixels(px);
         return nrt_errorf(err, "is %dx%d pixels, but the model's input is %dx%d: add "
                           "'transform resize(%d, %d)' to the model", w, h, o->width,
                           o->height, o->height, o->width);
     }
     unsigned char *planes = malloc((size_t)c * (size_t)h * (size_t)w);
     if (!planes) {
-        stbi_image_free(px);
+        free_pixels(px);
         return nrt_errorf(err, "out of memory");
     }
     to_planes(px, n, (size_t)h * (size_t)w, c, planes);
-    stbi_image_free(px);
+    free_pixels(px);
     if (oh != h || ow != w) {
         unsigned char *sized = resize(planes, c, h, w, oh, ow);
         free(planes);
@@ -425,12 +453,10 @@ static int decode(const Job *j, size_t i, nrt_error *err)
     free(planes);
     return 0;
 }
-#endif
 
 static void *worker(void *arg)
 {
     Job *j = arg;
-#ifdef NETRT_HAVE_STB
     for (;;) {
         if (atomic_load(&j->stop))
             break;
@@ -451,9 +477,6 @@ static void *worker(void *arg)
         if (!j->o->skip_bad)
             atomic_store(&j->stop, 1);
     }
-#else
-    (void)j;
-#endif
     return NULL;
 }
 

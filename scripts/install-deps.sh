@@ -1,8 +1,9 @@
 #!/bin/sh
 # scripts/install-deps.sh — installs what building and testing netc needs on
-# Debian (or Ubuntu): the C toolchain, flex, bison, Autotools, OpenBLAS, and
-# stb_image (libstb-dev: image datasets), graphviz (the test that renders --emit=dot), cmake and man-db (the test
-# that builds examples/ against an installed tree and reads the man page).
+# Debian (or Ubuntu): the C toolchain, flex, bison, Autotools, OpenBLAS,
+# stb_image (libstb-dev: image datasets), graphviz (the test that renders
+# --emit=dot), cmake and man-db (the test that builds examples/ against an
+# installed tree and reads the man page).
 #   --with-torch   also Debian's python3-torch, python3-torchvision and
 #                  python3-pil, for the tests and benchmarks that compare
 #                  with PyTorch and torchvision's transforms (they are

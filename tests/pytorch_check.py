@@ -230,12 +230,14 @@ class Spec:
     optimizer, loss and data."""
 
     def __init__(self, name, twin, optim, loss, data, net=None, seed_model=None,
-                 layers=None, optimizer=None, batch=16, epochs=2, bad_files=False, flags=()):
+                 layers=None, optimizer=None, batch=16, epochs=2, bad_files=False, flags=(),
+                 default_init=True):
         self.name, self.twin, self.optim, self.loss, self.data = name, twin, optim, loss, data
         self.flags = list(flags)  # more flags for the training runs
         self.net, self.seed_model = net, seed_model
         self.layers, self.optimizer = layers, optimizer  # expected lines of a seed model
         self.batch, self.epochs, self.bad_files = batch, epochs, bad_files
+        self.default_init = default_init  # False: the model has init statements
 
 
 def synthetic_data(shape, n, kind, nout, seed, ntest=0):
@@ -292,6 +294,59 @@ def cifar_data(work, src):
         out[part] = part + ".bin"
         out["x" + key], out["y" + key] = x, labels
     return out
+
+
+# philox.h's Philox4x32-10 and nrt_flip, for the flips netc draws
+M32, M64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
+
+
+def philox4x32_10(c, k0, k1):
+    c = list(c)
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k0, p1 & M32, (p0 >> 32) ^ c[3] ^ k1, p0 & M32]
+        k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+    return c
+
+
+def flipped(seed, epoch, i, p):
+    """Whether netc flips sample i in epoch (from 1) of a run with seed:
+    the first word of Philox's block (i, epoch) under the augmentation
+    stream's key is below ceil(p * 2^32)."""
+    key = (seed ^ (5 * 0xD1B54A32D192ED03)) & M64
+    cut = math.ceil(p * 2 ** 32)
+    return philox4x32_10((i, epoch & M32, epoch >> 32, 0), key & M32, key >> 32)[0] < cut
+
+
+def image_data(seed, flip_p):
+    """Part of the bundled digit images (data/digit_images), listed in CSV
+    files here, and the tensors torchvision makes of them with the
+    transforms of models/cnn101.net: PIL's decoding and convert("RGB"),
+    Resize((32, 32)), ToTensor, Normalize(0.5, 0.5); the training batches
+    then flipped where netc's counter-based coin says."""
+    def make(work, src):
+        from PIL import Image
+        from torchvision import transforms as T
+        tf = T.Compose([T.Resize((32, 32)), T.ToTensor(),
+                        T.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))])
+        root = os.path.join(src, "data", "digit_images")
+        out = {}
+        for part, take, key in (("train", 48, ""), ("test", 20, "t")):
+            with open(os.path.join(root, f"desc_{part}.csv")) as f:
+                rows = [ln.strip().split(",") for ln in f.readlines()[1:]]
+            rows = rows[::len(rows) // take][:take]  # every digit, every kind of file
+            lines = ["path,label"] + [f"{os.path.join(root, p)},{lb}" for p, lb in rows]
+            with open(os.path.join(work, part + ".csv"), "w") as f:
+                f.write("\n".join(lines) + "\n")
+            xs = [tf(Image.open(os.path.join(root, p)).convert("RGB")) for p, _ in rows]
+            out[part] = part + ".csv"
+            out["x" + key] = torch.stack(xs)
+            out["y" + key] = torch.tensor([int(lb) for _, lb in rows])
+        out["augment"] = lambda xb, first, epoch: torch.stack(
+            [x.flip(-1) if flipped(seed, epoch, first + k, flip_p) else x
+             for k, x in enumerate(xb)])
+        return out
+    return make
 
 
 MLP_MOMENTUM = """\
@@ -455,9 +510,25 @@ SPECS = [
                           nn.Conv2d(32, 64, 5, padding=2), nn.MaxPool2d(2), nn.Flatten(),
                           nn.Linear(1024, 64), nn.Linear(64, 10)),
          optim=sgd(lr=0.01), data=cifar_data),
+    # images: the list, PIL's decoding and resizing, torchvision's ToTensor
+    # and Normalize, and every flip, the same
+    Spec("cnn101", seed_model="cnn101.net", loss="cross_entropy", epochs=2,
+         layers=["conv2d(32, kernel=3)", "relu", "maxpool2d(2)", "conv2d(64, kernel=3)", "relu",
+                 "maxpool2d(2)", "flatten", "linear(256)", "relu", "linear(128)", "relu",
+                 "linear(101)", "transform resize(32, 32)", "transform random_horizontal_flip",
+                 "transform to_tensor",
+                 "transform normalize(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))"],
+         optimizer="optimizer sgd(lr=1e-2, momentum=0.9, dampening=0.1)",
+         twin=lambda: seq(nn.Conv2d(3, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                          nn.Linear(2304, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                          nn.Linear(128, 101)),
+         flags=["--seed", "3", "--valid-data", "test.csv"], default_init=False,
+         optim=sgd(lr=1e-2, momentum=0.9, dampening=0.1), data=image_data(3, 0.5)),
 ]
 
-STMT_WORDS = ("input", "target", "loss", "optimizer", "device", "train", "test", "init")
+STMT_WORDS = ("input", "target", "loss", "optimizer", "device", "train", "valid", "test", "init",
+              "schedule")
 
 
 def model_lines(text):
@@ -653,13 +724,15 @@ def torch_train(model, spec, data, batch, epochs, max_steps=None):
     losses, epochs_out = [], []
     ties = NearTies(model)
     model.train()
-    for _ in range(epochs):
+    for epoch in range(1, epochs + 1):
         total, seen = 0.0, 0
         for s in range(0, len(x), batch):
             if max_steps is not None and len(losses) >= max_steps:
                 break
             ties.step = len(losses) + 1
             xb, yb = x[s:s + batch], y[s:s + batch]
+            if "augment" in data:
+                xb = data["augment"](xb, s, epoch)
             opt.zero_grad()
             loss = lf(model(xb), yb)
             loss.backward()
@@ -792,8 +865,9 @@ def check_model(check, spec, netc, src, root):
           f"file {list(init)}\nstate_dict {want_order}")
     check(meta.get("format") == "pt", f"{name}: metadata says format pt (as PyTorch's files do)",
           f"__metadata__ {dict(meta)}")
-    ok, detail = default_bound_ok(model, init)
-    check(ok, f"{name}: initial weights follow PyTorch's default init U(+-1/sqrt(fan_in))", detail)
+    if spec.default_init:
+        ok, detail = default_bound_ok(model, init)
+        check(ok, f"{name}: initial weights follow PyTorch's default init U(+-1/sqrt(fan_in))", detail)
 
     # 2. training parity from netc's initial weights
     cmd = [prog, "--load", "init.safetensors", "--no-shuffle", "--batch", str(spec.batch),
@@ -857,8 +931,8 @@ def check_model(check, spec, netc, src, root):
              "--save", "step1.safetensors", "--threads", "1", "--quiet"] + run_flags, work)
     if check(p.returncode == 0, f"{name}: one step from PyTorch's weights", describe(p)):
         steps, _, _ = read_metrics(os.path.join(work, "m1.jsonl"))
-        losses, _, ties = torch_train(tmodel, spec, {"x": data["x"], "y": data["y"]}, spec.batch,
-                                      1, max_steps=1)
+        losses, _, ties = torch_train(tmodel, spec, {k: data[k] for k in ("x", "y", "augment")
+                                                     if k in data}, spec.batch, 1, max_steps=1)
         ok, detail = compare_losses([r["loss"] for r in steps], losses)
         check(ok, f"{name}: first-step loss from PyTorch's weights matches", detail, note=detail)
         step1, _ = st_read(os.path.join(work, "step1.safetensors"))

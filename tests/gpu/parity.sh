@@ -37,11 +37,9 @@ fi
 
 # Synthetic CIFAR-format data for the models whose data is not bundled.
 "$PYTHON" "$root/bench/make_cifar.py" "$work/c10.bin" --records 640 --classes 10 --seed 1
-"$PYTHON" "$root/bench/make_cifar.py" "$work/c101.bin" --records 320 --classes 101 --seed 3
 data_flags() {
     case $1 in
     cifar10) echo --data "$work/c10.bin" --test-data "$work/c10.bin" ;;
-    cnn101) echo --data "$work/c101.bin" --test-data "$work/c101.bin" ;;
     esac
 }
 

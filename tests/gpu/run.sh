@@ -121,6 +121,10 @@ stage_parity() {
         echo "--- tests/train.sh on cuda" >>"$log"
         NETC_TRAIN_DEVICE=cuda NETC=$BUILD/netc NETC_TOP_SRCDIR=$root \
             sh "$root/tests/train.sh" >>"$log" 2>&1 || rc=1
+        # image lists, the loader's flipped batches, resume with flips
+        echo "--- tests/images.sh on cuda" >>"$log"
+        NETC_TRAIN_DEVICE=cuda NETC=$BUILD/netc NETC_TOP_SRCDIR=$root \
+            sh "$root/tests/images.sh" >>"$log" 2>&1 || rc=1
     fi
     section "Parity with the cpu backend (tests/gpu/parity.sh, DEVICE=$dev)" "$log" \
         "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
