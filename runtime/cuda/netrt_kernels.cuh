@@ -688,6 +688,18 @@ __device__ __forceinline__ void bn_block_sums(double &a, double &b)
     b = sb[0];
 }
 
+/* y = x * a + b over channel c's values: the normalisation and the affine
+ * map as one scale and one shift */
+template <int C, int HW, bool CN, int THREADS>
+__device__ __forceinline__ void bn_apply(int n, int c, const float *__restrict__ x, float a, float b,
+                                         float *__restrict__ y)
+{
+    for (size_t j = threadIdx.x; j < (size_t)n * HW; j += THREADS) {
+        const size_t at = bn_at<C, HW, CN>(n, c, j);
+        y[at] = x[at] * a + b;
+    }
+}
+
 template <int C, int HW, bool CN, int THREADS>
 __device__ __forceinline__ void batchnorm_train(int n, const float *__restrict__ x,
                                                 const float *__restrict__ gamma,
@@ -720,11 +732,7 @@ __device__ __forceinline__ void batchnorm_train(int n, const float *__restrict__
             ++*num_batches_tracked;
     }
     const float a = gamma ? gamma[c] * invstd : invstd;
-    const float b = (beta ? beta[c] : 0.0f) - (float)mean * a;
-    for (size_t j = threadIdx.x; j < count; j += THREADS) {
-        const size_t at = bn_at<C, HW, CN>(n, c, j);
-        y[at] = x[at] * a + b;
-    }
+    bn_apply<C, HW, CN, THREADS>(n, c, x, a, (beta ? beta[c] : 0.0f) - (float)mean * a, y);
 }
 
 template <int C, int HW, bool CN, int THREADS>
@@ -738,11 +746,7 @@ __device__ __forceinline__ void batchnorm_eval(int n, const float *__restrict__ 
     const int c = blockIdx.x;
     const float invstd = 1.0f / sqrtf(running_var[c] + eps);
     const float a = gamma ? gamma[c] * invstd : invstd;
-    const float b = (beta ? beta[c] : 0.0f) - running_mean[c] * a;
-    for (size_t j = threadIdx.x; j < (size_t)n * HW; j += THREADS) {
-        const size_t at = bn_at<C, HW, CN>(n, c, j);
-        y[at] = x[at] * a + b;
-    }
+    bn_apply<C, HW, CN, THREADS>(n, c, x, a, (beta ? beta[c] : 0.0f) - running_mean[c] * a, y);
 }
 
 template <int C, int HW, bool CN, int THREADS>
