@@ -90,6 +90,20 @@ void emit_driver(Emit *e, bool cuda)
     }
     emitf(e, "};");
     emit_blank(e);
+    if (p->nbuffers) {
+        emitf(e, "/* The buffers (state that is not a parameter), in one flat area of");
+        emitf(e, " * bytes, with their place among the parameters in the state_dict. */");
+        emitf(e, "static const nrt_buffer buffers[] = {");
+        for (int i = 0; i < p->nbuffers; i++) {
+            const Buffer *b = &p->buffers[i];
+            emitf(e, "    {%s, %s, %d, {%s}, %zu, %zu, %s, %d},", c_string(e->arena, b->name),
+                  b->dtype == NRT_I64 ? "NRT_I64" : "NRT_F32", b->rank,
+                  b->rank ? dims_list(e->arena, b->rank, b->dim) : "0", b->offset, b->size,
+                  c_float(e->arena, b->init), b->after);
+        }
+        emitf(e, "};");
+        emit_blank(e);
+    }
     const nrt_optim *o = &p->optim;
     emitf(e, "static const nrt_model model = {");
     e->indent++;
@@ -104,6 +118,11 @@ void emit_driver(Emit *e, bool cuda)
     emitf(e, ".params = params,");
     emitf(e, ".n_params = %d,", p->nparams);
     emitf(e, ".param_count = %zu,", p->param_count);
+    if (p->nbuffers) {
+        emitf(e, ".buffers = buffers,");
+        emitf(e, ".n_buffers = %d,", p->nbuffers);
+        emitf(e, ".buffer_bytes = %zu,", p->buffer_bytes);
+    }
     emitf(e, ".act_size = %lld,", (long long)p->act_size);
     emitf(e, ".iact_size = %lld,", (long long)p->iact_size);
     emitf(e, ".grad_size = %lld,", (long long)p->grad_size);

@@ -194,6 +194,11 @@ void emit_pass_locals(Emit *e, const Node *n, bool bwd)
         if (bwd)
             emitf(e, "float *d%s = net->grad + %zu;", w, prm->offset);
     }
+    for (int k = 0; k < n->nbufs && !bwd; k++) { /* buffers change in forward only */
+        const Buffer *b = &p->buffers[n->buf0 + k];
+        const char *type = b->dtype == NRT_I64 ? "int64_t" : "float";
+        emitf(e, "%s *%s = (%s *)(void *)(net->buffers + %zu);", type, b->local, type, b->offset);
+    }
     /* (the GPU's convolutions read x itself, not the cpu's padded copy) */
     if (n->aux_size && !(e->cuda && !strcmp(n->op->aux_name, "xp")))
         emitf(e, "float *%s = net->act + (size_t)net->cap * %lld;", n->op->aux_name,
@@ -209,7 +214,7 @@ static void emit_node(Emit *e, const Node *n)
     emitf(e, "static void %s(nrt_net *net, int n, const float *x, float *y)", pass_name(e, n, "fwd"));
     emitf(e, "{");
     e->indent++;
-    bool uses_net = n->nparams || n->aux_size || n->iaux_size || n->scratch;
+    bool uses_net = n->nparams || n->nbufs || n->aux_size || n->iaux_size || n->scratch;
     if (!uses_net)
         emitf(e, "(void)net;");
     emit_pass_locals(e, n, false);

@@ -119,6 +119,14 @@ static void emit_plan(Emit *e)
     for (int i = 0; i < p->nparams; i++)
         emitf(e, "    %-18s [%zu, %zu)", p->params[i].name, p->params[i].offset,
               p->params[i].offset + p->params[i].size);
+    if (p->nbuffers)
+        emitf(e, "  buffers      %zu bytes in an area of their own (not parameters)",
+              p->buffer_bytes);
+    for (int i = 0; i < p->nbuffers; i++) {
+        const Buffer *b = &p->buffers[i];
+        emitf(e, "    %-18s bytes [%zu, %zu) %s", b->name, b->offset,
+              b->offset + b->size * (b->dtype == NRT_I64 ? 8 : 4), b->dtype == NRT_I64 ? "int64" : "float32");
+    }
     emitf(e, "  activations  %lld (on a GPU %lld: no cpu-only saved tensors)", (long long)p->act_size,
           (long long)p->cuda_act_size);
     for (int v = 1; v < p->nvalues; v++) {

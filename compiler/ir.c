@@ -6,7 +6,10 @@
  * values[i + 1]).  Parameters of all nodes live in one flat buffer, in the
  * order of the layers, weight before bias — the order of PyTorch's
  * state_dict — so the optimizer is one loop over one buffer and a future
- * data-parallel backend reduces one buffer.  Shapes here are per sample;
+ * data-parallel backend reduces one buffer.  State that is not a
+ * parameter (a batchnorm's running statistics and batch count) lies in a
+ * flat area of bytes of its own, the buffers, which the optimizer never
+ * sees.  Shapes here are per sample;
  * the batch dimension is implicit everywhere.
  */
 #include "netc.h"
@@ -62,6 +65,30 @@ int ir_add_param(Program *p, Node *n, const char *suffix, int rank,
         n->param0 = p->nparams;
     n->nparams++;
     return p->nparams++;
+}
+
+int ir_add_buffer(Program *p, Node *n, const char *suffix, int dtype, int rank,
+                  const int64_t *dim, float init)
+{
+    Buffer *b = &p->buffers[p->nbuffers];
+    b->name = arena_printf(p->arena, "%s.%s", n->name, suffix);
+    b->local = suffix;
+    b->dtype = dtype;
+    b->rank = rank;
+    b->size = 1;
+    for (int i = 0; i < rank; i++) {
+        b->dim[i] = dim[i];
+        b->size *= (size_t)dim[i];
+    }
+    b->offset = p->buffer_bytes;
+    b->init = init;
+    b->after = p->nparams;
+    size_t bytes = b->size * (dtype == NRT_I64 ? sizeof(int64_t) : sizeof(float));
+    p->buffer_bytes += (bytes + 7) / 8 * 8;
+    if (n->nbufs == 0)
+        n->buf0 = p->nbuffers;
+    n->nbufs++;
+    return p->nbuffers++;
 }
 
 int ir_root(const Program *p, int v)

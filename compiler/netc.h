@@ -263,6 +263,19 @@ typedef struct Param {
     nrt_init init;
 } Param;
 
+/* A buffer: state of a node that is not a parameter (a batchnorm's
+ * running statistics), in a flat area of bytes of its own. */
+typedef struct Buffer {
+    const char *name;   /* "1.running_mean" */
+    const char *local;  /* the pass's local: "running_mean" */
+    int dtype;          /* NRT_F32 or NRT_I64 */
+    int rank;           /* 0: a scalar */
+    int64_t dim[4];
+    size_t offset, size;/* bytes into the area (8-aligned), elements */
+    float init;         /* every element's initial value */
+    int after;          /* the parameters before it in the state_dict */
+} Buffer;
+
 /* A value flowing between nodes: the input, each layer's output. */
 typedef struct IrValue {
     Shape shape;
@@ -282,6 +295,7 @@ struct Node {
     ArgVal args[MAX_ARGS];
     int in, out;        /* value ids */
     int param0, nparams;/* its parameters in the program's table */
+    int buf0, nbufs;    /* its buffers in the program's table */
     const Node *fused;  /* activation fused into this node's epilogue */
     bool absorbed;      /* this activation lives in its producer's epilogue */
     int64_t aux_size;   /* floats per sample kept for backward (dropout mask) */
@@ -306,6 +320,9 @@ struct Program {
     Param *params;
     int nparams;
     size_t param_count;
+    Buffer *buffers;
+    int nbuffers;
+    size_t buffer_bytes;
     const Sig *loss;
     const Stmt *loss_stmt;
     nrt_optim optim;
@@ -327,6 +344,10 @@ struct Program {
 /* Declares a parameter of node n; returns its index in p->params. */
 int ir_add_param(Program *p, Node *n, const char *suffix, int rank,
                  const int64_t *dim, int fan_in, int fan_out, bool is_bias);
+/* Declares a buffer of node n (dtype NRT_F32 or NRT_I64), after its
+ * parameters; returns its index in p->buffers. */
+int ir_add_buffer(Program *p, Node *n, const char *suffix, int dtype, int rank,
+                  const int64_t *dim, float init);
 /* Whether n moves no data: a flatten of an [n, C, H, W] value. */
 bool ir_is_view(const Program *p, const Node *n);
 /* The value whose memory v lives in (following views and fusions). */

@@ -135,8 +135,9 @@ static void apply_inits(Program *p, Node *n, const Inits *inits, int ninits)
             prm->init = n->args[slot].init;
             continue;
         }
-        /* kind-specific first, then model-wide */
-        for (int pass = 0; pass < 2; pass++)
+        /* kind-specific first, then model-wide, which leaves the op's own
+         * init (batchnorm's ones and zeros) be */
+        for (int pass = 0; pass < (prm->init.kind == NRT_INIT_DEFAULT ? 2 : 1); pass++)
             for (int i = 0; i < ninits; i++) {
                 const Inits *in = &inits[i];
                 if (pass == 0 ? !in->kind || strcmp(in->kind, n->op->sig.name) : in->kind != NULL)
@@ -171,6 +172,7 @@ static void build_layers(Program *p, const Stmt *first, int nlayers,
     p->nodes = arena_alloc(p->arena, sizeof *p->nodes * (size_t)(nlayers + 1));
     p->values = arena_alloc(p->arena, sizeof *p->values * (size_t)(nlayers + 2));
     p->params = arena_alloc(p->arena, sizeof *p->params * (size_t)(2 * nlayers + 1));
+    p->buffers = arena_alloc(p->arena, sizeof *p->buffers * (size_t)(3 * nlayers + 1));
     p->values[0].shape = p->input;
     p->nvalues = 1;
     int nops;

@@ -21,6 +21,7 @@ void nrt_net_free(nrt_net *net)
 {
     free(net->param);
     free(net->grad);
+    free(net->buffers);
     free(net->act);
     free(net->iact);
     free(net->gbuf[0]);
@@ -47,6 +48,7 @@ int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err)
     size_t c = (size_t)cap;
     net->param = alloc_floats(m->param_count, sizeof(float), &ok);
     net->grad = alloc_floats(m->param_count, sizeof(float), &ok);
+    net->buffers = alloc_floats(m->buffer_bytes, 1, &ok);
     net->act = alloc_floats(c * m->act_size, sizeof(float), &ok);
     net->iact = alloc_floats(c * m->iact_size, sizeof(int32_t), &ok);
     net->gbuf[0] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
@@ -151,19 +153,23 @@ static int cpu_set_data(void *ctx, const nrt_dataset *train, const nrt_dataset *
     return c->order && c->eval_idx ? 0 : nrt_errorf(err, "out of memory");
 }
 
-static int cpu_set_params(void *ctx, const float *param, nrt_error *err)
+static int cpu_set_params(void *ctx, const float *param, const void *buffers, nrt_error *err)
 {
     (void)err;
     Cpu *c = ctx;
     memcpy(c->net.param, param, sizeof(float) * c->m->param_count);
+    if (c->m->buffer_bytes)
+        memcpy(c->net.buffers, buffers, c->m->buffer_bytes);
     return 0;
 }
 
-static int cpu_get_params(void *ctx, float *param, nrt_error *err)
+static int cpu_get_params(void *ctx, float *param, void *buffers, nrt_error *err)
 {
     (void)err;
     Cpu *c = ctx;
     memcpy(param, c->net.param, sizeof(float) * c->m->param_count);
+    if (c->m->buffer_bytes)
+        memcpy(buffers, c->net.buffers, c->m->buffer_bytes);
     return 0;
 }
 

@@ -5,8 +5,9 @@
  * it never stopped, bit for bit on the cpu.
  *
  * DIR/checkpoint.safetensors holds
- *  - the weights, under the model's state_dict names, so that it is also a
- *    weights file (--load, or PyTorch's load_file, which ignores the rest);
+ *  - the weights and buffers (a batchnorm's running statistics), under the
+ *    model's state_dict names, so that it is also a weights file (--load,
+ *    or PyTorch's load_file, which ignores the rest);
  *  - the optimizer's state under PyTorch's names for it, prefixed by
  *    "optimizer." and the parameter's name: optimizer.0.weight.exp_avg,
  *    .exp_avg_sq (Adam), .momentum_buffer (SGD with momentum);
@@ -87,7 +88,7 @@ int nrt_checkpoint_save(const char *dir, const nrt_model *m, const nrt_optim *h,
 {
     if (nrt_make_dirs(dir, err))
         return -1;
-    const int slots = nrt_optim_slots(h), n = m->n_params * (1 + slots);
+    const int slots = nrt_optim_slots(h), n = m->n_params * (1 + slots) + m->n_buffers;
     nrt_tensor *t = calloc((size_t)n + 1, sizeof *t);
     char **names = calloc((size_t)n + 1, sizeof *names);
     char *path = file_path(dir, err);
@@ -97,22 +98,21 @@ int nrt_checkpoint_save(const char *dir, const nrt_model *m, const nrt_optim *h,
             nrt_errorf(err, "out of memory");
         goto out;
     }
-    for (int s = 0; s <= slots; s++) {
-        const float *buf = s == 0 ? c->param : s == 1 ? c->m : c->v;
-        for (int i = 0; i < m->n_params; i++) {
+    /* the state_dict (the weights and buffers), then the optimizer's */
+    int k = nrt_weights_tensors(m, c->param, c->buffers, t);
+    for (int s = 1; s <= slots; s++) {
+        const float *buf = s == 1 ? c->m : c->v;
+        for (int i = 0; i < m->n_params; i++, k++) {
             const nrt_param *p = &m->params[i];
-            nrt_tensor *x = &t[s * m->n_params + i];
-            x->name = p->name;
-            if (s > 0) {
-                size_t len = strlen(p->name) + 32;
-                char *name = names[s * m->n_params + i] = malloc(len);
-                if (!name) {
-                    nrt_errorf(err, "out of memory");
-                    goto out;
-                }
-                snprintf(name, len, "optimizer.%s.%s", p->name, slot_name(h, s - 1));
-                x->name = name;
+            nrt_tensor *x = &t[k];
+            size_t len = strlen(p->name) + 32;
+            char *name = names[k] = malloc(len);
+            if (!name) {
+                nrt_errorf(err, "out of memory");
+                goto out;
             }
+            snprintf(name, len, "optimizer.%s.%s", p->name, slot_name(h, s - 1));
+            x->name = name;
             x->rank = p->rank;
             memcpy(x->dim, p->dim, sizeof x->dim);
             x->data = buf + p->offset;
@@ -210,7 +210,7 @@ static int read_slots(Reader *r, const nrt_model *m, const nrt_optim *h, nrt_che
             char name[320];
             snprintf(name, sizeof name, "optimizer.%s.%s", p->name, slot_name(h, s));
             const nrt_tensor *t = nrt_safetensors_find(r->f, name, NULL);
-            if (!t || t->rank != p->rank ||
+            if (!t || t->dtype != NRT_F32 || t->rank != p->rank ||
                 memcmp(t->dim, p->dim, sizeof(int64_t) * (size_t)p->rank))
                 return nrt_errorf(r->err, "%s: %s tensor '%s' (of %s's shape)", r->path,
                                   t ? "a misshapen" : "no", name, p->name);
@@ -272,7 +272,7 @@ int nrt_checkpoint_load(const char *dir, const nrt_model *m, const nrt_optim *h,
     nrt_safetensors_close(f);
     f = NULL;
     /* the weights, and that nothing but them and the optimizer's are there */
-    rc = nrt_weights_load(m, c->param, path, err);
+    rc = nrt_weights_load(m, c->param, c->buffers, path, err);
 out:
     nrt_safetensors_close(f);
     free(path);

@@ -68,3 +68,15 @@ void nrt_init_params(const nrt_param *p, int n, float *buf, nrt_rng *r)
     for (int i = 0; i < n; i++)
         init_one(&p[i], buf + p[i].offset, r);
 }
+
+void nrt_init_buffers(const nrt_buffer *b, int n, void *area)
+{
+    for (int i = 0; i < n; i++) {
+        unsigned char *at = (unsigned char *)area + b[i].offset;
+        for (size_t k = 0; k < b[i].size; k++)
+            if (b[i].dtype == NRT_I64)
+                ((int64_t *)(void *)at)[k] = (int64_t)b[i].init;
+            else
+                ((float *)(void *)at)[k] = b[i].init;
+    }
+}

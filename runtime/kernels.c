@@ -1415,6 +1415,112 @@ static float sum_floats(const float *restrict p, size_t n)
     return acc[0];
 }
 
+/* ------------------------------------------------- batch normalization */
+
+/* Where the hw values of sample i, channel ch begin. */
+static size_t bn_plane(const nrt_bn *g, int n, int i, int ch)
+{
+    return (g->cn ? (size_t)ch * (size_t)n + (size_t)i : (size_t)i * (size_t)g->c + (size_t)ch) *
+           (size_t)g->hw;
+}
+
+/* y = x * a + b over channel ch's values: the normalisation and the affine
+ * map as one scale and one shift. */
+static void bn_apply(const nrt_bn *g, int n, int ch, const float *x, float a, float b, float *y)
+{
+    for (int i = 0; i < n; i++) {
+        const size_t at = bn_plane(g, n, i, ch);
+        for (int k = 0; k < g->hw; k++)
+            y[at + k] = x[at + k] * a + b;
+    }
+}
+
+/* Each channel is one thread's, its sums in double in a fixed order: the
+ * same bits whatever the team. */
+void nrt_batchnorm_train(const nrt_bn *g, int n, const float *x, const float *gamma,
+                         const float *beta, float *running_mean, float *running_var,
+                         int64_t *num_batches_tracked, float *stats, float *y)
+{
+    const double count = (double)n * g->hw;
+    NRT_OMP(omp parallel for schedule(static) if (g->c > 1 && count * g->c >= PAR_MIN_WORK))
+    for (int c = 0; c < g->c; c++) {
+        double s = 0, ss = 0;
+        for (int i = 0; i < n; i++) {
+            const float *p = x + bn_plane(g, n, i, c);
+            for (int k = 0; k < g->hw; k++) {
+                s += p[k];
+                ss += (double)p[k] * p[k];
+            }
+        }
+        const double mean = s / count;
+        double var = ss / count - mean * mean; /* biased */
+        if (var < 0)
+            var = 0;
+        const float invstd = (float)(1.0 / sqrt(var + g->eps));
+        stats[c] = (float)mean;
+        stats[g->c + c] = invstd;
+        /* PyTorch's running statistics take the unbiased variance (one
+         * value a channel has none: the biased one, 0, is taken) */
+        const double unbiased = count > 1 ? var * count / (count - 1) : var;
+        const float m = g->momentum;
+        running_mean[c] = (1 - m) * running_mean[c] + m * (float)mean;
+        running_var[c] = (1 - m) * running_var[c] + m * (float)unbiased;
+        const float a = gamma ? gamma[c] * invstd : invstd;
+        bn_apply(g, n, c, x, a, (beta ? beta[c] : 0.0f) - (float)mean * a, y);
+    }
+    ++*num_batches_tracked;
+}
+
+void nrt_batchnorm_eval(const nrt_bn *g, int n, const float *x, const float *gamma,
+                        const float *beta, const float *running_mean,
+                        const float *running_var, float *y)
+{
+    NRT_OMP(omp parallel for schedule(static)
+                if (g->c > 1 && (double)n * g->hw * g->c >= PAR_MIN_WORK))
+    for (int c = 0; c < g->c; c++) {
+        const float invstd = 1.0f / sqrtf(running_var[c] + g->eps);
+        const float a = gamma ? gamma[c] * invstd : invstd;
+        bn_apply(g, n, c, x, a, (beta ? beta[c] : 0.0f) - running_mean[c] * a, y);
+    }
+}
+
+/* With xh = (x - mean) * invstd and N values a channel:
+ *     dbeta = sum dy,  dgamma = sum dy xh,
+ *     dx = gamma invstd (dy - dbeta / N - xh dgamma / N). */
+void nrt_batchnorm_bwd(const nrt_bn *g, int n, const float *x, const float *dy,
+                       const float *gamma, const float *stats, float *dgamma, float *dbeta,
+                       float *dx)
+{
+    const double count = (double)n * g->hw;
+    NRT_OMP(omp parallel for schedule(static) if (g->c > 1 && count * g->c >= PAR_MIN_WORK))
+    for (int c = 0; c < g->c; c++) {
+        const float mean = stats[c], invstd = stats[g->c + c];
+        double sdy = 0, sdyxh = 0;
+        for (int i = 0; i < n; i++) {
+            const size_t at = bn_plane(g, n, i, c);
+            for (int k = 0; k < g->hw; k++) {
+                sdy += dy[at + k];
+                sdyxh += (double)dy[at + k] * ((x[at + k] - mean) * invstd);
+            }
+        }
+        if (gamma) {
+            dgamma[c] = (float)sdyxh;
+            dbeta[c] = (float)sdy;
+        }
+        if (!dx)
+            continue;
+        const float scale = (gamma ? gamma[c] : 1.0f) * invstd;
+        const float mdy = (float)(sdy / count), mdyxh = (float)(sdyxh / count);
+        for (int i = 0; i < n; i++) {
+            const size_t at = bn_plane(g, n, i, c);
+            for (int k = 0; k < g->hw; k++) {
+                const float xh = (x[at + k] - mean) * invstd;
+                dx[at + k] = scale * (dy[at + k] - mdy - xh * mdyxh);
+            }
+        }
+    }
+}
+
 void nrt_row_sums(const float *a, int rows, size_t cols, float *out)
 {
     /* A row is one thread's: the same sum whatever the team. */

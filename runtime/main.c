@@ -452,6 +452,7 @@ typedef struct Run {
     const char *prog;
     nrt_backend be;
     float *param;      /* the weights on the host: initial, loaded, saved */
+    void *buffers;     /* and the model's buffers (running statistics) */
     float *opt_m, *opt_v; /* the optimizer's state on the host (checkpoints) */
     Data data;
     nrt_loader *loader;  /* augmented training batches (random flips), or NULL */
@@ -492,8 +493,9 @@ static int save_checkpoint(Run *r, int64_t epoch, size_t position)
     const Options *o = r->o;
     nrt_checkpoint c = {.epoch = epoch, .position = position, .seed = o->seed,
                         .batch = o->batch, .shuffle = o->shuffle, .sched = r->sched,
-                        .param = r->param, .m = r->opt_m, .v = r->opt_v};
-    return r->be.get_params(r->be.ctx, r->param, &r->err) ||
+                        .param = r->param, .m = r->opt_m, .v = r->opt_v,
+                        .buffers = r->buffers};
+    return r->be.get_params(r->be.ctx, r->param, r->buffers, &r->err) ||
                    r->be.get_state(r->be.ctx, r->opt_m, r->opt_v, &c.step, &c.loss_sum,
                                    &r->err) ||
                    nrt_checkpoint_save(o->checkpoint, r->m, &r->m->optim, &c, &r->err)
@@ -709,7 +711,7 @@ static int test(Run *r, int64_t epoch)
  * otherwise is refused. */
 static int read_checkpoint(Run *r, Options *o)
 {
-    nrt_checkpoint c = {.param = r->param, .m = r->opt_m, .v = r->opt_v};
+    nrt_checkpoint c = {.param = r->param, .m = r->opt_m, .v = r->opt_v, .buffers = r->buffers};
     nrt_error *err = &r->err;
     if (nrt_checkpoint_load(o->resume, r->m, &r->m->optim, &c, err))
         return -1;
@@ -882,6 +884,7 @@ static int run_gradcheck(Run *r)
     if (nrt_net_alloc(&net, r->m, r->o->gradcheck, &r->err))
         return -1;
     memcpy(net.param, r->param, sizeof(float) * r->m->param_count);
+    memcpy(net.buffers, r->buffers, r->m->buffer_bytes);
     int status = nrt_gradcheck(&net, &r->data.train, r->o->gradcheck, r->o->seed);
     nrt_net_free(&net);
     return status;
@@ -991,9 +994,10 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
     const size_t np = m->param_count ? m->param_count : 1;
     const int slots = nrt_optim_slots(&m->optim);
     r.param = calloc(np, sizeof(float));
+    r.buffers = calloc(m->buffer_bytes ? m->buffer_bytes : 1, 1);
     r.opt_m = slots > 0 ? calloc(np, sizeof(float)) : NULL;
     r.opt_v = slots > 1 ? calloc(np, sizeof(float)) : NULL;
-    if (!r.param || (slots > 0 && !r.opt_m) || (slots > 1 && !r.opt_v)) {
+    if (!r.param || !r.buffers || (slots > 0 && !r.opt_m) || (slots > 1 && !r.opt_v)) {
         nrt_errorf(err, "out of memory");
         goto fail;
     }
@@ -1007,7 +1011,8 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         nrt_rng init;
         nrt_rng_seed(&init, nrt_stream_key(o.seed, NRT_STREAM_INIT));
         nrt_init_params(m->params, m->n_params, r.param, &init);
-        if (o.load && nrt_weights_load(m, r.param, o.load, err))
+        nrt_init_buffers(m->buffers, m->n_buffers, r.buffers);
+        if (o.load && nrt_weights_load(m, r.param, r.buffers, o.load, err))
             goto fail;
     } else if (o.load) {
         nrt_errorf(err, "--resume and --load: the checkpoint holds the weights; give one");
@@ -1028,7 +1033,7 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         goto fail;
     if (note[0] && !o.quiet && !o.predict)
         printf("device: %s\n", note);
-    if (r.be.set_params(r.be.ctx, r.param, err))
+    if (r.be.set_params(r.be.ctx, r.param, r.buffers, err))
         goto fail;
     if (o.predict) {
         if (predict(&r))
@@ -1050,7 +1055,8 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
             goto done;
         }
     }
-    if (o.save && (r.be.get_params(r.be.ctx, r.param, err) || nrt_weights_save(m, r.param, o.save, err)))
+    if (o.save && (r.be.get_params(r.be.ctx, r.param, r.buffers, err) ||
+                   nrt_weights_save(m, r.param, r.buffers, o.save, err)))
         goto fail;
     if (close_logs(&r))
         goto fail;
@@ -1066,6 +1072,7 @@ done:
     if (r.be.close)
         r.be.close(r.be.ctx);
     free(r.param);
+    free(r.buffers);
     free(r.opt_m);
     free(r.opt_v);
     nrt_loader_close(r.loader);

@@ -31,7 +31,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 9
+#define NETRT_ABI 10
 
 #ifdef __cplusplus
 extern "C" {
@@ -221,12 +221,20 @@ void nrt_loader_close(nrt_loader *l);
 
 /* ---------------------------------------------------------- safetensors.c */
 
-/* One tensor of a safetensors file: float32 only (what netc writes). */
+/* The dtypes netc reads and writes: F32 (parameters, running statistics)
+ * and I64 (a batchnorm's num_batches_tracked). */
+enum nrt_dtype { NRT_F32 = 0, NRT_I64 = 1 };
+
+/* One tensor of a safetensors file. */
 typedef struct nrt_tensor {
     const char *name;
     int rank;
     int64_t dim[4];
-    const float *data;
+    union {
+        const float *data;   /* dtype NRT_F32 */
+        const int64_t *i64;  /* dtype NRT_I64 */
+    };
+    int dtype;               /* enum nrt_dtype; 0 (F32) when left out */
 } nrt_tensor;
 
 /* Writes the tensors to path atomically: to a temporary file in the same
@@ -240,8 +248,9 @@ int nrt_safetensors_save(const char *path, const nrt_tensor *t, int n,
 typedef struct nrt_st_file nrt_st_file;
 
 int nrt_safetensors_open(const char *path, nrt_st_file **out, nrt_error *err);
-/* Finds a tensor by name; returns NULL if absent.  Only F32 tensors are
- * returned; *dtype receives the dtype string of whatever was found. */
+/* Finds a tensor by name; returns NULL if absent.  Only F32 and I64
+ * tensors are returned (t->dtype says which); *dtype receives the dtype
+ * string of whatever was found. */
 const nrt_tensor *nrt_safetensors_find(const nrt_st_file *f, const char *name,
                                        const char **dtype);
 /* Whether the NUL-terminated s is valid UTF-8 (no overlong forms, no
@@ -253,14 +262,22 @@ int nrt_safetensors_count(const nrt_st_file *f);
 const char *nrt_safetensors_name(const nrt_st_file *f, int i);
 void nrt_safetensors_close(nrt_st_file *f);
 
-/* A model's flat parameters from and to a safetensors file, tensor by
- * tensor with PyTorch's names; a missing, extra or misshapen tensor is an
- * error naming it.  (Defined with the model's types, below.) */
+/* A model's flat parameters and flat buffers (its state_dict) from and to
+ * a safetensors file, tensor by tensor with PyTorch's names and in its
+ * state_dict's order; a missing, extra, misshapen or mistyped tensor is an
+ * error naming it.  buffers may be NULL for a model without any.  (Defined
+ * with the model's types, below.) */
 struct nrt_model;
-int nrt_weights_load(const struct nrt_model *m, float *param, const char *path,
+int nrt_weights_load(const struct nrt_model *m, float *param, void *buffers, const char *path,
                      nrt_error *err);
-int nrt_weights_save(const struct nrt_model *m, const float *param, const char *path,
-                     nrt_error *err);
+int nrt_weights_save(const struct nrt_model *m, const float *param, const void *buffers,
+                     const char *path, nrt_error *err);
+/* The tensors of the model's state_dict in its order (each layer's
+ * parameters, then its buffers: weight, bias, running_mean, running_var,
+ * num_batches_tracked), their data in param and buffers, into t (room for
+ * n_params + n_buffers); returns how many. */
+int nrt_weights_tensors(const struct nrt_model *m, const float *param, const void *buffers,
+                        nrt_tensor *t);
 
 /* ------------------------------------------------------------- tfevents.c */
 
@@ -343,6 +360,33 @@ void nrt_col2im_batch(const float *col, int n, int c, int h, int w, int kh,
 void nrt_col2im_batch_cn(const float *col, int n, int c, int h, int w, int kh,
                          int kw, int sh, int sw, int ph, int pw, int oh,
                          int ow, float *dx);
+
+/* Batch normalization over a batch of n samples of c channels of hw
+ * values each (PyTorch's BatchNorm1d: hw 1; BatchNorm2d: hw = H*W),
+ * laid out [n, c, hw], or channel first [c, n, hw] (cn = 1). */
+typedef struct nrt_bn {
+    int c, hw, cn;
+    float eps, momentum;
+} nrt_bn;
+
+/* Training mode: y = (x - mean) / sqrt(var + eps) * gamma + beta with the
+ * batch's mean and biased variance per channel, which stats [2c] keeps
+ * (the mean, then 1 / sqrt(var + eps)) for backward; running_mean and
+ * running_var move by momentum towards the mean and the unbiased variance,
+ * and *num_batches_tracked counts the batch.  gamma and beta may be NULL
+ * (affine=False). */
+void nrt_batchnorm_train(const nrt_bn *g, int n, const float *x, const float *gamma,
+                         const float *beta, float *running_mean, float *running_var,
+                         int64_t *num_batches_tracked, float *stats, float *y);
+/* Evaluation mode: the same with the running statistics; nothing moves. */
+void nrt_batchnorm_eval(const nrt_bn *g, int n, const float *x, const float *gamma,
+                        const float *beta, const float *running_mean,
+                        const float *running_var, float *y);
+/* Backward through training mode's batch statistics: dgamma, dbeta (if
+ * gamma is not NULL) and dx (if not NULL) from dy, x and forward's stats. */
+void nrt_batchnorm_bwd(const nrt_bn *g, int n, const float *x, const float *dy,
+                       const float *gamma, const float *stats, float *dgamma, float *dbeta,
+                       float *dx);
 
 /* out[r] = sum of row r of a [rows, cols], in a fixed order. */
 void nrt_row_sums(const float *a, int rows, size_t cols, float *out);
@@ -490,6 +534,25 @@ typedef struct nrt_param {
  * table order. */
 void nrt_init_params(const nrt_param *p, int n, float *buf, nrt_rng *r);
 
+/* One buffer of a model: state that is not a parameter (a batchnorm's
+ * running statistics).  The optimizer never sees it; it is saved, loaded
+ * and checkpointed with the parameters.  All of a model's buffers lie in
+ * one flat area of bytes of their own, beside the flat parameters. */
+typedef struct nrt_buffer {
+    const char *name;  /* PyTorch's state_dict name: "1.running_mean" */
+    int dtype;         /* NRT_F32 or NRT_I64 */
+    int rank;          /* 0: a scalar (num_batches_tracked) */
+    int64_t dim[4];
+    size_t offset;     /* in bytes, into the flat buffer area; 8-aligned */
+    size_t size;       /* elements */
+    float init;        /* every element's initial value */
+    int after;         /* its place in the state_dict: after the first
+                          `after` parameters of the model's table */
+} nrt_buffer;
+
+/* Sets each buffer of the flat area to its initial value. */
+void nrt_init_buffers(const nrt_buffer *b, int n, void *area);
+
 /* A training run's state, shared by the runtime and the generated code.
  * Buffers are sized for `cap` samples a batch. */
 typedef struct nrt_net {
@@ -497,6 +560,7 @@ typedef struct nrt_net {
     int cap;           /* batch capacity of the buffers below */
     float *param;      /* flat parameters */
     float *grad;       /* flat gradients, same layout */
+    unsigned char *buffers; /* flat buffers (model->buffer_bytes) */
     float *act;        /* activations: value v of sample i of the batch
                           lies at act + cap * v_offset + i * v_size */
     float *gbuf[2];    /* gradient ping-pong buffers, cap * gsize each */
@@ -505,7 +569,7 @@ typedef struct nrt_net {
     float *dinput;     /* if not NULL, backward writes d loss / d input */
     uint64_t dropout_key; /* dropout masks: a function of the key, */
     uint64_t step;     /* the updates done so far, the layer and the value */
-    int training;      /* dropout active */
+    int training;      /* dropout active; batchnorm on the batch's statistics */
 } nrt_net;
 
 typedef struct nrt_batch {
@@ -539,8 +603,10 @@ typedef struct nrt_backend {
      * (--eval has no training set). */
     int (*set_data)(void *ctx, const nrt_dataset *train, const nrt_dataset *valid,
                     const nrt_dataset *test, nrt_error *err);
-    int (*set_params)(void *ctx, const float *param, nrt_error *err);
-    int (*get_params)(void *ctx, float *param, nrt_error *err);
+    /* The weights: the flat parameters and the flat buffers (NULL when
+     * the model has none). */
+    int (*set_params)(void *ctx, const float *param, const void *buffers, nrt_error *err);
+    int (*get_params)(void *ctx, float *param, void *buffers, nrt_error *err);
     /* The order of the training samples for the epoch that starts, or
      * resumes at position start; the backend computes it (a GPU, on the
      * device, as it gathers a batch). */
@@ -635,6 +701,9 @@ typedef struct nrt_model {
     const nrt_param *params;
     int n_params;
     size_t param_count;      /* floats in the flat buffer */
+    const nrt_buffer *buffers; /* non-parameter state, in state_dict order */
+    int n_buffers;
+    size_t buffer_bytes;     /* bytes of the flat buffer area */
     size_t act_size;         /* floats of activations per sample */
     size_t iact_size;        /* int32 activations per sample */
     size_t grad_size;        /* floats of one gradient buffer per sample */
@@ -674,6 +743,7 @@ typedef struct nrt_checkpoint {
     nrt_sched_state sched;
     float *param;           /* param_count floats each; m and v NULL */
     float *m, *v;           /* where the optimizer keeps none */
+    void *buffers;          /* buffer_bytes (NULL: the model has none) */
 } nrt_checkpoint;
 
 /* The optimizer state tensors h keeps: 0 (sgd), 1 (sgd with momentum: m)

@@ -47,12 +47,6 @@ static int host_little_endian(void)
     return b == 1;
 }
 
-static uint32_t bswap32(uint32_t x)
-{
-    return (x >> 24) | ((x >> 8) & 0xff00u) | ((x << 8) & 0xff0000u) |
-           (x << 24);
-}
-
 /* Length of the valid UTF-8 sequence at s[0..n), or 0 if it is not one
  * (overlong forms, surrogates and code points past U+10FFFF are invalid). */
 static size_t utf8_seq(const unsigned char *s, size_t n)
@@ -220,21 +214,44 @@ static const char *first_duplicate(const char *const *names, size_t n,
 /* ------------------------------------------------------------- writing */
 
 /* Writes count floats little-endian. */
-static int write_floats(FILE *fp, const float *x, uint64_t count)
+/* The element size of a dtype netc writes, and its name. */
+static size_t dtype_size(int dtype)
+{
+    return dtype == NRT_I64 ? sizeof(int64_t) : sizeof(float);
+}
+
+static const char *dtype_name(int dtype)
+{
+    return dtype == NRT_I64 ? "I64" : "F32";
+}
+
+/* Reverses the bytes of each of count words of width bytes at p. */
+static void swap_words(unsigned char *p, size_t count, size_t width)
+{
+    for (size_t i = 0; i < count; i++, p += width)
+        for (size_t a = 0, b = width - 1; a < b; a++, b--) {
+            unsigned char t = p[a];
+            p[a] = p[b];
+            p[b] = t;
+        }
+}
+
+/* count words of width bytes (4: F32, 8: I64), little-endian. */
+static int write_words(FILE *fp, const void *x, uint64_t count, size_t width)
 {
     if (count == 0)
         return 0;
     if (host_little_endian())
-        return fwrite(x, sizeof(float), (size_t)count, fp) == count ? 0 : -1;
-    uint32_t tmp[1024];
+        return fwrite(x, width, (size_t)count, fp) == count ? 0 : -1;
+    unsigned char tmp[8192];
+    const unsigned char *src = x;
     while (count > 0) {
-        size_t k = count < 1024 ? (size_t)count : 1024;
-        memcpy(tmp, x, k * sizeof(float));
-        for (size_t i = 0; i < k; i++)
-            tmp[i] = bswap32(tmp[i]);
-        if (fwrite(tmp, sizeof(float), k, fp) != k)
+        size_t k = count < sizeof tmp / width ? (size_t)count : sizeof tmp / width;
+        memcpy(tmp, src, k * width);
+        swap_words(tmp, k, width);
+        if (fwrite(tmp, width, k, fp) != k)
             return -1;
-        x += k;
+        src += k * width;
         count -= k;
     }
     return 0;
@@ -310,7 +327,11 @@ int nrt_safetensors_save(const char *path, const nrt_tensor *t, int n,
                        nb, x->rank);
             goto out;
         }
-        uint64_t b = sizeof(float);
+        if (x->dtype != NRT_F32 && x->dtype != NRT_I64) {
+            nrt_errorf(err, "%s: tensor '%s': unknown dtype %d", path, nb, x->dtype);
+            goto out;
+        }
+        uint64_t b = dtype_size(x->dtype);
         for (int d = 0; d < x->rank; d++) {
             if (x->dim[d] < 0) {
                 nrt_errorf(err, "%s: tensor '%s': dimension %d is negative "
@@ -393,7 +414,9 @@ int nrt_safetensors_save(const char *path, const nrt_tensor *t, int n,
         if (i)
             sb_put(&h, ",", 1);
         sb_json_string(&h, t[i].name);
-        sb_puts(&h, ":{\"dtype\":\"F32\",\"shape\":[");
+        sb_puts(&h, ":{\"dtype\":\"");
+        sb_puts(&h, dtype_name(t[i].dtype));
+        sb_puts(&h, "\",\"shape\":[");
         for (int d = 0; d < t[i].rank; d++) {
             if (d)
                 sb_put(&h, ",", 1);
@@ -446,7 +469,8 @@ int nrt_safetensors_save(const char *path, const nrt_tensor *t, int n,
         int bad = fwrite(len8, 1, 8, fp) != 8 ||
                   fwrite(h.p, 1, h.n, fp) != h.n;
         for (int i = 0; i < n && !bad; i++)
-            bad = write_floats(fp, t[i].data, bytes[i] / sizeof(float));
+            bad = write_words(fp, t[i].data, bytes[i] / dtype_size(t[i].dtype),
+                              dtype_size(t[i].dtype));
         if (bad || fflush(fp) != 0)
             e = errno ? errno : EIO;
         else if (fsync(fileno(fp)) != 0)
@@ -841,11 +865,11 @@ static const struct {
 };
 
 struct st_ent {
-    nrt_tensor t;         /* name, rank, dim; data for F32 only */
+    nrt_tensor t;         /* name, rank, dim; data for F32 and I64 only */
     const char *dtype;    /* from dtypes[] */
     uint64_t begin, end;  /* data_offsets */
     int order;            /* position in the header */
-    float *copy;          /* an aligned (or byte-swapped) copy, if made */
+    void *copy;           /* an aligned (or byte-swapped) copy, if made */
 };
 
 struct nrt_st_file {
@@ -1289,18 +1313,23 @@ int nrt_safetensors_open(const char *path, nrt_st_file **out, nrt_error *err)
         goto out;
     }
 
-    /* F32 data, 4-byte aligned and in the host's byte order: in place when
-     * it can be, else copied. */
+    /* F32 and I64 data, aligned and in the host's byte order: in place
+     * when it can be, else copied. */
     int le = host_little_endian();
     for (int i = 0; i < n; i++) {
         struct st_ent *e = &f->ent[i];
-        if (strcmp(e->dtype, "F32") != 0)
+        if (strcmp(e->dtype, "F32") == 0)
+            e->t.dtype = NRT_F32;
+        else if (strcmp(e->dtype, "I64") == 0)
+            e->t.dtype = NRT_I64;
+        else
             continue;
-        size_t bytes = (size_t)(e->end - e->begin);
+        const size_t width = dtype_size(e->t.dtype), bytes = (size_t)(e->end - e->begin);
+        const void *at;
         if (bytes == 0) {
-            e->t.data = (const float *)(void *)f->data;
-        } else if (le && e->begin % sizeof(float) == 0) {
-            e->t.data = (const float *)(void *)(f->data + e->begin);
+            at = f->data;
+        } else if (le && e->begin % width == 0) {
+            at = f->data + e->begin;
         } else {
             e->copy = malloc(bytes);
             if (!e->copy) {
@@ -1308,13 +1337,14 @@ int nrt_safetensors_open(const char *path, nrt_st_file **out, nrt_error *err)
                 goto out;
             }
             memcpy(e->copy, f->data + e->begin, bytes);
-            if (!le) {
-                uint32_t *w = (uint32_t *)(void *)e->copy;
-                for (size_t k = 0; k < bytes / 4; k++)
-                    w[k] = bswap32(w[k]);
-            }
-            e->t.data = e->copy;
+            if (!le)
+                swap_words(e->copy, bytes / width, width);
+            at = e->copy;
         }
+        if (e->t.dtype == NRT_I64)
+            e->t.i64 = at;
+        else
+            e->t.data = at;
     }
     *out = f;
     f = NULL;
@@ -1344,7 +1374,7 @@ const nrt_tensor *nrt_safetensors_find(const nrt_st_file *f, const char *name,
         if (c == 0) {
             if (dtype)
                 *dtype = e->dtype;
-            return strcmp(e->dtype, "F32") == 0 ? &e->t : NULL;
+            return strcmp(e->dtype, "F32") == 0 || strcmp(e->dtype, "I64") == 0 ? &e->t : NULL;
         }
         if (c < 0)
             hi = mid;
@@ -1386,54 +1416,95 @@ static const char *dims_str(char *buf, size_t len, int rank, const int64_t *dim)
     return buf;
 }
 
-int nrt_weights_load(const nrt_model *m, float *param, const char *path, nrt_error *err)
+int nrt_weights_tensors(const nrt_model *m, const float *param, const void *buffers,
+                        nrt_tensor *t)
 {
-    nrt_st_file *f;
-    if (nrt_safetensors_open(path, &f, err))
-        return -1;
-    int rc = 0;
-    for (int i = 0; i < m->n_params && rc == 0; i++) {
+    int n = 0, b = 0;
+    for (int i = 0; i <= m->n_params; i++) {
+        for (; b < m->n_buffers && m->buffers[b].after <= i; b++) {
+            const nrt_buffer *x = &m->buffers[b];
+            const unsigned char *at = (const unsigned char *)buffers + x->offset;
+            t[n] = (nrt_tensor){.name = x->name, .rank = x->rank, .dtype = x->dtype};
+            memcpy(t[n].dim, x->dim, sizeof t[n].dim);
+            if (x->dtype == NRT_I64)
+                t[n].i64 = (const int64_t *)(const void *)at;
+            else
+                t[n].data = (const float *)(const void *)at;
+            n++;
+        }
+        if (i == m->n_params)
+            break;
         const nrt_param *p = &m->params[i];
+        t[n] = (nrt_tensor){.name = p->name, .rank = p->rank, .data = param + p->offset};
+        memcpy(t[n].dim, p->dim, sizeof t[n].dim);
+        n++;
+    }
+    return n;
+}
+
+/* Elements of t. */
+static size_t elements(const nrt_tensor *t)
+{
+    size_t n = 1;
+    for (int d = 0; d < t->rank; d++)
+        n *= (size_t)t->dim[d];
+    return n;
+}
+
+int nrt_weights_load(const nrt_model *m, float *param, void *buffers, const char *path,
+                     nrt_error *err)
+{
+    nrt_tensor *want = calloc((size_t)(m->n_params + m->n_buffers) + 1, sizeof *want);
+    if (!want)
+        return nrt_errorf(err, "out of memory");
+    const int n = nrt_weights_tensors(m, param, buffers, want);
+    nrt_st_file *f;
+    if (nrt_safetensors_open(path, &f, err)) {
+        free(want);
+        return -1;
+    }
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const nrt_tensor *w = &want[i];
         const char *dtype = NULL;
-        const nrt_tensor *t = nrt_safetensors_find(f, p->name, &dtype);
-        char want[96], got[96];
-        dims_str(want, sizeof want, p->rank, p->dim);
-        if (!t && dtype)
-            rc = nrt_errorf(err, "%s: tensor '%s' has dtype %s; netc needs F32", path, p->name, dtype);
-        else if (!t)
-            rc = nrt_errorf(err, "%s: no tensor '%s' (the model has %s %s)", path, p->name, p->name, want);
-        else if (t->rank != p->rank || memcmp(t->dim, p->dim, sizeof(int64_t) * (size_t)p->rank))
-            rc = nrt_errorf(err, "%s: tensor '%s' has shape %s, the model expects %s", path, p->name,
-                            dims_str(got, sizeof got, t->rank, t->dim), want);
-        else
-            memcpy(param + p->offset, t->data, sizeof(float) * p->size);
+        const nrt_tensor *t = nrt_safetensors_find(f, w->name, &dtype);
+        char shape[96], got[96];
+        dims_str(shape, sizeof shape, w->rank, w->dim);
+        if (!dtype)
+            rc = nrt_errorf(err, "%s: no tensor '%s' (the model has %s %s %s)", path, w->name,
+                            w->name, dtype_name(w->dtype), shape);
+        else if (!t || t->dtype != w->dtype)
+            rc = nrt_errorf(err, "%s: tensor '%s' has dtype %s; netc needs %s", path, w->name,
+                            dtype, dtype_name(w->dtype));
+        else if (t->rank != w->rank || memcmp(t->dim, w->dim, sizeof(int64_t) * (size_t)w->rank))
+            rc = nrt_errorf(err, "%s: tensor '%s' has shape %s, the model expects %s", path,
+                            w->name, dims_str(got, sizeof got, t->rank, t->dim), shape);
+        else /* w's data points into param or buffers */
+            memcpy((void *)w->data, t->data, elements(w) * dtype_size(w->dtype));
     }
     for (int i = 0; i < nrt_safetensors_count(f) && rc == 0; i++) {
         const char *name = nrt_safetensors_name(f, i);
         int found = !strncmp(name, "optimizer.", 10); /* a checkpoint's */
-        for (int k = 0; k < m->n_params; k++)
-            found |= !strcmp(name, m->params[k].name);
+        for (int k = 0; k < n; k++)
+            found |= !strcmp(name, want[k].name);
         if (!found)
-            rc = nrt_errorf(err, "%s: tensor '%s' is not a parameter of model '%s'", path, name, m->name);
+            rc = nrt_errorf(err, "%s: tensor '%s' is not a parameter or buffer of model '%s'",
+                            path, name, m->name);
     }
     nrt_safetensors_close(f);
+    free(want);
     return rc;
 }
 
-int nrt_weights_save(const nrt_model *m, const float *param, const char *path, nrt_error *err)
+int nrt_weights_save(const nrt_model *m, const float *param, const void *buffers,
+                     const char *path, nrt_error *err)
 {
-    nrt_tensor *t = calloc((size_t)m->n_params + 1, sizeof *t);
+    nrt_tensor *t = calloc((size_t)(m->n_params + m->n_buffers) + 1, sizeof *t);
     if (!t)
         return nrt_errorf(err, "out of memory");
-    for (int i = 0; i < m->n_params; i++) {
-        const nrt_param *p = &m->params[i];
-        t[i].name = p->name;
-        t[i].rank = p->rank;
-        memcpy(t[i].dim, p->dim, sizeof t[i].dim);
-        t[i].data = param + p->offset;
-    }
+    const int n = nrt_weights_tensors(m, param, buffers, t);
     const char *meta[] = {"format", "pt", "netc_model", m->name};
-    int rc = nrt_safetensors_save(path, t, m->n_params, meta, 2, err);
+    int rc = nrt_safetensors_save(path, t, n, meta, 2, err);
     free(t);
     return rc;
 }

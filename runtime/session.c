@@ -17,6 +17,7 @@ struct nrt_session {
     const nrt_model *m;
     nrt_backend be;
     float *param; /* the host's copy, for load and save */
+    void *buffers; /* likewise: the model's buffers */
     int cap;
 };
 
@@ -36,18 +37,20 @@ int nrt_session_open(const nrt_model *m, const char *dev, int cap, nrt_session *
     s->m = m;
     s->cap = cap ? cap : m->batch;
     s->param = calloc(m->param_count ? m->param_count : 1, sizeof(float));
-    if (!s->param) {
-        free(s);
+    s->buffers = calloc(m->buffer_bytes ? m->buffer_bytes : 1, 1);
+    if (!s->param || !s->buffers) {
+        nrt_session_close(s);
         return nrt_errorf(err, "out of memory");
     }
     nrt_rng init;
     nrt_rng_seed(&init, nrt_stream_key(m->seed, NRT_STREAM_INIT));
     nrt_init_params(m->params, m->n_params, s->param, &init);
+    nrt_init_buffers(m->buffers, m->n_buffers, s->buffers);
     nrt_run_config rc = {.cap = s->cap, .dropout_key = nrt_stream_key(m->seed, NRT_STREAM_DROPOUT),
                          .optim = m->optim};
     char note[256];
     if (nrt_backend_open(m, dev ? dev : m->device, &rc, &s->be, note, sizeof note, err) ||
-        s->be.set_params(s->be.ctx, s->param, err)) {
+        s->be.set_params(s->be.ctx, s->param, s->buffers, err)) {
         nrt_session_close(s);
         return -1;
     }
@@ -64,22 +67,24 @@ int nrt_session_load(nrt_session *s, const char *path, nrt_error *err)
 {
     /* into the host copy first: a bad file changes nothing */
     float *p = malloc(sizeof(float) * (s->m->param_count ? s->m->param_count : 1));
-    if (!p)
-        return nrt_errorf(err, "out of memory");
-    int rc = nrt_weights_load(s->m, p, path, err);
+    void *b = malloc(s->m->buffer_bytes ? s->m->buffer_bytes : 1);
+    int rc = p && b ? nrt_weights_load(s->m, p, b, path, err) : nrt_errorf(err, "out of memory");
     if (rc == 0)
-        rc = s->be.set_params(s->be.ctx, p, err);
-    if (rc == 0)
+        rc = s->be.set_params(s->be.ctx, p, b, err);
+    if (rc == 0) {
         memcpy(s->param, p, sizeof(float) * s->m->param_count);
+        memcpy(s->buffers, b, s->m->buffer_bytes);
+    }
     free(p);
+    free(b);
     return rc;
 }
 
 int nrt_session_save(nrt_session *s, const char *path, nrt_error *err)
 {
-    if (s->be.get_params(s->be.ctx, s->param, err))
+    if (s->be.get_params(s->be.ctx, s->param, s->buffers, err))
         return -1;
-    return nrt_weights_save(s->m, s->param, path, err);
+    return nrt_weights_save(s->m, s->param, s->buffers, path, err);
 }
 
 int nrt_session_predict(nrt_session *s, const float *x, size_t n, float *out, nrt_error *err)
@@ -120,5 +125,6 @@ void nrt_session_close(nrt_session *s)
     if (s->be.close)
         s->be.close(s->be.ctx);
     free(s->param);
+    free(s->buffers);
     free(s);
 }

@@ -56,6 +56,8 @@ random_csv 8 72 class 3 8 > "$WORK/x72c3.csv"
 run_check layouts.net "$WORK/x72c3.csv"
 random_csv 8 60 class 3 9 > "$WORK/x60c3.csv"
 run_check conv_paths.net "$WORK/x60c3.csv"
+run_check batchnorm1d.net "$WORK/x6c3.csv"
+run_check batchnorm2d.net "$WORK/x72c3.csv"
 
 # relu at exactly 0: half the inputs are 0.  PyTorch defines relu'(0) = 0,
 # the left derivative, and so must netc: every kink reports analytic == left.

@@ -9,8 +9,10 @@ twins, which between them have every layer (linear with and without bias;
 conv2d with square and rectangular kernels, strides and paddings, without
 bias, 1x1; maxpool2d with padding, overlapping and with gaps; avgpool2d with
 padding; every activation, fused into the layer before it and not; flatten;
-dropout(0) and dropout(1), the two that need no random numbers), both
-losses, and sgd (plain; momentum with dampening; nesterov; weight decay)
+dropout(0) and dropout(1), the two that need no random numbers;
+batchnorm1d and batchnorm2d, with and without weight and bias, in both
+layouts, their running statistics and num_batches_tracked compared as
+weights are and used by the validation), both losses, and sgd (plain; momentum with dampening; nesterov; weight decay)
 and adam (betas, eps, weight decay); plus the seed models
 boston_mlp (standardized table data), digits_cnn (csv, scale) and cifar10
 (CIFAR-10 binary records, random here) -- the program netc makes is checked
@@ -76,7 +78,8 @@ RUN_TIMEOUT = 120  # seconds, one program run
 
 
 def st_read(path):
-    """(OrderedDict name -> float32 tensor in file order, metadata)."""
+    """(OrderedDict name -> tensor in file order, metadata): float32 (F32),
+    or int64 (I64: a batchnorm's num_batches_tracked)."""
     with open(path, "rb") as f:
         raw = f.read()
     if len(raw) < 8:
@@ -90,20 +93,23 @@ def st_read(path):
     out = OrderedDict()
     spans = []
     for name, info in header.items():
-        if info.get("dtype") != "F32":
-            raise ValueError(f"{path}: tensor {name!r} has dtype {info.get('dtype')!r}, expected F32")
+        dt = info.get("dtype")
+        if dt not in ("F32", "I64"):
+            raise ValueError(f"{path}: tensor {name!r} has dtype {dt!r}, expected F32 or I64")
+        width = 4 if dt == "F32" else 8
         shape = [int(d) for d in info["shape"]]
         b, e = (int(v) for v in info["data_offsets"])
         n = math.prod(shape)
-        if e - b != 4 * n or not 0 <= b <= e <= len(data):
+        if e - b != width * n or not 0 <= b <= e <= len(data):
             raise ValueError(f"{path}: tensor {name!r} shape {shape} has data_offsets [{b}, {e}] "
                              f"(data section {len(data)} bytes)")
         spans.append((b, e, name))
-        a = array.array("f")
+        a = array.array("f" if dt == "F32" else "q")
         a.frombytes(data[b:e])
         if sys.byteorder == "big":
             a.byteswap()
-        out[name] = torch.tensor(a.tolist(), dtype=torch.float32).reshape(shape)
+        out[name] = torch.tensor(a.tolist(), dtype=torch.float32 if dt == "F32"
+                                 else torch.int64).reshape(shape)
     # the format wants the data section covered exactly, without holes
     pos = 0
     for b, e, name in sorted(spans):
@@ -118,7 +124,8 @@ def st_read(path):
 def st_write(path, tensors, meta=None, dtypes=None):
     """Writes {name: tensor} as the safetensors library does: header keys
     sorted, data in that order, header padded with blanks to 8 bytes.
-    dtypes may map a name to "F64" (to write a file netc must refuse)."""
+    int64 tensors are written as I64, the rest as F32; dtypes may map a
+    name to another ("F64", "F32": to write a file netc must refuse)."""
     dtypes = dtypes or {}
     header = OrderedDict()
     if meta is not None:
@@ -127,8 +134,8 @@ def st_write(path, tensors, meta=None, dtypes=None):
     pos = 0
     for name in sorted(tensors):
         t = tensors[name].detach().contiguous()
-        dt = dtypes.get(name, "F32")
-        a = array.array("d" if dt == "F64" else "f", t.flatten().tolist())
+        dt = dtypes.get(name, "I64" if t.dtype == torch.int64 else "F32")
+        a = array.array({"F64": "d", "F32": "f", "I64": "q"}[dt], t.flatten().tolist())
         if sys.byteorder == "big":
             a.byteswap()
         blob = a.tobytes()
@@ -454,6 +461,52 @@ model dropout1 {
 }
 """
 
+BN1D = """\
+# batchnorm1d with weight and bias before a relu, and without them (its
+# own eps and momentum) after a linear without bias; the last batch is
+# partial; validation and test in evaluation mode (the running statistics)
+model bn1d {
+    input  x[10]
+    target class(4)
+
+    linear(16)
+    batchnorm1d
+    relu
+    linear(12, bias=false)
+    batchnorm1d(eps=1e-3, momentum=0.3, affine=false)
+    tanh
+    linear(4)
+
+    loss      cross_entropy
+    optimizer sgd(lr=0.1, momentum=0.9, weight_decay=0.01)
+    train     csv("train.csv") batch 16 epochs 3
+}
+"""
+
+BN2D = """\
+# batchnorm2d on the input image ([n, C, H, W], no input gradient), after
+# a convolution (channel first, [C, n, H, W]) and, without weight and bias,
+# before a transposing flatten
+model bn2d {
+    input  image[3, 8, 8]
+    target class(3)
+
+    batchnorm2d
+    conv2d(4, kernel=3, padding=1)     # [4, 8, 8]
+    batchnorm2d(momentum=0.2)
+    relu
+    maxpool2d(2)                       # [4, 4, 4]
+    conv2d(6, kernel=3, bias=false)    # [6, 2, 2]
+    batchnorm2d(affine=false)
+    flatten
+    linear(3)
+
+    loss      cross_entropy
+    optimizer adam(lr=0.01, weight_decay=0.01)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
 SPECS = [
     Spec("mlp_momentum", net=MLP_MOMENTUM, loss="mse", bad_files=True,
          twin=lambda: seq(nn.Linear(6, 12), nn.Tanh(), ("hidden", nn.Linear(12, 10)),
@@ -484,6 +537,20 @@ SPECS = [
          twin=lambda: seq(nn.Linear(5, 8), nn.ReLU(), nn.Dropout(1.0), nn.Linear(8, 3)),
          optim=sgd(lr=0.1, momentum=0.5),
          data=synthetic_data((5,), 40, "class", 3, seed=5, ntest=16)),
+    Spec("bn1d", net=BN1D, loss="cross_entropy", bad_files=True, epochs=3,
+         twin=lambda: seq(nn.Linear(10, 16), nn.BatchNorm1d(16), nn.ReLU(),
+                          nn.Linear(16, 12, bias=False),
+                          nn.BatchNorm1d(12, eps=1e-3, momentum=0.3, affine=False), nn.Tanh(),
+                          nn.Linear(12, 4)),
+         optim=sgd(lr=0.1, momentum=0.9, weight_decay=0.01),
+         data=synthetic_data((10,), 70, "class", 4, seed=8, ntest=24)),
+    Spec("bn2d", net=BN2D, loss="cross_entropy",
+         twin=lambda: seq(nn.BatchNorm2d(3), nn.Conv2d(3, 4, 3, padding=1),
+                          nn.BatchNorm2d(4, momentum=0.2), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(4, 6, 3, bias=False), nn.BatchNorm2d(6, affine=False),
+                          nn.Flatten(), nn.Linear(24, 3)),
+         optim=adam(lr=0.01, weight_decay=0.01),
+         data=synthetic_data((3, 8, 8), 56, "class", 3, seed=9, ntest=20)),
     Spec("boston_mlp", seed_model="boston_mlp.net", loss="mse",
          layers=["linear(16)", "relu", "linear(32)", "relu", "linear(1)"],
          optimizer="optimizer adam(lr=0.01)",
@@ -754,6 +821,11 @@ def default_bound_ok(model, tensors):
     and spread like U(-b, b) (std b/sqrt(3)) where there are enough values."""
     problems = []
     for mname, mod in model.named_modules():
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm):  # PyTorch's own start, exactly
+            fresh = type(mod)(mod.num_features, affine=mod.affine).state_dict()
+            problems += [f"{mname}.{k}: {tensors[f'{mname}.{k}'].tolist()}, PyTorch starts "
+                         f"with {v.tolist()}" for k, v in fresh.items()
+                         if not torch.equal(tensors[f"{mname}.{k}"], v)]
         if not isinstance(mod, (nn.Linear, nn.Conv2d)):
             continue
         fan_in = mod.weight[0].numel()
@@ -799,6 +871,19 @@ def bad_files(check, spec, prog, work, init):
     t["99.weight"] = torch.zeros(3, 2)
     cases.append(("an extra tensor 99.weight", t, {}, ["99.weight"]))
     cases.append((f"{w} as F64", OrderedDict(init), {w: "F64"}, [w]))
+    for n in names:  # a batchnorm's buffers: missing, of the wrong dtype or shape
+        if n.endswith(".running_var"):
+            t = OrderedDict(init)
+            del t[n]
+            cases.append((f"{n} missing", t, {}, [n]))
+            t = OrderedDict(init)
+            t[n] = t[n][:-1]
+            cases.append((f"{n} one value shorter", t, {}, [n]))
+        if n.endswith(".num_batches_tracked"):
+            cases.append((f"{n} as F32", OrderedDict(init), {n: "F32"}, [n]))
+            t = OrderedDict(init)
+            t[n] = t[n].reshape(1)
+            cases.append((f"{n} of shape [1]", t, {}, [n]))
     for k, (what, tensors, dtypes, must_name) in enumerate(cases):
         path = os.path.join(work, f"bad{k}.safetensors")
         out = os.path.join(work, f"bad{k}.out.safetensors")
@@ -867,7 +952,8 @@ def check_model(check, spec, netc, src, root):
           f"__metadata__ {dict(meta)}")
     if spec.default_init:
         ok, detail = default_bound_ok(model, init)
-        check(ok, f"{name}: initial weights follow PyTorch's default init U(+-1/sqrt(fan_in))", detail)
+        check(ok, f"{name}: initial weights follow PyTorch's default init U(+-1/sqrt(fan_in)) "
+              f"(batchnorm: ones, zeros and its buffers' start)", detail)
 
     # 2. training parity from netc's initial weights
     cmd = [prog, "--load", "init.safetensors", "--no-shuffle", "--batch", str(spec.batch),
@@ -917,6 +1003,15 @@ def check_model(check, spec, netc, src, root):
     # 3. the reverse: PyTorch's own initial weights into netc
     torch.manual_seed(1234)
     tmodel = spec.twin()
+    with torch.no_grad():  # batchnorm's state as after some training
+        for mod in tmodel.modules():
+            if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+                mod.running_mean.normal_()
+                mod.running_var.uniform_(0.5, 1.5)
+                mod.num_batches_tracked.fill_(5)
+                if mod.affine:
+                    mod.weight.uniform_(0.5, 1.5)
+                    mod.bias.normal_(0, 0.1)
     st_write(os.path.join(work, "torch_init.safetensors"), tmodel.state_dict(),
              meta={"format": "pt"})
     p = run([prog, "--load", "torch_init.safetensors", "--max-steps", "0",

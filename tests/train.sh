@@ -117,6 +117,36 @@ check "[ \"\$(strip '$WORK/full.jsonl' epoch)\" = \"\$(strip '$WORK/cut.jsonl' e
 check "cmp -s '$WORK/full.safetensors' '$WORK/cut.safetensors'" "stopped and resumed: other final weights"
 check "[ \"\$(field '$WORK/full.jsonl' test_loss)\" = \"\$(field '$WORK/cut.jsonl' test_loss)\" ]" "stopped and resumed: another test loss"
 
+# with batchnorm: its running statistics and batch count travel in the
+# checkpoint (the validation after the resume reads them, the final file
+# holds them)
+cat > "$WORK/ckbn.net" <<NET
+model ckbn {
+    input  x[64]
+    target class(10)
+    linear(32)
+    batchnorm1d
+    relu
+    linear(10)
+    loss      cross_entropy
+    optimizer adam(lr=0.01)
+    device    $DEV
+    train     csv("$TRA", scale=0.0625) batch 64 epochs 2 seed 3
+    valid     holdout(0.2)
+}
+NET
+compile "$WORK/ckbn.net" "$WORK/ckbn"
+runbn() { "$WORK/ckbn" --log-every 1 --quiet "$@"; }
+runbn --metrics "$WORK/bnfull.jsonl" --save "$WORK/bnfull.safetensors"
+runbn --metrics "$WORK/bncut.jsonl" --max-steps 30 --checkpoint "$WORK/bnckd"
+runbn --metrics "$WORK/bncut.jsonl" --resume "$WORK/bnckd" --save "$WORK/bncut.safetensors"
+check "[ \"\$(strip '$WORK/bnfull.jsonl' step)\" = \"\$(strip '$WORK/bncut.jsonl' step)\" ]" \
+    "batchnorm, stopped at step 30 and resumed: other step losses than a run never stopped"
+check "[ \"\$(strip '$WORK/bnfull.jsonl' epoch)\" = \"\$(strip '$WORK/bncut.jsonl' epoch)\" ]" \
+    "batchnorm, stopped and resumed: other epoch records (the validation uses the running statistics)"
+check "cmp -s '$WORK/bnfull.safetensors' '$WORK/bncut.safetensors'" \
+    "batchnorm, stopped and resumed: other final weights or buffers"
+
 # Ctrl-C and SIGTERM: stop between two steps, save, exit 128 + the signal
 for sig in INT TERM; do
     rm -rf "$WORK/sd" "$WORK/sig.jsonl"

@@ -541,21 +541,25 @@ static int be_train_batch(void *ctx, const nrt_batch *b, float *loss, nrt_error 
 
 /* On the run's stream: a plain cudaMemcpy would not wait for a
  * non-blocking stream's work. */
-static int be_get_params(void *ctx, float *param, nrt_error *err)
+static int be_get_params(void *ctx, float *param, void *buffers, nrt_error *err)
 {
     Ctx *c = (Ctx *)ctx;
     return copy(c, param, c->net.param, sizeof(float) * c->m->param_count,
                 cudaMemcpyDeviceToHost, err) ||
+                   copy(c, buffers, c->net.buffers, c->m->buffer_bytes, cudaMemcpyDeviceToHost,
+                        err) ||
                    NRT_CUDA(cudaStreamSynchronize(c->net.stream), err)
                ? -1
                : 0;
 }
 
-static int be_set_params(void *ctx, const float *param, nrt_error *err)
+static int be_set_params(void *ctx, const float *param, const void *buffers, nrt_error *err)
 {
     Ctx *c = (Ctx *)ctx;
     return copy(c, c->net.param, param, sizeof(float) * c->m->param_count,
                 cudaMemcpyHostToDevice, err) ||
+                   copy(c, c->net.buffers, buffers, c->m->buffer_bytes, cudaMemcpyHostToDevice,
+                        err) ||
                    NRT_CUDA(cudaStreamSynchronize(c->net.stream), err)
                ? -1
                : 0;
@@ -668,6 +672,7 @@ static int alloc_net(Ctx *c, nrt_error *err)
     const int need_m = c->h.kind == NRT_ADAM || c->h.momentum != 0;
     if (dalloc(c, &net->param, np, "the parameters", err) ||
         dalloc(c, &net->grad, np, "the gradients", err) ||
+        dalloc(c, &net->buffers, m->buffer_bytes, "the buffers", err) ||
         dalloc(c, &net->act, cap * m->cuda->act_size, "the activations", err) ||
         dalloc(c, &net->gbuf[0], cap * m->grad_size, "the gradient buffers", err) ||
         dalloc(c, &net->gbuf[1], cap * m->grad_size, "the gradient buffers", err) ||

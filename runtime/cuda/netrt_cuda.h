@@ -39,6 +39,7 @@ struct nrt_cuda_net {
     int cap;
     float *param;          /* flat parameters, model->param_count floats */
     float *grad;           /* flat gradients, same layout */
+    unsigned char *buffers;/* flat buffers, model->buffer_bytes (batchnorm's) */
     float *act;            /* value v of sample i: act + cap * offset + i * size */
     float *gbuf[2];        /* gradient ping-pong buffers, cap * grad_size each */
     float *scratch;        /* cap * scratch_size floats */

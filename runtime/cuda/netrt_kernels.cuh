@@ -16,6 +16,8 @@
  *                    either layout: implicit GEMMs, no column buffer
  *   maxpool2d_*      nrt_maxpool2d_* (bit for bit: the same comparisons,
  *   avgpool2d_*      nrt_avgpool2d_*  the same sums in the same order)
+ *   batchnorm_*      nrt_batchnorm_train/eval/bwd (sums in double, in a
+ *                    fixed order of their own)
  *   xent             nrt_xent (the loss into device memory)
  *   cn_to_nc,        the transposes between [C, n, HW] and [n, C*HW]
  *   nc_to_cn
@@ -651,6 +653,130 @@ __device__ __forceinline__ void avgpool2d_bwd(int total, const float *__restrict
             for (int ox = ox0; ox <= ox1; ox++)
                 acc += g[oy * OW + ox] / div;
         dx[e] = acc;
+    }
+}
+
+/* ================================================== batch normalization */
+
+/* nrt_batchnorm_*: block c (of THREADS, a power of two) takes channel c's
+ * n*HW values, [n, C, HW] or channel first [C, n, HW]; thread t sums
+ * values t, t + THREADS, ... in double, and the block adds the threads'
+ * sums as a fixed tree, so the order depends on the shapes alone. */
+template <int C, int HW, bool CN>
+__device__ __forceinline__ size_t bn_at(int n, int c, size_t j)
+{
+    const size_t i = j / HW, k = j % HW;
+    return (CN ? (size_t)c * n + i : i * C + c) * HW + k;
+}
+
+/* a and b summed over the block, in every thread */
+template <int THREADS>
+__device__ __forceinline__ void bn_block_sums(double &a, double &b)
+{
+    __shared__ double sa[THREADS], sb[THREADS];
+    sa[threadIdx.x] = a;
+    sb[threadIdx.x] = b;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s /= 2) {
+        if ((int)threadIdx.x < s) {
+            sa[threadIdx.x] += sa[threadIdx.x + s];
+            sb[threadIdx.x] += sb[threadIdx.x + s];
+        }
+        __syncthreads();
+    }
+    a = sa[0];
+    b = sb[0];
+}
+
+/* y = x * a + b over channel c's values: the normalisation and the affine
+ * map as one scale and one shift */
+template <int C, int HW, bool CN, int THREADS>
+__device__ __forceinline__ void bn_apply(int n, int c, const float *__restrict__ x, float a, float b,
+                                         float *__restrict__ y)
+{
+    for (size_t j = threadIdx.x; j < (size_t)n * HW; j += THREADS) {
+        const size_t at = bn_at<C, HW, CN>(n, c, j);
+        y[at] = x[at] * a + b;
+    }
+}
+
+template <int C, int HW, bool CN, int THREADS>
+__device__ __forceinline__ void batchnorm_train(int n, const float *__restrict__ x,
+                                                const float *__restrict__ gamma,
+                                                const float *__restrict__ beta, float *running_mean,
+                                                float *running_var, long long *num_batches_tracked,
+                                                float *stats, float *__restrict__ y, float eps,
+                                                float momentum)
+{
+    const int c = blockIdx.x;
+    const size_t count = (size_t)n * HW;
+    double s = 0.0, ss = 0.0;
+    for (size_t j = threadIdx.x; j < count; j += THREADS) {
+        const float v = x[bn_at<C, HW, CN>(n, c, j)];
+        s += v;
+        ss += (double)v * v;
+    }
+    bn_block_sums<THREADS>(s, ss);
+    const double mean = s / (double)count;
+    double var = ss / (double)count - mean * mean; /* biased */
+    if (var < 0)
+        var = 0;
+    const float invstd = (float)(1.0 / sqrt(var + eps));
+    if (threadIdx.x == 0) {
+        stats[c] = (float)mean;
+        stats[C + c] = invstd;
+        const double unbiased = count > 1 ? var * (double)count / (double)(count - 1) : var;
+        running_mean[c] = (1 - momentum) * running_mean[c] + momentum * (float)mean;
+        running_var[c] = (1 - momentum) * running_var[c] + momentum * (float)unbiased;
+        if (c == 0)
+            ++*num_batches_tracked;
+    }
+    const float a = gamma ? gamma[c] * invstd : invstd;
+    bn_apply<C, HW, CN, THREADS>(n, c, x, a, (beta ? beta[c] : 0.0f) - (float)mean * a, y);
+}
+
+template <int C, int HW, bool CN, int THREADS>
+__device__ __forceinline__ void batchnorm_eval(int n, const float *__restrict__ x,
+                                               const float *__restrict__ gamma,
+                                               const float *__restrict__ beta,
+                                               const float *__restrict__ running_mean,
+                                               const float *__restrict__ running_var,
+                                               float *__restrict__ y, float eps)
+{
+    const int c = blockIdx.x;
+    const float invstd = 1.0f / sqrtf(running_var[c] + eps);
+    const float a = gamma ? gamma[c] * invstd : invstd;
+    bn_apply<C, HW, CN, THREADS>(n, c, x, a, (beta ? beta[c] : 0.0f) - running_mean[c] * a, y);
+}
+
+template <int C, int HW, bool CN, int THREADS>
+__device__ __forceinline__ void batchnorm_bwd(int n, const float *__restrict__ x,
+                                              const float *__restrict__ dy,
+                                              const float *__restrict__ gamma,
+                                              const float *__restrict__ stats, float *dgamma,
+                                              float *dbeta, float *__restrict__ dx)
+{
+    const int c = blockIdx.x;
+    const size_t count = (size_t)n * HW;
+    const float mean = stats[c], invstd = stats[C + c];
+    double sdy = 0.0, sdyxh = 0.0;
+    for (size_t j = threadIdx.x; j < count; j += THREADS) {
+        const size_t at = bn_at<C, HW, CN>(n, c, j);
+        sdy += dy[at];
+        sdyxh += (double)dy[at] * ((x[at] - mean) * invstd);
+    }
+    bn_block_sums<THREADS>(sdy, sdyxh);
+    if (gamma && threadIdx.x == 0) {
+        dgamma[c] = (float)sdyxh;
+        dbeta[c] = (float)sdy;
+    }
+    if (!dx)
+        return;
+    const float scale = (gamma ? gamma[c] : 1.0f) * invstd;
+    const float mdy = (float)(sdy / (double)count), mdyxh = (float)(sdyxh / (double)count);
+    for (size_t j = threadIdx.x; j < count; j += THREADS) {
+        const size_t at = bn_at<C, HW, CN>(n, c, j);
+        dx[at] = scale * (dy[at] - mdy - (x[at] - mean) * invstd * mdyxh);
     }
 }
 

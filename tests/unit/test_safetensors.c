@@ -228,12 +228,12 @@ static float v2[6] = {0, 1, 2, 3, 4, 5};
 static float v3[24], v4[120];
 
 static const nrt_tensor tens[] = {
-    {"scalar", 0, {0}, v0},
-    {"0.weight", 1, {5}, v1},
-    {"quo\"te and back\\slash", 2, {2, 3}, v2},
-    {"ctl\x01\n\t/\xc3\xa9\xf0\x9f\x98\x80", 3, {2, 3, 4}, v3},
-    {"fc.w", 4, {2, 3, 4, 5}, v4},
-    {"empty", 2, {0, 3}, NULL},
+    {"scalar", 0, {0}, {v0}, NRT_F32},
+    {"0.weight", 1, {5}, {v1}, NRT_F32},
+    {"quo\"te and back\\slash", 2, {2, 3}, {v2}, NRT_F32},
+    {"ctl\x01\n\t/\xc3\xa9\xf0\x9f\x98\x80", 3, {2, 3, 4}, {v3}, NRT_F32},
+    {"fc.w", 4, {2, 3, 4, 5}, {v4}, NRT_F32},
+    {"empty", 2, {0, 3}, {NULL}, NRT_F32},
 };
 #define NTENS ((int)(sizeof tens / sizeof tens[0]))
 
@@ -369,7 +369,7 @@ static void test_save_errors(void)
     /* Over an existing file: replaced. */
     const char *p = at("sub/old.safetensors");
     CHECK(write_bytes(p, "old contents, not safetensors", 29) == 0);
-    nrt_tensor t = {"x", 1, {4}, x};
+    nrt_tensor t = {"x", 1, {4}, {x}, NRT_F32};
     CHECK(nrt_safetensors_save(p, &t, 1, NULL, 0, &err) == 0);
     nrt_st_file *f = NULL;
     CHECK(nrt_safetensors_open(p, &f, &err) == 0 &&
@@ -379,21 +379,21 @@ static void test_save_errors(void)
 
     /* Bad tensors: refused before any file is made. */
     const char *q = at("sub/refused.safetensors");
-    nrt_tensor r5 = {"r5", 5, {1, 1, 1, 1}, x};
+    nrt_tensor r5 = {"r5", 5, {1, 1, 1, 1}, {x}, NRT_F32};
     CHECK(nrt_safetensors_save(q, &r5, 1, NULL, 0, &err) == -1);
     snprintf(want, sizeof want, "%s: tensor 'r5': rank 5 is not in 0..4", q);
     CHECK(strcmp(err.msg, want) == 0);
-    nrt_tensor two[2] = {{"d", 1, {4}, x}, {"d", 0, {0}, x}};
+    nrt_tensor two[2] = {{"d", 1, {4}, {x}, NRT_F32}, {"d", 0, {0}, {x}, NRT_F32}};
     CHECK(nrt_safetensors_save(q, two, 2, NULL, 0, &err) == -1);
     snprintf(want, sizeof want, "%s: duplicate tensor name 'd'", q);
     CHECK(strcmp(err.msg, want) == 0);
-    nrt_tensor neg = {"n", 2, {2, -1}, x};
+    nrt_tensor neg = {"n", 2, {2, -1}, {x}, NRT_F32};
     CHECK(nrt_safetensors_save(q, &neg, 1, NULL, 0, &err) == -1);
-    nrt_tensor nodata = {"n", 1, {3}, NULL};
+    nrt_tensor nodata = {"n", 1, {3}, {NULL}, NRT_F32};
     CHECK(nrt_safetensors_save(q, &nodata, 1, NULL, 0, &err) == -1);
-    nrt_tensor md = {"__metadata__", 0, {0}, x};
+    nrt_tensor md = {"__metadata__", 0, {0}, {x}, NRT_F32};
     CHECK(nrt_safetensors_save(q, &md, 1, NULL, 0, &err) == -1);
-    nrt_tensor badutf = {"\xff", 0, {0}, x};
+    nrt_tensor badutf = {"\xff", 0, {0}, {x}, NRT_F32};
     CHECK(nrt_safetensors_save(q, &badutf, 1, NULL, 0, &err) == -1);
     const char *dupmeta[] = {"a", "1", "a", "2"};
     CHECK(nrt_safetensors_save(q, &t, 1, dupmeta, 2, &err) == -1);
@@ -434,11 +434,16 @@ static void test_hand_written(void)
     const char *dt = NULL;
     CHECK(nrt_safetensors_find(f, "half", &dt) == NULL && dt &&
           strcmp(dt, "F16") == 0);
-    CHECK(nrt_safetensors_find(f, "i", &dt) == NULL && dt &&
-          strcmp(dt, "I64") == 0);
-    const nrt_tensor *t = nrt_safetensors_find(
+    const nrt_tensor *t = nrt_safetensors_find(f, "i", &dt);
+    /* at offset 14: an I64 whose data is not 8-aligned, copied */
+    CHECK(t && dt && strcmp(dt, "I64") == 0 && t->dtype == NRT_I64 && t->rank == 0);
+    if (t) {
+        CHECK((uintptr_t)t->i64 % 8 == 0);
+        CHECK(t->i64[0] == 7);
+    }
+    t = nrt_safetensors_find(
         f, "w\xc3\xa9\xf0\x9f\x98\x80/", &dt);
-    CHECK(t && dt && strcmp(dt, "F32") == 0);
+    CHECK(t && dt && strcmp(dt, "F32") == 0 && t->dtype == NRT_F32);
     if (t) {
         CHECK(t->rank == 1 && t->dim[0] == 3);
         CHECK((uintptr_t)t->data % 4 == 0);
@@ -466,13 +471,76 @@ static void test_hand_written(void)
     nrt_safetensors_close(f);
 }
 
+/* I64 tensors (a batchnorm's num_batches_tracked) beside F32 ones: written
+ * little-endian with dtype "I64", read back exactly, 8-aligned. */
+static void test_i64(void)
+{
+    nrt_error err = {{0}};
+    nrt_st_file *f = NULL;
+    const char *p = at("i64.safetensors");
+    static const int64_t count[1] = {123456789012345LL};
+    static const int64_t many[4] = {0, -1, INT64_MAX, INT64_MIN};
+    static const float w[3] = {1.5f, -2.0f, 0.25f};
+    /* a F32 of 3 values first, so that the I64s after it start at byte 12 of
+     * the data unless the writer keeps them where they belong */
+    nrt_tensor t[3] = {{.name = "w", .rank = 1, .dim = {3}, .data = w},
+                       {.name = "n", .rank = 0, .i64 = count, .dtype = NRT_I64},
+                       {.name = "v", .rank = 2, .dim = {2, 2}, .i64 = many, .dtype = NRT_I64}};
+    if (!CHECK(nrt_safetensors_save(p, t, 3, NULL, 0, &err) == 0)) {
+        fprintf(stderr, "  %s\n", err.msg);
+        return;
+    }
+    size_t len;
+    unsigned char *b = read_bytes(p, &len);
+    if (CHECK(b != NULL)) {
+        const char *want = "{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
+                           "\"n\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[12,20]},"
+                           "\"v\":{\"dtype\":\"I64\",\"shape\":[2,2],\"data_offsets\":[20,52]}}";
+        CHECK(len > 8 + strlen(want) && memcmp(b + 8, want, strlen(want)) == 0);
+        /* little-endian on disk: the scalar's low byte first */
+        size_t h = 0;
+        for (int k = 0; k < 8; k++)
+            h |= (size_t)b[k] << (8 * k);
+        CHECK(len == 8 + h + 52 && b[8 + h + 12] == (unsigned char)(count[0] & 0xff) &&
+              b[8 + h + 19] == (unsigned char)((uint64_t)count[0] >> 56));
+        free(b);
+    }
+    if (!CHECK(nrt_safetensors_open(p, &f, &err) == 0)) {
+        fprintf(stderr, "  %s\n", err.msg);
+        return;
+    }
+    const char *dt = NULL;
+    const nrt_tensor *n = nrt_safetensors_find(f, "n", &dt);
+    CHECK(n && dt && strcmp(dt, "I64") == 0 && n->dtype == NRT_I64 && n->rank == 0 &&
+          (uintptr_t)n->i64 % 8 == 0 && n->i64[0] == count[0]);
+    const nrt_tensor *v = nrt_safetensors_find(f, "v", &dt);
+    CHECK(v && v->dtype == NRT_I64 && v->rank == 2 && v->dim[0] == 2 && v->dim[1] == 2 &&
+          (uintptr_t)v->i64 % 8 == 0 && memcmp(v->i64, many, sizeof many) == 0);
+    const nrt_tensor *x = nrt_safetensors_find(f, "w", &dt);
+    CHECK(x && x->dtype == NRT_F32 && memcmp(x->data, w, sizeof w) == 0);
+    nrt_safetensors_close(f);
+
+    /* an I64 whose byte count does not fit its shape: refused */
+    const char *h = "{\"n\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,12]}}    ";
+    unsigned char data[12] = {0};
+    write_st(p, h, data, sizeof data);
+    CHECK(nrt_safetensors_open(p, &f, &err) == -1 && !f);
+    /* a dtype netc cannot write: refused, no file */
+    const char *q = at("i64_refused.safetensors");
+    nrt_tensor bad = {.name = "b", .rank = 1, .dim = {1}, .i64 = count, .dtype = 7};
+    CHECK(nrt_safetensors_save(q, &bad, 1, NULL, 0, &err) == -1);
+    CHECK(strstr(err.msg, "unknown dtype") != NULL);
+    struct stat st;
+    CHECK(stat(q, &st) != 0);
+}
+
 /* A small valid file (as bytes) the mutation tests start from. */
 static unsigned char *valid_file(size_t *n)
 {
     nrt_error err;
     float a[6] = {1, 2, 3, 4, 5, 6}, b[2] = {7, 8};
-    nrt_tensor t[3] = {{"a", 2, {2, 3}, a}, {"b", 1, {2}, b},
-                       {"c", 0, {0}, b}};
+    nrt_tensor t[3] = {{"a", 2, {2, 3}, {a}, NRT_F32}, {"b", 1, {2}, {b}, NRT_F32},
+                       {"c", 0, {0}, {b}, NRT_F32}};
     const char *m[] = {"k", "v"};
     const char *p = at("valid.safetensors");
     if (nrt_safetensors_save(p, t, 3, m, 1, &err) != 0)
@@ -708,11 +776,11 @@ static int mode_write(const char *path)
     for (int i = 0; i < 12; i++)
         w4[i] = 0.25f * (float)i - 1;
     nrt_tensor t[] = {
-        {"a", 2, {2, 3}, interop_a},
-        {"b.weight", 1, {4}, interop_b},
-        {"s", 0, {0}, s},
-        {"w4", 4, {2, 1, 2, 3}, w4},
-        {"esc\"ape\\\n\xc3\xa9", 1, {1}, e},
+        {"a", 2, {2, 3}, {interop_a}, NRT_F32},
+        {"b.weight", 1, {4}, {interop_b}, NRT_F32},
+        {"s", 0, {0}, {s}, NRT_F32},
+        {"w4", 4, {2, 1, 2, 3}, {w4}, NRT_F32},
+        {"esc\"ape\\\n\xc3\xa9", 1, {1}, {e}, NRT_F32},
     };
     const char *m[] = {"format", "pt", "note", "x\"y"};
     nrt_error err;
@@ -731,8 +799,8 @@ static int mode_read(const char *path)
         fprintf(stderr, "test_safetensors: %s\n", err.msg);
         return 1;
     }
-    nrt_tensor a = {"a", 2, {2, 3}, interop_a};
-    nrt_tensor b = {"b.weight", 1, {4}, interop_b};
+    nrt_tensor a = {"a", 2, {2, 3}, {interop_a}, NRT_F32};
+    nrt_tensor b = {"b.weight", 1, {4}, {interop_b}, NRT_F32};
     CHECK(nrt_safetensors_count(f) == 2);
     CHECK(same_tensor(f, &a));
     CHECK(same_tensor(f, &b));
@@ -764,6 +832,7 @@ int main(int argc, char **argv)
     test_round_trip();
     test_save_errors();
     test_hand_written();
+    test_i64();
     test_corrupt();
     rmtree(dir);
     printf("test_safetensors: %d checks, %d failed\n", nchecks, nfailed);
