@@ -170,7 +170,6 @@ static void build_layers(Program *p, const Stmt *first, int nlayers,
 {
     p->nodes = arena_alloc(p->arena, sizeof *p->nodes * (size_t)(nlayers + 1));
     p->values = arena_alloc(p->arena, sizeof *p->values * (size_t)(nlayers + 2));
-    p->params = arena_alloc(p->arena, sizeof *p->params * (size_t)(2 * nlayers + 1));
     p->values[0].shape = p->input;
     p->nvalues = 1;
     int nops;
@@ -423,13 +422,19 @@ static bool check_init(Program *p, const Stmt *s, Inits *out)
 {
     out->kind = s->name;
     if (s->name) {
-        static const char *const kinds[] = {"linear", "conv2d"};
-        if (!op_find(s->name)) {
-            unknown(p, s->name_loc, "layer", s->name, kinds, 2, "linear, conv2d");
+        static const char *const kinds[] = {"linear", "conv2d", "rnn"};
+        const OpDef *op = op_find(s->name);
+        if (!op) {
+            unknown(p, s->name_loc, "layer", s->name, kinds, 3, "linear, conv2d, rnn");
             return false;
         }
-        if (strcmp(s->name, "linear") && strcmp(s->name, "conv2d")) {
-            diag_error(p->diag, s->name_loc, "'init %s': only linear and conv2d layers have parameters", s->name);
+        /* the kinds with parameters are those with initializer arguments */
+        bool has_params = false;
+        for (int i = 0; i < MAX_ARGS && op->sig.args[i].name; i++)
+            has_params |= op->sig.args[i].type == A_INIT;
+        if (!has_params) {
+            diag_error(p->diag, s->name_loc, "'init %s': only linear, conv2d and rnn layers have "
+                       "parameters", s->name);
             return false;
         }
     }
