@@ -9,7 +9,9 @@ twins, which between them have every layer (linear with and without bias;
 conv2d with square and rectangular kernels, strides and paddings, without
 bias, 1x1; maxpool2d with padding, overlapping and with gaps; avgpool2d with
 padding; every activation, fused into the layer before it and not; flatten;
-dropout(0) and dropout(1), the two that need no random numbers), both
+dropout(0) and dropout(1), the two that need no random numbers; rnn with
+tanh and relu, stacked, with and without biases, whose twin is an nn.RNN
+giving its last output), both
 losses, and sgd (plain; momentum with dampening; nesterov; weight decay)
 and adam (betas, eps, weight decay); plus the seed models
 boston_mlp (standardized table data), digits_cnn (csv, scale) and cifar10
@@ -217,6 +219,18 @@ def seq(*items):
     return nn.Sequential(od)
 
 
+class LastState(nn.RNN):
+    """nn.RNN(batch_first=True) giving the top layer's last state, as netc's
+    rnn does; being an nn.RNN, it keeps its state_dict names (weight_ih_l0,
+    weight_hh_l0, bias_ih_l0, bias_hh_l0, ..._l1)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, batch_first=True, **kw)
+
+    def forward(self, x):
+        return super().forward(x)[0][:, -1]
+
+
 def sgd(**kw):
     return lambda params: torch.optim.SGD(params, foreach=False, **kw)
 
@@ -399,6 +413,38 @@ model dropout1 {
 }
 """
 
+RNN_ADAM = """\
+# two stacked tanh rnn layers over 6 steps of 3 features, then a linear
+model rnn_adam {
+    input  x[6, 3]
+    target value(2)
+
+    rnn(8, layers=2)
+    linear(2)
+
+    loss      mse
+    optimizer adam(lr=0.01, weight_decay=0.01)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
+RNN_RELU = """\
+# a relu rnn without biases, named, then a fused activation in the head
+model rnn_relu {
+    input  x[5, 2]
+    target class(3)
+
+    seq = rnn(hidden_size=6, nonlinearity=relu, bias=false)
+    linear(8)
+    tanh
+    linear(3)
+
+    loss      cross_entropy
+    optimizer sgd(lr=0.1, momentum=0.9)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
 SPECS = [
     Spec("mlp_momentum", net=MLP_MOMENTUM, loss="mse", bad_files=True,
          twin=lambda: seq(nn.Linear(6, 12), nn.Tanh(), ("hidden", nn.Linear(12, 10)),
@@ -429,6 +475,15 @@ SPECS = [
          twin=lambda: seq(nn.Linear(5, 8), nn.ReLU(), nn.Dropout(1.0), nn.Linear(8, 3)),
          optim=sgd(lr=0.1, momentum=0.5),
          data=synthetic_data((5,), 40, "class", 3, seed=5, ntest=16)),
+    Spec("rnn_adam", net=RNN_ADAM, loss="mse", bad_files=True,
+         twin=lambda: seq(LastState(3, 8, num_layers=2), nn.Linear(8, 2)),
+         optim=adam(lr=0.01, weight_decay=0.01),
+         data=synthetic_data((6, 3), 72, "value", 2, seed=6)),
+    Spec("rnn_relu", net=RNN_RELU, loss="cross_entropy",
+         twin=lambda: seq(("seq", LastState(2, 6, nonlinearity="relu", bias=False)),
+                          nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3)),
+         optim=sgd(lr=0.1, momentum=0.9),
+         data=synthetic_data((5, 2), 64, "class", 3, seed=7, ntest=24)),
     Spec("boston_mlp", seed_model="boston_mlp.net", loss="mse",
          layers=["linear(16)", "relu", "linear(32)", "relu", "linear(1)"],
          optimizer="optimizer adam(lr=0.01)",
@@ -677,17 +732,18 @@ def torch_train(model, spec, data, batch, epochs, max_steps=None):
 
 
 def default_bound_ok(model, tensors):
-    """Every parameter within PyTorch's default init bound 1/sqrt(fan_in),
-    and spread like U(-b, b) (std b/sqrt(3)) where there are enough values."""
+    """Every parameter within PyTorch's default init bound 1/sqrt(fan_in)
+    (1/sqrt(hidden_size) for an RNN's), and spread like U(-b, b) (std
+    b/sqrt(3)) where there are enough values."""
     problems = []
     for mname, mod in model.named_modules():
-        if not isinstance(mod, (nn.Linear, nn.Conv2d)):
+        if isinstance(mod, nn.RNN):
+            bound = 1 / math.sqrt(mod.hidden_size)
+        elif isinstance(mod, (nn.Linear, nn.Conv2d)):
+            bound = 1 / math.sqrt(mod.weight[0].numel())
+        else:
             continue
-        fan_in = mod.weight[0].numel()
-        bound = 1 / math.sqrt(fan_in)
-        for pname in ("weight", "bias"):
-            if getattr(mod, pname) is None:
-                continue
+        for pname, _ in mod.named_parameters():
             t = tensors[f"{mname}.{pname}"]
             mx = float(t.abs().max())
             if mx > bound * (1 + 1e-6):
@@ -705,7 +761,7 @@ def bad_files(check, spec, prog, work, init):
     tensor, and nothing is saved."""
     names = list(init)
     w = next(n for n in names if init[n].dim() >= 2 and init[n].shape[0] != init[n].shape[1])
-    b = next(n for n in names if n.endswith(".bias"))
+    b = next(n for n in names if ".bias" in n)  # .bias, or an rnn's .bias_ih_l0
     cases = []
     t = OrderedDict(init)
     t[w + "s"] = t.pop(w)
