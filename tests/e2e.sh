@@ -4,6 +4,9 @@
 #    12 (a held-out 20 %; it ends near 6 with the default seed), boston_linear
 #    below 30 (about 17);
 #  - digits_cnn, with no flags at all, reaches >= 95 % test accuracy;
+#  - airline_rnn (an rnn over windows of the airline-passengers series)
+#    predicts the test months' changes with less than half the squared error
+#    of the naive forecast "no change" (about 0.15 against 1.17);
 #  - cifar10 and cnn101 train 20 steps on synthetic data in their format
 #    (CIFAR-10 binary records whose pixels depend on the label) and the
 #    loss of the last steps is below that of the first;
@@ -14,7 +17,7 @@ last() { # FILE KEY: the value of KEY in the last record of FILE that has it
     grep "\"$2\"" "$1" | tail -n 1 | sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p"
 }
 
-for m in boston_mlp boston_linear digits_cnn digits_mlp cifar10 cnn101; do
+for m in boston_mlp boston_linear digits_cnn digits_mlp cifar10 cnn101 airline_rnn; do
     compile "$SRC/models/$m.net" "$WORK/$m"
 done
 
@@ -37,6 +40,14 @@ cat "$WORK/dc.out"
 acc=$(tail -n 2 "$WORK/dc.out" | sed -n 's/.*test_accuracy \([0-9.]*\)%.*/\1/p')
 check "[ $status -eq 0 ]" "digits_cnn: exit status $status"
 check "awk 'BEGIN { exit !(\"$acc\" + 0 >= 95) }'" "digits_cnn: test accuracy '$acc' is below 95 %"
+
+# the naive forecast predicts a change of 0: its MSE is the mean square of
+# the targets (the last column)
+"$WORK/airline_rnn" --quiet --metrics "$WORK/air.jsonl"
+mse=$(last "$WORK/air.jsonl" test_loss)
+naive=$(awk -F, 'NR > 1 { s += $NF * $NF; n++ } END { print s / n }' data/airline_test.csv)
+echo "airline_rnn: test MSE $mse, the naive forecast's $naive"
+check "awk 'BEGIN { exit !($mse < 0.5 * $naive) }'" "airline_rnn: test MSE $mse is not below half the naive forecast's $naive"
 
 # synthetic CIFAR-format data: the label shifts the mean of one channel
 synth() { # FILE RECORDS CLASSES SEED
