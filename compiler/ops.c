@@ -13,11 +13,13 @@
  *     const float *x;   the input  [n, in shape] (or [C, n, H, W]: see the
  *                       layouts in fuse.c)
  *     float *y;         the output, likewise
- *     const float *W, *b;   the weight and bias, if the op has them
+ *     const float *W, *b;   the weight and bias, if the op has them (other
+ *                           parameters by their state_dict suffix, with
+ *                           weight and bias shortened: W_ih_l0, b_hh_l0)
  * and a backward pass function sees x, y, W (not b) and
  *     float *dy;        d loss / d y; the pass may overwrite it
  *     float *dx;        d loss / d x to be written, or NULL when not needed
- *     float *dW, *db;   d loss / d W and d b, to be overwritten
+ *     float *dW, *db;   d loss / d W and d b, to be overwritten (dW_ih_l0, ...)
  * plus what the node keeps for backward (aux_size floats per sample, named
  * by OpDef.aux_name: `mask`, `xp`) and `arg` (int32, iaux_size per
  * sample); an op takes its scratch from net->scratch itself.

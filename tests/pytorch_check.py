@@ -14,7 +14,8 @@ tanh and relu, stacked, with and without biases, whose twin is an nn.RNN
 giving its last output), both
 losses, and sgd (plain; momentum with dampening; nesterov; weight decay)
 and adam (betas, eps, weight decay); plus the seed models
-boston_mlp (standardized table data), digits_cnn (csv, scale) and cifar10
+boston_mlp (standardized table data), airline_rnn (csv with a header line,
+a sequence input), digits_cnn (csv, scale) and cifar10
 (CIFAR-10 binary records, random here) -- the program netc makes is checked
 four ways:
 
@@ -290,6 +291,22 @@ def digits_data(work, src):
             "test": "test.csv", "xt": xt.reshape(-1, 1, 8, 8), "yt": yt}
 
 
+def airline_data(work, src):
+    """The airline windows (scripts/airline_windows.py): 12 steps of one
+    feature, then the target; each file keeps its header line."""
+    out = {}
+    for part, key in (("train", ""), ("test", "t")):
+        path = os.path.join(src, "data", f"airline_{part}.csv")
+        x, y, text = read_text(path, ",", (1, None), 12, "value", 1.0)
+        with open(path) as f:
+            header = f.readline()
+        with open(os.path.join(work, part + ".csv"), "w") as f:
+            f.write(header + text)
+        out[part] = part + ".csv"
+        out["x" + key], out["y" + key] = x.reshape(-1, 12, 1), y
+    return out
+
+
 def cifar_data(work, src):
     """CIFAR-10 binary records (label byte, 3x32x32 pixel bytes), random."""
     g = torch.Generator().manual_seed(10)
@@ -490,6 +507,10 @@ SPECS = [
          twin=lambda: seq(nn.Linear(13, 16), nn.ReLU(), nn.Linear(16, 32), nn.ReLU(),
                           nn.Linear(32, 1)),
          optim=adam(lr=0.01), data=boston_data),
+    Spec("airline_rnn", seed_model="airline_rnn.net", loss="mse",
+         layers=["rnn(16)", "linear(1)"], optimizer="optimizer adam(lr=0.003)",
+         twin=lambda: seq(LastState(1, 16), nn.Linear(16, 1)),
+         optim=adam(lr=0.003), data=airline_data),
     Spec("digits_cnn", seed_model="digits_cnn.net", loss="cross_entropy",
          layers=["conv2d(16, kernel=3, padding=1)", "relu", "maxpool2d(2)",
                  "conv2d(32, kernel=3, padding=1)", "relu", "maxpool2d(2)", "flatten",
