@@ -182,13 +182,26 @@ void emit_layer_comment(Emit *e, const Node *n)
     emitf(e, " */");
 }
 
+/* The local naming a parameter in its layer's passes: its state_dict
+ * suffix with "weight" and "bias" written W and b ("0.weight" -> W,
+ * "0.bias_hh_l1" -> b_hh_l1). */
+static const char *param_local(Arena *a, const Node *n, const Param *prm)
+{
+    const char *s = prm->name + strlen(n->name) + 1;
+    if (!strncmp(s, "weight", 6))
+        return arena_printf(a, "W%s", s + 6);
+    if (!strncmp(s, "bias", 4))
+        return arena_printf(a, "b%s", s + 4);
+    return s;
+}
+
 /* Declarations every pass function of n starts with. */
 void emit_pass_locals(Emit *e, const Node *n, bool bwd)
 {
     const Program *p = e->p;
     for (int k = 0; k < n->nparams; k++) {
         const Param *prm = &p->params[n->param0 + k];
-        const char *w = prm->is_bias ? "b" : "W";
+        const char *w = param_local(e->arena, n, prm);
         if (!bwd || !prm->is_bias) /* backward needs W for dx, never b */
             emitf(e, "const float *%s = net->param + %zu;", w, prm->offset);
         if (bwd)

@@ -48,6 +48,14 @@ bool ir_emits_passes(const Program *p, const Node *n)
 int ir_add_param(Program *p, Node *n, const char *suffix, int rank,
                  const int64_t *dim, int fan_in, int fan_out, bool is_bias)
 {
+    if (p->nparams == p->params_cap) { /* an rnn declares 4 a layer */
+        int cap = p->params_cap ? 2 * p->params_cap : 16;
+        Param *grown = arena_alloc(p->arena, sizeof *grown * (size_t)cap);
+        if (p->nparams)
+            memcpy(grown, p->params, sizeof *grown * (size_t)p->nparams);
+        p->params = grown;
+        p->params_cap = cap;
+    }
     Param *prm = &p->params[p->nparams];
     prm->name = arena_printf(p->arena, "%s.%s", n->name, suffix);
     prm->rank = rank;

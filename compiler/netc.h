@@ -318,7 +318,7 @@ struct Program {
     IrValue *values;    /* values[0] is the input; node i writes values[i+1] */
     int nvalues;
     Param *params;
-    int nparams;
+    int nparams, params_cap;
     size_t param_count;
     Buffer *buffers;
     int nbuffers;

@@ -122,8 +122,20 @@ typedef struct Inits {
     bool has_weight, has_bias;
 } Inits;
 
+/* Whether layers of op take initializers: those with weight_init and
+ * bias_init arguments (not batchnorm, whose ones and zeros stay). */
+static bool takes_inits(const OpDef *op)
+{
+    for (int i = 0; i < MAX_ARGS && op->sig.args[i].name; i++)
+        if (op->sig.args[i].type == A_INIT)
+            return true;
+    return false;
+}
+
 static void apply_inits(Program *p, Node *n, const Inits *inits, int ninits)
 {
+    if (!takes_inits(n->op))
+        return;
     for (int k = 0; k < n->nparams; k++) {
         Param *prm = &p->params[n->param0 + k];
         /* per-layer weight_init / bias_init */
@@ -135,9 +147,8 @@ static void apply_inits(Program *p, Node *n, const Inits *inits, int ninits)
             prm->init = n->args[slot].init;
             continue;
         }
-        /* kind-specific first, then model-wide, which leaves the op's own
-         * init (batchnorm's ones and zeros) be */
-        for (int pass = 0; pass < (prm->init.kind == NRT_INIT_DEFAULT ? 2 : 1); pass++)
+        /* kind-specific first, then model-wide */
+        for (int pass = 0; pass < 2; pass++)
             for (int i = 0; i < ninits; i++) {
                 const Inits *in = &inits[i];
                 if (pass == 0 ? !in->kind || strcmp(in->kind, n->op->sig.name) : in->kind != NULL)
@@ -171,7 +182,6 @@ static void build_layers(Program *p, const Stmt *first, int nlayers,
 {
     p->nodes = arena_alloc(p->arena, sizeof *p->nodes * (size_t)(nlayers + 1));
     p->values = arena_alloc(p->arena, sizeof *p->values * (size_t)(nlayers + 2));
-    p->params = arena_alloc(p->arena, sizeof *p->params * (size_t)(2 * nlayers + 1));
     p->buffers = arena_alloc(p->arena, sizeof *p->buffers * (size_t)(3 * nlayers + 1));
     p->values[0].shape = p->input;
     p->nvalues = 1;
@@ -425,13 +435,18 @@ static bool check_init(Program *p, const Stmt *s, Inits *out)
 {
     out->kind = s->name;
     if (s->name) {
-        static const char *const kinds[] = {"linear", "conv2d"};
-        if (!op_find(s->name)) {
-            unknown(p, s->name_loc, "layer", s->name, kinds, 2, "linear, conv2d");
+        static const char *const kinds[] = {"linear", "conv2d", "rnn"};
+        const OpDef *op = op_find(s->name);
+        if (!op) {
+            unknown(p, s->name_loc, "layer", s->name, kinds, 3, "linear, conv2d, rnn");
             return false;
         }
-        if (strcmp(s->name, "linear") && strcmp(s->name, "conv2d")) {
-            diag_error(p->diag, s->name_loc, "'init %s': only linear and conv2d layers have parameters", s->name);
+        if (!takes_inits(op)) {
+            diag_error(p->diag, s->name_loc, "'init %s': only linear, conv2d and rnn layers take "
+                       "initializers", s->name);
+            if (!strncmp(s->name, "batchnorm", 9))
+                diag_note(p->diag, s->name_loc, "a batchnorm's weight starts at ones and its bias "
+                          "at zeros, as PyTorch's");
             return false;
         }
     }

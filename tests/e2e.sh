@@ -6,6 +6,9 @@
 #  - digits_cnn, with no flags at all, reaches >= 95 % test accuracy;
 #  - cnn101, with no flags, trains on the bundled digit images (a list of
 #    PNGs, resized, flipped, normalised) to >= 70 % test accuracy;
+#  - airline_rnn (an rnn over windows of the airline-passengers series)
+#    predicts the test months' changes with less than half the squared error
+#    of the naive forecast "no change" (about 0.15 against 1.17);
 #  - cifar10, and cnn101 made to read records, train 20 steps on synthetic
 #    data in CIFAR-10's format (binary records whose pixels depend on the
 #    label) and the loss of the last steps is below that of the first;
@@ -16,7 +19,7 @@ last() { # FILE KEY: the value of KEY in the last record of FILE that has it
     grep "\"$2\"" "$1" | tail -n 1 | sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p"
 }
 
-for m in boston_mlp boston_linear digits_cnn digits_mlp cifar10 cnn101; do
+for m in boston_mlp boston_linear digits_cnn digits_mlp cifar10 cnn101 airline_rnn; do
     compile "$SRC/models/$m.net" "$WORK/$m"
 done
 sed -e '/^ *transform /d' -e '/^ *valid /d' -e 's/images("[^"]*")/cifar10("-")/' "$SRC/models/cnn101.net" \
@@ -49,6 +52,13 @@ tail -n 3 "$WORK/c101.out"
 acc=$(tail -n 1 "$WORK/c101.out" | sed -n 's/.*test_accuracy \([0-9.]*\)%.*/\1/p')
 check "[ $status -eq 0 ]" "cnn101: exit status $status"
 check "awk 'BEGIN { exit !(\"$acc\" + 0 >= 70) }'" "cnn101: test accuracy '$acc' is below 70 %"
+# the naive forecast predicts a change of 0: its MSE is the mean square of
+# the targets (the last column)
+"$WORK/airline_rnn" --quiet --metrics "$WORK/air.jsonl"
+mse=$(last "$WORK/air.jsonl" test_loss)
+naive=$(awk -F, 'NR > 1 { s += $NF * $NF; n++ } END { print s / n }' data/airline_test.csv)
+echo "airline_rnn: test MSE $mse, the naive forecast's $naive"
+check "awk 'BEGIN { exit !($mse < 0.5 * $naive) }'" "airline_rnn: test MSE $mse is not below half the naive forecast's $naive"
 
 # synthetic CIFAR-format data: the label shifts the mean of one channel
 synth() { # FILE RECORDS CLASSES SEED

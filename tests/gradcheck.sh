@@ -8,7 +8,7 @@
 # (tight enough that a 10 % error in tanh's derivative fails).
 # Where the loss has a kink inside [p-h, p+h] (relu at 0, a maxpool tie),
 # the one-sided differences disagree and the analytic gradient must equal
-# one of them.  relu_kink and maxpool_ties put inputs on the kinks on purpose.
+# one of them (an rnn's relu too).  relu_kink and maxpool_ties put inputs on the kinks on purpose.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 
 # random_csv SAMPLES FEATURES LABEL_KIND N SEED: LABEL_KIND class (N classes) or value (N values)
@@ -58,6 +58,13 @@ random_csv 8 60 class 3 9 > "$WORK/x60c3.csv"
 run_check conv_paths.net "$WORK/x60c3.csv"
 run_check batchnorm1d.net "$WORK/x6c3.csv"
 run_check batchnorm2d.net "$WORK/x72c3.csv"
+# rnns: a sample's rows hold its steps one after the other
+random_csv 8 12 value 2 10 > "$WORK/x12v2.csv"
+run_check rnn_tanh.net "$WORK/x12v2.csv"
+random_csv 8 10 class 3 11 > "$WORK/x10c3.csv"
+run_check rnn_relu_stacked.net "$WORK/x10c3.csv"
+random_csv 8 4 value 2 12 > "$WORK/x4v2.csv"
+run_check rnn_one_step.net "$WORK/x4v2.csv"
 
 # relu at exactly 0: half the inputs are 0.  PyTorch defines relu'(0) = 0,
 # the left derivative, and so must netc: every kink reports analytic == left.

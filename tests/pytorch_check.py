@@ -12,9 +12,12 @@ padding; every activation, fused into the layer before it and not; flatten;
 dropout(0) and dropout(1), the two that need no random numbers;
 batchnorm1d and batchnorm2d, with and without weight and bias, in both
 layouts, their running statistics and num_batches_tracked compared as
-weights are and used by the validation), both losses, and sgd (plain; momentum with dampening; nesterov; weight decay)
+weights are and used by the validation; rnn with tanh and relu, stacked,
+with and without biases, whose twin is an nn.RNN giving its last output),
+both losses, and sgd (plain; momentum with dampening; nesterov; weight decay)
 and adam (betas, eps, weight decay); plus the seed models
-boston_mlp (standardized table data), digits_cnn (csv, scale) and cifar10
+boston_mlp (standardized table data), airline_rnn (csv with a header line,
+a sequence input), digits_cnn (csv, scale) and cifar10
 (CIFAR-10 binary records, random here) -- the program netc makes is checked
 four ways:
 
@@ -224,6 +227,18 @@ def seq(*items):
     return nn.Sequential(od)
 
 
+class LastState(nn.RNN):
+    """nn.RNN(batch_first=True) giving the top layer's last state, as netc's
+    rnn does; being an nn.RNN, it keeps its state_dict names (weight_ih_l0,
+    weight_hh_l0, bias_ih_l0, bias_hh_l0, ..._l1)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, batch_first=True, **kw)
+
+    def forward(self, x):
+        return super().forward(x)[0][:, -1]
+
+
 def sgd(**kw):
     return lambda params: torch.optim.SGD(params, foreach=False, **kw)
 
@@ -283,6 +298,22 @@ def digits_data(work, src):
         f.write(ttext)
     return {"train": "train.csv", "x": x.reshape(-1, 1, 8, 8), "y": y,
             "test": "test.csv", "xt": xt.reshape(-1, 1, 8, 8), "yt": yt}
+
+
+def airline_data(work, src):
+    """The airline windows (scripts/airline_windows.py): 12 steps of one
+    feature, then the target; each file keeps its header line."""
+    out = {}
+    for part, key in (("train", ""), ("test", "t")):
+        path = os.path.join(src, "data", f"airline_{part}.csv")
+        x, y, text = read_text(path, ",", (1, None), 12, "value", 1.0)
+        with open(path) as f:
+            header = f.readline()
+        with open(os.path.join(work, part + ".csv"), "w") as f:
+            f.write(header + text)
+        out[part] = part + ".csv"
+        out["x" + key], out["y" + key] = x.reshape(-1, 12, 1), y
+    return out
 
 
 def cifar_data(work, src):
@@ -507,6 +538,38 @@ model bn2d {
 }
 """
 
+RNN_ADAM = """\
+# two stacked tanh rnn layers over 6 steps of 3 features, then a linear
+model rnn_adam {
+    input  x[6, 3]
+    target value(2)
+
+    rnn(8, layers=2)
+    linear(2)
+
+    loss      mse
+    optimizer adam(lr=0.01, weight_decay=0.01)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
+RNN_RELU = """\
+# a relu rnn without biases, named, then a fused activation in the head
+model rnn_relu {
+    input  x[5, 2]
+    target class(3)
+
+    seq = rnn(hidden_size=6, nonlinearity=relu, bias=false)
+    linear(8)
+    tanh
+    linear(3)
+
+    loss      cross_entropy
+    optimizer sgd(lr=0.1, momentum=0.9)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
 SPECS = [
     Spec("mlp_momentum", net=MLP_MOMENTUM, loss="mse", bad_files=True,
          twin=lambda: seq(nn.Linear(6, 12), nn.Tanh(), ("hidden", nn.Linear(12, 10)),
@@ -551,12 +614,25 @@ SPECS = [
                           nn.Flatten(), nn.Linear(24, 3)),
          optim=adam(lr=0.01, weight_decay=0.01),
          data=synthetic_data((3, 8, 8), 56, "class", 3, seed=9, ntest=20)),
+    Spec("rnn_adam", net=RNN_ADAM, loss="mse", bad_files=True,
+         twin=lambda: seq(LastState(3, 8, num_layers=2), nn.Linear(8, 2)),
+         optim=adam(lr=0.01, weight_decay=0.01),
+         data=synthetic_data((6, 3), 72, "value", 2, seed=6)),
+    Spec("rnn_relu", net=RNN_RELU, loss="cross_entropy",
+         twin=lambda: seq(("seq", LastState(2, 6, nonlinearity="relu", bias=False)),
+                          nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3)),
+         optim=sgd(lr=0.1, momentum=0.9),
+         data=synthetic_data((5, 2), 64, "class", 3, seed=7, ntest=24)),
     Spec("boston_mlp", seed_model="boston_mlp.net", loss="mse",
          layers=["linear(16)", "relu", "linear(32)", "relu", "linear(1)"],
          optimizer="optimizer adam(lr=0.01)",
          twin=lambda: seq(nn.Linear(13, 16), nn.ReLU(), nn.Linear(16, 32), nn.ReLU(),
                           nn.Linear(32, 1)),
          optim=adam(lr=0.01), data=boston_data),
+    Spec("airline_rnn", seed_model="airline_rnn.net", loss="mse",
+         layers=["rnn(16)", "linear(1)"], optimizer="optimizer adam(lr=0.003)",
+         twin=lambda: seq(LastState(1, 16), nn.Linear(16, 1)),
+         optim=adam(lr=0.003), data=airline_data),
     Spec("digits_cnn", seed_model="digits_cnn.net", loss="cross_entropy",
          layers=["conv2d(16, kernel=3, padding=1)", "relu", "maxpool2d(2)",
                  "conv2d(32, kernel=3, padding=1)", "relu", "maxpool2d(2)", "flatten",
@@ -817,8 +893,9 @@ def torch_train(model, spec, data, batch, epochs, max_steps=None):
 
 
 def default_bound_ok(model, tensors):
-    """Every parameter within PyTorch's default init bound 1/sqrt(fan_in),
-    and spread like U(-b, b) (std b/sqrt(3)) where there are enough values."""
+    """Every parameter within PyTorch's default init bound 1/sqrt(fan_in)
+    (1/sqrt(hidden_size) for an RNN's), and spread like U(-b, b) (std
+    b/sqrt(3)) where there are enough values."""
     problems = []
     for mname, mod in model.named_modules():
         if isinstance(mod, nn.modules.batchnorm._BatchNorm):  # PyTorch's own start, exactly
@@ -826,13 +903,13 @@ def default_bound_ok(model, tensors):
             problems += [f"{mname}.{k}: {tensors[f'{mname}.{k}'].tolist()}, PyTorch starts "
                          f"with {v.tolist()}" for k, v in fresh.items()
                          if not torch.equal(tensors[f"{mname}.{k}"], v)]
-        if not isinstance(mod, (nn.Linear, nn.Conv2d)):
+        if isinstance(mod, nn.RNN):
+            bound = 1 / math.sqrt(mod.hidden_size)
+        elif isinstance(mod, (nn.Linear, nn.Conv2d)):
+            bound = 1 / math.sqrt(mod.weight[0].numel())
+        else:
             continue
-        fan_in = mod.weight[0].numel()
-        bound = 1 / math.sqrt(fan_in)
-        for pname in ("weight", "bias"):
-            if getattr(mod, pname) is None:
-                continue
+        for pname, _ in mod.named_parameters():
             t = tensors[f"{mname}.{pname}"]
             mx = float(t.abs().max())
             if mx > bound * (1 + 1e-6):
@@ -850,7 +927,7 @@ def bad_files(check, spec, prog, work, init):
     tensor, and nothing is saved."""
     names = list(init)
     w = next(n for n in names if init[n].dim() >= 2 and init[n].shape[0] != init[n].shape[1])
-    b = next(n for n in names if n.endswith(".bias"))
+    b = next(n for n in names if ".bias" in n)  # .bias, or an rnn's .bias_ih_l0
     cases = []
     t = OrderedDict(init)
     t[w + "s"] = t.pop(w)
