@@ -21,23 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int checks, failures;
-
-#define CHECK(cond, ...) check((cond), __LINE__, __VA_ARGS__)
-
-static void check(int ok, int line, const char *fmt, ...)
-{
-    checks++;
-    if (ok)
-        return;
-    failures++;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "test_data.c:%d: FAIL: ", line);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
+#include "check.h"
 
 /* ------------------------------------------------------------ temp files */
 
@@ -1425,6 +1409,5 @@ int main(void)
     test_stats();
     test_boston();
     cleanup();
-    printf("test_data: %d checks, %d failed\n", checks, failures);
-    return failures ? 1 : 0;
+    return check_summary("test_data");
 }

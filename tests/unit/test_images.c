@@ -34,23 +34,7 @@
 #include <stb_image_write.h>
 #endif
 
-static int checks, failures;
-
-#define CHECK(cond, ...) check((cond), __LINE__, __VA_ARGS__)
-
-static void check(int ok, int line, const char *fmt, ...)
-{
-    checks++;
-    if (ok)
-        return;
-    failures++;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "test_images.c:%d: FAIL: ", line);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
+#include "check.h"
 
 static int dump(char **argv)
 {
@@ -260,8 +244,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         remove(path(names[i]));
     rmdir(dir);
-    printf("test_images: %d checks, %d failed\n", checks, failures);
-    return failures ? 1 : 0;
+    return check_summary("test_images");
 #else
     printf("test_images: the runtime was built without stb_image\n");
     return 77;

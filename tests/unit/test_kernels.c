@@ -40,18 +40,7 @@
 #include <cblas.h>
 #endif
 
-static int checks, failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        checks++;                                                             \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                   \
-            fprintf(stderr, __VA_ARGS__);                                     \
-            fputc('\n', stderr);                                              \
-        }                                                                     \
-    } while (0)
+#include "check.h"
 
 static nrt_rng rng;
 
@@ -1802,6 +1791,5 @@ int main(int argc, char **argv)
     test_maxpool_fast();
     test_avgpool_fast();
     test_losses();
-    printf("test_kernels: %d checks, %d failed\n", checks, failures);
-    return failures ? 1 : 0;
+    return check_summary("test_kernels");
 }

@@ -32,23 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int checks, failures;
-
-#define CHECK(cond, ...) check((cond), __LINE__, __VA_ARGS__)
-
-static void check(int ok, int line, const char *fmt, ...)
-{
-    checks++;
-    if (ok)
-        return;
-    failures++;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "test_tfevents.c:%d: FAIL: ", line);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
+#include "check.h"
 
 /* ------------------------------------------------------------ temp files */
 
@@ -853,6 +837,5 @@ int main(void)
     test_write_error();
     cleanup();
     free(base);
-    printf("test_tfevents: %d checks, %d failed\n", checks, failures);
-    return failures ? 1 : 0;
+    return check_summary("test_tfevents");
 }
