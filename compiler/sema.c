@@ -699,12 +699,13 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
         diag_note(d, at, "add layers between the input and the loss, e.g. 'linear(10)'");
         return NULL;
     }
+    if (seen.input) /* the data's, whatever the layers' errors */
+        check_transforms(p, m);
     if (!seen.input || d->errors)
         return NULL;
     if (p->loss)
         check_loss(p, &seen);
     check_data_shapes(p, &seen);
-    check_transforms(p, m);
     if (d->errors)
         return NULL;
     return p;
