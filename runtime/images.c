@@ -10,8 +10,12 @@
  * from the list's directory.  A path that is itself an image is a list of
  * that one image (--predict photo.png).
  *
- * Every image is decoded once, on `workers` threads, with stb_image, then
- * made what PIL and torchvision make of it, pixel for pixel:
+ * Every image is decoded once, on `workers` threads, with stb_image:
+ * nrt_images_load decodes a whole list before it returns; nrt_images_open
+ * and nrt_images_start decode one in the background, in the order given
+ * (the first epoch's), and nrt_images_wait waits for a sample, so that
+ * training starts at once.  Each image is then made what PIL and
+ * torchvision make of it, pixel for pixel:
  *  - channels as Image.convert: "L" from RGB is (19595 R + 38470 G +
  *    7471 B + 2^15) >> 16, "RGB" from grey repeats it, alpha is dropped;
  *  - resize(h, w) as Image.resize((w, h), BILINEAR): a separable
@@ -363,18 +367,27 @@ done:
 
 /* ---------------------------------------------------------------- decode */
 
-typedef struct Job {
+/* ---------------------------------------------------------------- decode */
+
+enum { PENDING, DONE, BAD };
+
+struct nrt_images {
     const char *name;         /* the list, for messages */
-    const List *list;
-    const nrt_images_opts *o;
-    float *x;                 /* [n, C, H, W] */
-    unsigned char *bad;       /* per row: 1 if it could not be read */
-    atomic_size_t next;       /* the next row to take */
-    atomic_int stop;          /* a failure without skip_bad: take no more */
-    pthread_mutex_t mu;
+    List list;
+    nrt_images_opts o;
+    nrt_transforms tf;
+    float *x;                 /* [n, C, H, W]: the dataset's */
+    _Atomic unsigned char *state; /* per row: PENDING, DONE or BAD */
+    uint32_t *sched;          /* the rows in the order to decode them */
+    atomic_size_t next;       /* the next place in sched to take */
+    int stop;                 /* a failure without skip_bad: take no more */
+    pthread_mutex_t mu;       /* over stop, first_bad, first and cv */
+    pthread_cond_t cv;        /* a row is done, or the decoding stopped */
     size_t first_bad;         /* the lowest bad row, and its message */
     nrt_error first;
-} Job;
+    pthread_t *thread;
+    int nthreads;
+};
 
 /* The file's pixels, interleaved, n channels; NULL with the reason in err.
  * Freed with free_pixels. */
@@ -408,11 +421,11 @@ static void free_pixels(unsigned char *px)
 }
 
 /* Row i's image into x; 0, or -1 with the reason in err. */
-static int decode(const Job *j, size_t i, nrt_error *err)
+static int decode(const nrt_images *j, size_t i, nrt_error *err)
 {
-    const Row *r = &j->list->row[i];
-    const nrt_images_opts *o = j->o;
-    const nrt_transforms *tf = o->tf;
+    const Row *r = &j->list.row[i];
+    const nrt_images_opts *o = &j->o;
+    const nrt_transforms *tf = &j->tf;
     int w, h, n;
     unsigned char *px = load_pixels(r->path, &w, &h, &n, err);
     if (!px)
@@ -456,46 +469,30 @@ static int decode(const Job *j, size_t i, nrt_error *err)
 
 static void *worker(void *arg)
 {
-    Job *j = arg;
+    nrt_images *j = arg;
+    const size_t n = j->list.n;
     for (;;) {
-        if (atomic_load(&j->stop))
+        const size_t k = atomic_fetch_add(&j->next, 1);
+        if (k >= n)
             break;
-        size_t i = atomic_fetch_add(&j->next, 1);
-        if (i >= j->list->n)
-            break;
+        const size_t i = j->sched[k];
         nrt_error e;
-        if (decode(j, i, &e) == 0)
-            continue;
-        j->bad[i] = 1;
+        const int rc = decode(j, i, &e);
         pthread_mutex_lock(&j->mu);
-        if (i < j->first_bad) {
-            const Row *r = &j->list->row[i];
+        atomic_store_explicit(&j->state[i], rc ? BAD : DONE, memory_order_release);
+        if (rc && i < j->first_bad) {
+            const Row *r = &j->list.row[i];
             j->first_bad = i;
             nrt_errorf(&j->first, "%s:%zu: %s: %s", j->name, r->line, r->path, e.msg);
         }
+        if (rc && !j->o.skip_bad) {
+            j->stop = 1;
+            atomic_store(&j->next, n); /* the other workers take no more */
+        }
+        pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);
-        if (!j->o->skip_bad)
-            atomic_store(&j->stop, 1);
     }
     return NULL;
-}
-
-/* Decodes every row on o->workers threads (the calling one among them). */
-static void decode_all(Job *j)
-{
-    int nt = j->o->workers > 1 ? j->o->workers : 1;
-    if ((size_t)nt > j->list->n)
-        nt = (int)j->list->n;
-    pthread_t *t = malloc(sizeof *t * (size_t)nt);
-    int started = 0;
-    if (t)
-        for (; started < nt - 1; started++)
-            if (pthread_create(&t[started], NULL, worker, j) != 0)
-                break;
-    worker(j);
-    for (int i = 0; i < started; i++)
-        pthread_join(t[i], NULL);
-    free(t);
 }
 
 /* Whether path is an image file itself rather than a list. */
@@ -519,12 +516,29 @@ int nrt_images_available(void)
 #endif
 }
 
-int nrt_images_load(const nrt_source *src, const nrt_images_opts *o, int target_kind,
-                    int ncls, nrt_dataset *out, size_t *skipped, nrt_error *first_skipped,
-                    nrt_error *err)
+void nrt_images_close(nrt_images *j)
+{
+    if (!j)
+        return;
+    pthread_mutex_lock(&j->mu);
+    atomic_store(&j->next, j->list.n); /* no more rows are taken */
+    pthread_mutex_unlock(&j->mu);
+    for (int t = 0; t < j->nthreads; t++)
+        pthread_join(j->thread[t], NULL);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j->thread);
+    free(j->sched);
+    free((void *)j->state);
+    list_free(&j->list);
+    free(j);
+}
+
+int nrt_images_open(const nrt_source *src, const nrt_images_opts *o, int target_kind, int ncls,
+                    nrt_dataset *out, nrt_images **handle, nrt_error *err)
 {
     memset(out, 0, sizeof *out);
-    *skipped = 0;
+    *handle = NULL;
     if (!nrt_images_available())
         return nrt_errorf(err, "%s: this runtime was built without stb_image, so it reads "
                           "no images: install libstb-dev and rebuild netc", src->path);
@@ -552,57 +566,121 @@ int nrt_images_load(const nrt_source *src, const nrt_images_opts *o, int target_
             return -1;
         }
     }
-
+    if (l.n > UINT32_MAX) {
+        list_free(&l);
+        return nrt_errorf(err, "%s: %zu images: more than an epoch's order can hold", src->path,
+                          l.n);
+    }
     const size_t dim = (size_t)o->channels * (size_t)o->height * (size_t)o->width;
-    Job j = {.name = src->path, .list = &l, .o = o, .first_bad = (size_t)-1};
-    j.x = malloc(sizeof(float) * dim * l.n);
-    j.bad = calloc(l.n, 1);
+    nrt_images *j = calloc(1, sizeof *j);
     int32_t *label = target_kind == NRT_TARGET_CLASS ? malloc(sizeof *label * l.n) : NULL;
-    if (!j.x || !j.bad || (target_kind == NRT_TARGET_CLASS && !label)) {
-        free(j.x);
-        free(j.bad);
+    float *x = malloc(sizeof(float) * dim * l.n);
+    if (!j || !x || (target_kind == NRT_TARGET_CLASS && !label)) {
+        free(j);
+        free(x);
         free(label);
         list_free(&l);
         return nrt_errorf(err, "out of memory");
     }
-    atomic_init(&j.next, 0);
-    atomic_init(&j.stop, 0);
-    pthread_mutex_init(&j.mu, NULL);
-    decode_all(&j);
-    pthread_mutex_destroy(&j.mu);
-
-    int rc = 0;
-    size_t kept = 0;
-    if (j.first_bad != (size_t)-1 && !o->skip_bad) {
-        *err = j.first;
-        rc = -1;
-    } else {
-        for (size_t i = 0; i < l.n; i++) { /* the bad ones out, the order kept */
-            if (j.bad[i])
-                continue;
-            if (kept != i)
-                memmove(j.x + kept * dim, j.x + i * dim, sizeof(float) * dim);
-            if (label)
-                label[kept] = l.row[i].label;
-            kept++;
-        }
-        *skipped = l.n - kept;
-        if (*skipped)
-            *first_skipped = j.first;
-        if (kept == 0)
-            rc = nrt_errorf(err, "%s: none of its %zu images could be read; the first: %s",
-                            src->path, l.n, j.first.msg);
-    }
-    free(j.bad);
-    list_free(&l);
-    if (rc) {
-        free(j.x);
+    *j = (nrt_images){.name = src->path, .list = l, .o = *o, .tf = *o->tf, .x = x,
+                      .first_bad = (size_t)-1};
+    j->o.tf = &j->tf;
+    j->state = calloc(l.n, sizeof *j->state);
+    j->sched = malloc(sizeof *j->sched * l.n);
+    j->thread = calloc((size_t)(o->workers > 1 ? o->workers : 1), sizeof *j->thread);
+    atomic_init(&j->next, 0);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    if (!j->state || !j->sched || !j->thread) {
+        nrt_images_close(j);
+        free(x);
         free(label);
+        return nrt_errorf(err, "out of memory");
+    }
+    for (size_t i = 0; label && i < l.n; i++)
+        label[i] = l.row[i].label;
+    out->n = l.n;
+    out->dim = dim;
+    out->x = x;
+    out->label = label;
+    *handle = j;
+    return 0;
+}
+
+int nrt_images_start(nrt_images *j, const nrt_order *order, size_t start, nrt_error *err)
+{
+    const size_t n = j->list.n;
+    for (size_t k = 0; k < n; k++) /* order from start, then what lies before it */
+        j->sched[k] = order ? nrt_order_at(order, (uint32_t)((start + k) % n)) : (uint32_t)k;
+    const int nt = (size_t)j->o.workers > n ? (int)n : j->o.workers > 1 ? j->o.workers : 1;
+    while (j->nthreads < nt)
+        if (pthread_create(&j->thread[j->nthreads], NULL, worker, j) == 0)
+            j->nthreads++;
+        else if (j->nthreads > 0)
+            break; /* fewer threads will do */
+        else
+            return nrt_errorf(err, "cannot start a thread to decode %s", j->name);
+    return 0;
+}
+
+int nrt_images_wait(nrt_images *j, size_t i, nrt_error *err)
+{
+    if (atomic_load_explicit(&j->state[i], memory_order_acquire) == DONE)
+        return 0;
+    pthread_mutex_lock(&j->mu);
+    while (atomic_load(&j->state[i]) == PENDING && !j->stop)
+        pthread_cond_wait(&j->cv, &j->mu);
+    const int ok = atomic_load(&j->state[i]) == DONE;
+    if (!ok)
+        *err = j->first;
+    pthread_mutex_unlock(&j->mu);
+    return ok ? 0 : -1;
+}
+
+int nrt_images_load(const nrt_source *src, const nrt_images_opts *o, int target_kind,
+                    int ncls, nrt_dataset *out, size_t *skipped, nrt_error *first_skipped,
+                    nrt_error *err)
+{
+    *skipped = 0;
+    nrt_images *j;
+    if (nrt_images_open(src, o, target_kind, ncls, out, &j, err))
+        return -1;
+    if (nrt_images_start(j, NULL, 0, err)) {
+        nrt_images_close(j);
+        nrt_dataset_free(out);
         return -1;
     }
+    for (int t = 0; t < j->nthreads; t++) /* every row decoded, or a failure */
+        pthread_join(j->thread[t], NULL);
+    j->nthreads = 0;
+
+    const size_t n = out->n, dim = out->dim;
+    int rc = 0;
+    size_t kept = 0;
+    if (j->first_bad != (size_t)-1 && !o->skip_bad) {
+        *err = j->first;
+        rc = -1;
+    } else {
+        for (size_t i = 0; i < n; i++) { /* the bad ones out, the order kept */
+            if (j->state[i] != DONE)
+                continue;
+            if (kept != i) {
+                memmove(out->x + kept * dim, out->x + i * dim, sizeof(float) * dim);
+                if (out->label)
+                    out->label[kept] = out->label[i];
+            }
+            kept++;
+        }
+        *skipped = n - kept;
+        if (*skipped)
+            *first_skipped = j->first;
+        if (kept == 0)
+            rc = nrt_errorf(err, "%s: none of its %zu images could be read; the first: %s",
+                            src->path, n, j->first.msg);
+    }
+    nrt_images_close(j);
     out->n = kept;
-    out->dim = dim;
-    out->x = j.x;
-    out->label = label;
-    return 0;
+    if (rc)
+        nrt_dataset_free(out);
+    return rc;
 }

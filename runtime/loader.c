@@ -13,6 +13,10 @@
  * from philox.h's nrt_flip, never from a generator's running state, so the
  * number of workers and the order they finish in change nothing.
  *
+ * The dataset may still be being decoded (nrt_images_open, the first
+ * epoch): a worker then waits for each sample before it copies it, and a
+ * sample that could not be decoded fails its batch.
+ *
  * One mutex and one condition variable guard the ring; the copying is done
  * outside the lock.  A new epoch waits for the batches being filled to be
  * done before it reuses their slots.
@@ -27,6 +31,8 @@ typedef struct Slot {
     float *x, *y;
     int32_t *label;
     int n;
+    int failed;      /* an image could not be decoded: why in err */
+    nrt_error err;
     uint64_t gen;    /* the epoch generation it was filled for */
     size_t batch;    /* and the batch: ready when both match */
     int ready;
@@ -34,6 +40,7 @@ typedef struct Slot {
 
 struct nrt_loader {
     const nrt_dataset *d;
+    nrt_images *images; /* decoding d, or NULL: decoded */
     int c, h, w;
     uint64_t cut, key;
     int cap;
@@ -57,7 +64,8 @@ struct nrt_loader {
 };
 
 /* Batch j of the epoch into s: its samples' features, flipped left to
- * right when the coin says so, and their targets. */
+ * right when the coin says so, and their targets; each waited for while
+ * it is being decoded. */
 static void fill(const nrt_loader *l, const nrt_order *order, uint64_t epoch, size_t start,
                  int batch, size_t j, Slot *s)
 {
@@ -65,8 +73,13 @@ static void fill(const nrt_loader *l, const nrt_order *order, uint64_t epoch, si
     const size_t first = start + j * (size_t)batch;
     const size_t n = d->n - first < (size_t)batch ? d->n - first : (size_t)batch;
     const size_t w = (size_t)l->w, rows = (size_t)l->c * (size_t)l->h;
+    s->failed = 0;
     for (size_t k = 0; k < n; k++) {
         const uint32_t i = nrt_order_at(order, (uint32_t)(first + k));
+        if (l->images && nrt_images_wait(l->images, i, &s->err)) {
+            s->failed = 1;
+            break;
+        }
         const float *src = d->x + (size_t)i * d->dim;
         float *dst = s->x + k * d->dim;
         if (l->cut && nrt_flip(l->key, epoch, i, l->cut)) {
@@ -115,8 +128,9 @@ static void *work(void *arg)
     return NULL;
 }
 
-int nrt_loader_open(const nrt_dataset *d, int c, int h, int w, double flip_p, uint64_t key,
-                    int cap, int workers, nrt_loader **out, nrt_error *err)
+int nrt_loader_open(const nrt_dataset *d, nrt_images *images, int c, int h, int w,
+                    double flip_p, uint64_t key, int cap, int workers, nrt_loader **out,
+                    nrt_error *err)
 {
     *out = NULL;
     if ((size_t)c * (size_t)h * (size_t)w != d->dim || cap < 1)
@@ -127,7 +141,7 @@ int nrt_loader_open(const nrt_dataset *d, int c, int h, int w, double flip_p, ui
     nrt_loader *l = calloc(1, sizeof *l);
     if (!l)
         return nrt_errorf(err, "out of memory");
-    *l = (nrt_loader){.d = d, .c = c, .h = h, .w = w, .cut = nrt_dropout_cut(flip_p),
+    *l = (nrt_loader){.d = d, .images = images, .c = c, .h = h, .w = w, .cut = nrt_dropout_cut(flip_p),
                       .key = key, .cap = cap};
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
@@ -176,12 +190,12 @@ void nrt_loader_epoch(nrt_loader *l, const nrt_order *order, uint64_t epoch, siz
     pthread_mutex_unlock(&l->mu);
 }
 
-int nrt_loader_next(nrt_loader *l, nrt_batch *b)
+int nrt_loader_next(nrt_loader *l, nrt_batch *b, nrt_error *err)
 {
     pthread_mutex_lock(&l->mu);
     if (!l->active || l->taken >= l->nbatches) {
         pthread_mutex_unlock(&l->mu);
-        return -1;
+        return nrt_errorf(err, "internal error: a batch past the end of the epoch");
     }
     const size_t j = l->taken++; /* frees the slot of batch j - 1 */
     pthread_cond_broadcast(&l->cv);
@@ -189,6 +203,10 @@ int nrt_loader_next(nrt_loader *l, nrt_batch *b)
     while (!(s->ready && s->gen == l->gen && s->batch == j))
         pthread_cond_wait(&l->cv, &l->mu);
     pthread_mutex_unlock(&l->mu);
+    if (s->failed) {
+        *err = s->err;
+        return -1;
+    }
     *b = (nrt_batch){s->n, s->x, s->label, s->y};
     return 0;
 }

@@ -281,10 +281,13 @@ typedef struct Data {
     int has_train, has_valid, has_test;
     size_t skipped;          /* --skip-bad: images left out, */
     nrt_error first_skipped; /* the first of them */
+    nrt_images *decoding;    /* the training images, decoded as the first
+                                epoch runs (or NULL: all read) */
 } Data;
 
 static void data_free(Data *d)
 {
+    nrt_images_close(d->decoding); /* its threads write into train */
     if (d->has_train)
         nrt_dataset_free(&d->train);
     if (d->has_valid)
@@ -305,14 +308,17 @@ static int is_images(const nrt_source *s)
 
 /* One dataset from s: images through images.c (the model's transforms but
  * the flips, counting what --skip-bad leaves out), the rest through
- * data.c.  test: a cifar10 or mnist directory's test files. */
+ * data.c.  test: a cifar10 or mnist directory's test files.  stream: the
+ * images are decoded as they are trained on (d->decoding). */
 static int read_set(const nrt_model *m, const Options *o, const nrt_source *s, int target_kind,
-                    int test, Data *d, nrt_dataset *out, nrt_error *err)
+                    int test, int stream, Data *d, nrt_dataset *out, nrt_error *err)
 {
     if (!is_images(s))
         return nrt_dataset_load(s, target_kind, m->in_size, m->n_out, test, out, err);
     nrt_images_opts io = {m->in_dim[0], m->in_dim[1], m->in_dim[2], &m->transforms,
                           o->workers, o->skip_bad};
+    if (stream)
+        return nrt_images_open(s, &io, target_kind, m->n_out, out, &d->decoding, err);
     size_t skipped;
     nrt_error first;
     if (nrt_images_load(s, &io, target_kind, m->n_out, out, &skipped, &first, err))
@@ -351,7 +357,7 @@ static int load_eval_set(const nrt_model *m, const Options *o, const nrt_source 
     nrt_source s = model_src->kind && !is_holdout(model_src) ? *model_src : *train_src;
     if (flag_path)
         s.path = flag_path;
-    if (read_set(m, o, &s, m->target_kind, 1, d, out, err))
+    if (read_set(m, o, &s, m->target_kind, 1, 0, d, out, err))
         return -1;
     *has = 1;
     return 0;
@@ -375,7 +381,11 @@ static int load_data(const nrt_model *m, const Options *o, Data *d, nrt_error *e
     if (train || holdout || src.standardize) {
         if (!src.path)
             return nrt_errorf(err, "no training data: the model names none; give --data PATH");
-        if (read_set(m, o, &src, m->target_kind, 0, d, &d->train, err))
+        /* A training set of images is decoded as the first epoch runs,
+         * unless it must be whole first: --skip-bad's count, a part held
+         * out, or no training. */
+        const int stream = train && !o->gradcheck && !o->skip_bad && !holdout;
+        if (read_set(m, o, &src, m->target_kind, 0, stream, d, &d->train, err))
             return -1;
         d->has_train = 1;
     }
@@ -455,7 +465,8 @@ typedef struct Run {
     void *buffers;     /* and the model's buffers (running statistics) */
     float *opt_m, *opt_v; /* the optimizer's state on the host (checkpoints) */
     Data data;
-    nrt_loader *loader;  /* augmented training batches (random flips), or NULL */
+    nrt_loader *loader;  /* training batches made on threads (images: flips, the first
+                            epoch's decoding), or NULL */
     FILE *metrics;
     nrt_tb *tb;
     nrt_sched_state sched;
@@ -605,6 +616,9 @@ static int train(Run *r)
             break;
         nrt_order order;
         nrt_order_init(&order, shuffle_key, (uint64_t)epoch, d->n, o->shuffle);
+        if (r->data.decoding && epoch == r->start_epoch && /* in the order trained on */
+            nrt_images_start(r->data.decoding, &order, start, err))
+            return -1;
         if (r->loader)
             nrt_loader_epoch(r->loader, &order, (uint64_t)epoch, start, o->batch);
         else if (be->set_order(be->ctx, &order, start, err))
@@ -623,8 +637,8 @@ static int train(Run *r)
             int want = be->loss_free || logged || show;
             float loss;
             nrt_batch b;
-            if (r->loader && nrt_loader_next(r->loader, &b))
-                return nrt_errorf(err, "internal error: the loader ended its epoch early");
+            if (r->loader && nrt_loader_next(r->loader, &b, err))
+                return -1;
             if (r->loader ? be->train_batch(be->ctx, &b, want ? &loss : NULL, err)
                           : be->step(be->ctx, s, (int)n, want ? &loss : NULL, err))
                 return -1;
@@ -749,7 +763,7 @@ static int load_input(const nrt_model *m, const Options *o, Data *data, nrt_data
     if (!s.kind)
         s.kind = "csv";
     if (is_images(&s))
-        return read_set(m, o, &s, NRT_TARGET_NONE, 1, data, d, err);
+        return read_set(m, o, &s, NRT_TARGET_NONE, 1, 0, data, d, err);
     nrt_error first;
     if (nrt_dataset_load(&s, m->target_kind, m->in_size, m->n_out, 1, d, &first) == 0)
         return 0;
@@ -926,8 +940,8 @@ static int run_training(Run *r)
     Data *d = &r->data;
     const Options *o = r->o;
     const nrt_model *m = r->m;
-    if (m->transforms.flip_p > 0 &&
-        nrt_loader_open(&d->train, m->in_dim[0], m->in_dim[1], m->in_dim[2],
+    if ((m->transforms.flip_p > 0 || d->decoding) &&
+        nrt_loader_open(&d->train, d->decoding, m->in_dim[0], m->in_dim[1], m->in_dim[2],
                         m->transforms.flip_p, nrt_stream_key(o->seed, NRT_STREAM_AUGMENT),
                         o->batch, o->workers, &r->loader, &r->err))
         return -1;

@@ -194,6 +194,23 @@ int nrt_images_load(const nrt_source *src, const nrt_images_opts *opts, int targ
 /* Whether the runtime was built with stb_image. */
 int nrt_images_available(void);
 
+/* The same list decoded while training runs: nrt_images_open parses it
+ * and gives the dataset, its images not yet decoded (labels there, x
+ * allocated), and a handle; nrt_images_start starts opts->workers threads
+ * decoding in the order the first epoch takes the samples (order from
+ * position start, then the rest; NULL: the list's order); a reader of
+ * sample i first waits for it with nrt_images_wait, which fails, with
+ * "LIST:LINE: PATH: why", once an image could not be read (the threads
+ * then stop).  nrt_images_close stops and joins the threads and frees the
+ * handle, not the dataset.  No skip_bad: the samples are known before
+ * they are read. */
+typedef struct nrt_images nrt_images;
+int nrt_images_open(const nrt_source *src, const nrt_images_opts *opts, int target_kind,
+                    int ncls, nrt_dataset *out, nrt_images **handle, nrt_error *err);
+int nrt_images_start(nrt_images *h, const nrt_order *order, size_t start, nrt_error *err);
+int nrt_images_wait(nrt_images *h, size_t i, nrt_error *err);
+void nrt_images_close(nrt_images *h);
+
 /* ------------------------------------------------------------- loader.c */
 
 /* Training batches assembled on worker threads ahead of the step that
@@ -205,17 +222,21 @@ int nrt_images_available(void);
  * sees the flips an unbroken one would. */
 typedef struct nrt_loader nrt_loader;
 
-/* d's samples are images [c, h, w]; batches of up to cap samples. */
-int nrt_loader_open(const nrt_dataset *d, int c, int h, int w, double flip_p, uint64_t key,
-                    int cap, int workers, nrt_loader **out, nrt_error *err);
+/* d's samples are images [c, h, w]; batches of up to cap samples.  With
+ * images (else NULL), d is being decoded by it: each sample is waited for
+ * before it is read. */
+int nrt_loader_open(const nrt_dataset *d, nrt_images *images, int c, int h, int w,
+                    double flip_p, uint64_t key, int cap, int workers, nrt_loader **out,
+                    nrt_error *err);
 /* Starts an epoch (abandoning any under way): batches of `batch`
  * samples, the first at position start of order. */
 void nrt_loader_epoch(nrt_loader *l, const nrt_order *order, uint64_t epoch, size_t start,
                       int batch);
 /* The epoch's next batch, waiting for it if the workers are behind; it is
- * the caller's until the next call.  0, or -1 past the epoch's end. */
+ * the caller's until the next call.  0, or -1 with the reason in err: an
+ * image that could not be decoded, or past the epoch's end. */
 struct nrt_batch;
-int nrt_loader_next(nrt_loader *l, struct nrt_batch *b);
+int nrt_loader_next(nrt_loader *l, struct nrt_batch *b, nrt_error *err);
 /* Stops the workers and frees l (NULL: nothing). */
 void nrt_loader_close(nrt_loader *l);
 

@@ -175,16 +175,28 @@ expect "bad.csv:6: a quote is left open" --data "$WORK/bad.csv"
 printf 'path,label\n' > "$WORK/empty.csv"
 expect "empty.csv: no images listed" --data "$WORK/empty.csv"
 expect "no-such.csv: cannot open" --data "$WORK/no-such.csv"
+# the training list is decoded as the first epoch runs: a bad image at its
+# end stops the run there, naming it, and no checkpoint is left behind
+cp "$WORK/train.csv" "$WORK/late.csv"
+echo "$WORK/text.png,3" >> "$WORK/late.csv"
+"$WORK/rgb" --data "$WORK/late.csv" --checkpoint "$WORK/lateck" --log-every 1 \
+    --metrics "$WORK/late.jsonl" > "$WORK/late.out" 2> "$WORK/late.err"
+st=$?
+check "[ $st -eq 1 ] && grep -q 'late.csv:127: $WORK/text.png: not an image' '$WORK/late.err'" \
+    "a bad image at the end of the training list (exit $st): $(cat "$WORK/late.err")"
+check "! grep -q '^trained' '$WORK/late.out' && [ -z \"\$(ls -A '$WORK/lateck' 2>/dev/null)\" ]" \
+    "after a bad training image: a run said it trained, or left a checkpoint: $(ls -A "$WORK/lateck" 2>&1)"
 # the test list is read whole too, and named
 bad "$WORK/nope.png,3"
 expect "nope.png: cannot open" --test-data "$WORK/bad.csv"
 
-# without resize, every image must be the input's size
+# without resize, every image must be the input's size (the test set is
+# read whole before training; the training set as the first epoch runs)
 sed '/transform resize/d' "$WORK/rgb.net" > "$WORK/nores.net"
 compile "$WORK/nores.net" "$WORK/nores"
 "$WORK/nores" --epochs 1 --quiet 2> "$WORK/nores.err"
 st=$?
-echo "train.csv:2: $IMG/train/0000.png: is 38x38 pixels, but the model's input is 16x16: add 'transform resize(16, 16)' to the model" > "$WORK/nores.want"
+echo "desc_test.csv:2: $IMG/test/0000.png: is 24x24 pixels, but the model's input is 16x16: add 'transform resize(16, 16)' to the model" > "$WORK/nores.want"
 check "[ $st -ne 0 ] && grep -qF -f '$WORK/nores.want' '$WORK/nores.err'" \
     "an image of another size without resize: $(cat "$WORK/nores.err")"
 

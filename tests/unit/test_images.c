@@ -167,13 +167,60 @@ static void bad_files(void)
         nrt_dataset_free(&d);
 }
 
+/* Decoding as training runs: the samples, in any order waited for, are
+ * those an eager load gives; a bad image fails the wait, naming it. */
+static void streaming(void)
+{
+    nrt_transforms tn = {.to_tensor = 1};
+    nrt_images_opts o = {3, 2, 3, &tn, 2, 0};
+    nrt_source src = {.kind = "images", .path = path("l.csv")};
+    nrt_dataset want, d;
+    size_t skipped;
+    nrt_error first, err;
+    if (nrt_images_load(&src, &o, NRT_TARGET_CLASS, 10, &want, &skipped, &first, &err)) {
+        CHECK(0, "eager load: %s", err.msg);
+        return;
+    }
+    nrt_images *h;
+    int rc = nrt_images_open(&src, &o, NRT_TARGET_CLASS, 10, &d, &h, &err);
+    CHECK(rc == 0 && d.n == 3 && d.label[2] == 9, "open: %s", rc ? err.msg : "");
+    if (rc == 0) {
+        nrt_order order;
+        nrt_order_init(&order, 7, 1, 3, 1);
+        rc = nrt_images_start(h, &order, 2, &err);
+        int ok = rc == 0;
+        for (size_t i = 3; ok && i-- > 0;)
+            ok = nrt_images_wait(h, i, &err) == 0;
+        CHECK(ok && !memcmp(d.x, want.x, sizeof(float) * 18), "streamed samples differ: %s",
+              ok ? "" : err.msg);
+        nrt_images_close(h);
+        nrt_dataset_free(&d);
+    }
+    nrt_dataset_free(&want);
+
+    src.path = path("b.csv"); /* rgb, junk (line 3), missing (line 4), grey */
+    rc = nrt_images_open(&src, &o, NRT_TARGET_CLASS, 10, &d, &h, &err);
+    CHECK(rc == 0 && d.n == 4, "open b.csv: %s", rc ? err.msg : "");
+    if (rc == 0) {
+        rc = nrt_images_start(h, NULL, 0, &err);
+        char line3[160], line4[160];
+        snprintf(line3, sizeof line3, "b.csv:3: %s: not an image", path("junk.png"));
+        snprintf(line4, sizeof line4, "b.csv:4: %s: cannot open", path("missing.png"));
+        rc = rc || nrt_images_wait(h, 1, &err) == 0;
+        CHECK(!rc && (strstr(err.msg, line3) || strstr(err.msg, line4)),
+              "waiting for a bad image: '%s'", err.msg);
+        nrt_images_close(h);
+        nrt_dataset_free(&d);
+    }
+}
+
 /* Runs an epoch of the loader from start and checks every batch. */
 static void epoch(const nrt_dataset *d, int workers, size_t start, int flip, float *seen)
 {
     const uint64_t key = 99, e = 3, cut = nrt_dropout_cut(0.5);
     nrt_loader *l;
     nrt_error err;
-    int rc = nrt_loader_open(d, 1, 2, 3, 0.5, key, 4, workers, &l, &err);
+    int rc = nrt_loader_open(d, NULL, 1, 2, 3, 0.5, key, 4, workers, &l, &err);
     CHECK(rc == 0, "loader: %s", rc ? err.msg : "");
     if (rc)
         return;
@@ -183,7 +230,7 @@ static void epoch(const nrt_dataset *d, int workers, size_t start, int flip, flo
     nrt_batch b;
     size_t pos = start;
     int ok = 1, flips = 0;
-    while (nrt_loader_next(l, &b) == 0) {
+    while (nrt_loader_next(l, &b, &err) == 0) {
         for (int k = 0; k < b.n; k++, pos++) {
             uint32_t i = nrt_order_at(&order, (uint32_t)pos);
             int f = nrt_flip(key, e, i, cut);
@@ -239,6 +286,7 @@ int main(int argc, char **argv)
     }
     conversions();
     bad_files();
+    streaming();
     loader();
     const char *names[] = {"rgb.png", "grey.png", "rgba.png", "junk.png", "l.csv", "b.csv"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
