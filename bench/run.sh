@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench/run.sh — step time of the six seed models: the netc-generated CPU
+# bench/run.sh — step time of the seed models: the netc-generated CPU
 # program against PyTorch on the CPU, in the same run on the same machine.
 #
 # A benchmark, not a test: it builds nothing (set NETC to a built netc; the
@@ -10,7 +10,7 @@
 #   NETC      the compiler (default: ./netc); NETC_CFLAGS etc. reach it as usual
 #   PYTHON    a Python with torch (default: /usr/bin/python3)
 #   THREADS   thread counts to run, space separated (default: "1 2")
-#   MODELS    models to run (default: all six)
+#   MODELS    models to run (default: all eight)
 #   REPEAT    runs of each side per model and thread count, alternating
 #             netc and PyTorch; the table shows the median (default: 3)
 #   SCALE     multiply every epoch count by this integer (default: 1)
@@ -23,7 +23,7 @@ cd "$root"
 NETC=${NETC:-./netc}
 PYTHON=${PYTHON:-/usr/bin/python3}
 THREADS=${THREADS:-"1 2"}
-MODELS=${MODELS:-"boston_linear boston_mlp digits_mlp digits_cnn cifar10 cnn101"}
+MODELS=${MODELS:-"boston_linear boston_mlp digits_mlp digits_cnn cifar10 cnn101 digits_cnn_bn airline_rnn"}
 REPEAT=${REPEAT:-3}
 SCALE=${SCALE:-1}
 
@@ -42,7 +42,8 @@ epochs() {
     case $1 in
     boston_linear | boston_mlp) e="1000 40" ;;
     digits_mlp) e="40 6" ;;
-    digits_cnn) e="6 6" ;;
+    digits_cnn | digits_cnn_bn) e="6 6" ;;
+    airline_rnn) e="400 40" ;;
     cifar10 | cnn101) e="6 6" ;;
     *) echo "run.sh: unknown model $1" >&2; exit 1 ;;
     esac
@@ -67,6 +68,7 @@ torch_data() { # the training file the PyTorch side reads
     case $1 in
     boston_*) echo data/boston_housing.data ;;
     digits_*) echo data/optdigits.tra ;;
+    airline_rnn) echo data/airline_train.csv ;;
     cifar10) echo "$work/c10_train.bin" ;;
     cnn101) echo "$work/c101_train.bin" ;;
     esac

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The PyTorch side of the netc benchmark (bench/run.sh).
 
-Trains one of the six seed models on the CPU with an ordinary PyTorch loop and
+Trains one of the seed models on the CPU with an ordinary PyTorch loop and
 prints one JSON object with its step times.  The architectures are written out
 by hand below and mirror models/*.net layer for layer (layers, activations,
 initialisation where the model file sets one, loss, optimizer and its
@@ -99,8 +99,38 @@ def cnn101():
     return net, nn.CrossEntropyLoss(), opt, 32
 
 
+def digits_cnn_bn():
+    # digits_cnn with conv2d(bias=false) batchnorm2d and linear(64)
+    # batchnorm1d; cross_entropy; adam(lr=1e-3); batch 32
+    net = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16),
+                        nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32),
+                        nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                        nn.Linear(32 * 2 * 2, 64), nn.BatchNorm1d(64), nn.ReLU(),
+                        nn.Linear(64, 10))
+    return net, nn.CrossEntropyLoss(), torch.optim.Adam(net.parameters(), lr=1e-3), 32
+
+
+class LastState(nn.RNN):
+    """nn.RNN(batch_first=True) giving its top layer's last state, as
+    netc's rnn does."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, batch_first=True, **kw)
+
+    def forward(self, x):
+        return super().forward(x)[0][:, -1]
+
+
+def airline_rnn():
+    # input [12, 1]; rnn(16) linear(1); mse; adam(lr=0.003); batch 16
+    net = nn.Sequential(LastState(1, 16), nn.Linear(16, 1))
+    return net, nn.MSELoss(), torch.optim.Adam(net.parameters(), lr=0.003), 16
+
+
 MODELS = {f.__name__: f for f in
-          (boston_linear, boston_mlp, digits_mlp, digits_cnn, cifar10, cnn101)}
+          (boston_linear, boston_mlp, digits_mlp, digits_cnn, cifar10, cnn101, digits_cnn_bn,
+           airline_rnn)}
 
 
 # ------------------------------------------------------------------ data
@@ -129,11 +159,21 @@ def load_cifar(path):
     return (t[:, 1:].float() / 255.0).reshape(-1, 3, 32, 32), t[:, 0].long()
 
 
+def load_airline(path):
+    # a header, then 12 month-on-month changes and the next one a row
+    rows = [[float(v) for v in line.split(",")] for line in open(path).readlines()[1:]
+            if line.strip()]
+    t = torch.tensor(rows, dtype=torch.float32)
+    return t[:, :12].reshape(-1, 12, 1).contiguous(), t[:, 12:13].contiguous()
+
+
 def load(model, path):
     if model.startswith("boston"):
         return load_boston(path)
     if model.startswith("digits"):
-        return load_digits(path, model == "digits_cnn")
+        return load_digits(path, model in ("digits_cnn", "digits_cnn_bn"))
+    if model.startswith("airline"):
+        return load_airline(path)
     return load_cifar(path)
 
 
