@@ -494,6 +494,48 @@ TRANSPOSE_KERNELS(flat_3x1024, 3, 1024)
 TRANSPOSE_KERNELS(flat_64x16, 64, 16)
 TRANSPOSE_KERNELS(flat_5x7, 5, 7)
 
+/* Batch normalization over C channels of HW values, [n, C, HW] or channel
+ * first, a block of BN_THREADS a channel, as netc writes it:
+ * BN_KERNELS(id, C, HW, CN). */
+constexpr int BN_THREADS = 256;
+
+struct BnKernels {
+    int train, eval, bwd;
+};
+
+template <int C, int HW, bool CN>
+BnKernels bn_kernels() = delete;
+
+#define BN_KERNELS(id, C, HW, CN)                                                            \
+    extern "C" __global__ void id##_train(int n, const float *x, const float *w,             \
+                                          const float *b, float *rm, float *rv,              \
+                                          long long *nbt, float *stats, float *y)            \
+    {                                                                                        \
+        nrt_k::batchnorm_train<C, HW, CN, BN_THREADS>(n, x, w, b, rm, rv, nbt, stats, y,     \
+                                                      1e-5f, 0.1f);                          \
+    }                                                                                        \
+    extern "C" __global__ void id##_eval(int n, const float *x, const float *w,              \
+                                         const float *b, const float *rm, const float *rv,   \
+                                         float *y)                                           \
+    {                                                                                        \
+        nrt_k::batchnorm_eval<C, HW, CN, BN_THREADS>(n, x, w, b, rm, rv, y, 1e-5f);          \
+    }                                                                                        \
+    extern "C" __global__ void id##_bwd(int n, const float *x, const float *dy,              \
+                                        const float *w, const float *stats, float *dw,       \
+                                        float *db, float *dx)                                \
+    {                                                                                        \
+        nrt_k::batchnorm_bwd<C, HW, CN, BN_THREADS>(n, x, dy, w, stats, dw, db, dx);         \
+    }                                                                                        \
+    template <>                                                                              \
+    BnKernels bn_kernels<C, HW, CN>()                                                        \
+    {                                                                                        \
+        return {KERNEL(id##_train), KERNEL(id##_eval), KERNEL(id##_bwd)};                    \
+    }
+
+BN_KERNELS(bn_16x64_cn, 16, 64, true)
+BN_KERNELS(bn_3x81_nc, 3, 81, false)
+BN_KERNELS(bn_64x1_nc, 64, 1, false)
+
 /* ------------------------------------------------------------ launches */
 
 /* A kernel's arguments after the ones its launcher adds, as the array of
@@ -1030,6 +1072,78 @@ static void test_transpose(nrt_cuda_net *net, std::initializer_list<int> batches
 
 /* ---------------------------------------------------------------- bench */
 
+/* ------------------------------------------------------ batch normalization */
+
+/* nrt_k::batchnorm_* against the cpu's nrt_batchnorm_*: the outputs, the
+ * saved statistics, the running statistics and the count after a training
+ * step, evaluation from them, and the gradients (sums in double on both
+ * sides, in other orders: within a few float ulps). */
+template <int C, int HW, bool CN>
+static void test_batchnorm(nrt_cuda_net *net, const char *geo, std::initializer_list<int> batches)
+{
+    const BnKernels k = bn_kernels<C, HW, CN>();
+    const nrt_bn g = {C, HW, CN, 1e-5f, 0.1f};
+    for (int n : batches) {
+        const size_t xs = (size_t)n * C * HW;
+        std::vector<float> x = randv(xs, 3.0f), dy = randv(xs), w = randv(C), b = randv(C);
+        for (size_t i = 0; i < xs; i++)
+            x[i] += 0.5f; /* a mean away from 0 */
+        std::vector<float> rm = randv(C, 0.1f), rv = absv(randv(C)), y(xs), stats(2 * C);
+        std::vector<float> crm = rm, crv = rv;
+        int64_t cnbt = 4;
+        nrt_batchnorm_train(&g, n, x.data(), w.data(), b.data(), crm.data(), crv.data(), &cnbt,
+                            stats.data(), y.data());
+        Dev<float> dx_(x), dw(w), db(b), drm(rm), drv(rv), dstats(2 * C), dout(xs), ddy(dy);
+        Dev<long long> dnbt(std::vector<long long>{4});
+        nrt_error err = {};
+        void *train_args[] = {&n, &dx_.p, &dw.p, &db.p, &drm.p, &drv.p, &dnbt.p, &dstats.p,
+                              &dout.p};
+        if (launched(net, nrt_cu_launch(net, k.train, C, 1, 1, BN_THREADS, ARGS(train_args), &err),
+                     err, "batchnorm_train")) {
+            compare(name("batchnorm_train %s n=%d: y", geo, n), dout.get(), y, nullptr, 1e-5,
+                    1e-5);
+            compare(name("batchnorm_train %s n=%d: mean, 1/std", geo, n), dstats.get(), stats,
+                    nullptr, 1e-6, 1e-7);
+            compare(name("batchnorm_train %s n=%d: running_mean", geo, n), drm.get(), crm,
+                    nullptr, 1e-6, 1e-7);
+            compare(name("batchnorm_train %s n=%d: running_var", geo, n), drv.get(), crv,
+                    nullptr, 1e-6, 1e-7);
+            result(dnbt.get()[0] == 5, "batchnorm_train %s n=%d: num_batches_tracked %lld, "
+                   "want 5", geo, n, dnbt.get()[0]);
+        }
+
+        nrt_batchnorm_eval(&g, n, x.data(), w.data(), b.data(), crm.data(), crv.data(), y.data());
+        Dev<float> erm(crm), erv(crv);
+        dout.poison();
+        void *eval_args[] = {&n, &dx_.p, &dw.p, &db.p, &erm.p, &erv.p, &dout.p};
+        if (launched(net, nrt_cu_launch(net, k.eval, C, 1, 1, BN_THREADS, ARGS(eval_args), &err),
+                     err, "batchnorm_eval"))
+            compare(name("batchnorm_eval %s n=%d", geo, n), dout.get(), y, nullptr, 1e-6, 1e-6);
+
+        std::vector<float> gw(C), gb(C), gx(xs);
+        nrt_batchnorm_bwd(&g, n, x.data(), dy.data(), w.data(), stats.data(), gw.data(),
+                          gb.data(), gx.data());
+        Dev<float> cstats(stats), ddw(C), ddb(C), ddx(xs);
+        void *bwd_args[] = {&n, &dx_.p, &ddy.p, &dw.p, &cstats.p, &ddw.p, &ddb.p, &ddx.p};
+        if (launched(net, nrt_cu_launch(net, k.bwd, C, 1, 1, BN_THREADS, ARGS(bwd_args), &err),
+                     err, "batchnorm_bwd")) {
+            compare(name("batchnorm_bwd %s n=%d: dx", geo, n), ddx.get(), gx, nullptr, 1e-4,
+                    1e-5);
+            compare(name("batchnorm_bwd %s n=%d: dweight", geo, n), ddw.get(), gw, nullptr,
+                    1e-5, 1e-5);
+            compare(name("batchnorm_bwd %s n=%d: dbias", geo, n), ddb.get(), gb, nullptr, 1e-5,
+                    1e-5);
+        }
+    }
+}
+
+static void test_batchnorms(nrt_cuda_net *net)
+{
+    test_batchnorm<16, 64, true>(net, "16x8x8 channel first", {1, 7, 32});
+    test_batchnorm<3, 81, false>(net, "3x9x9", {2, 33});
+    test_batchnorm<64, 1, false>(net, "64 features (batchnorm1d)", {2, 16, 1000});
+}
+
 /* Milliseconds a launch of f takes (the median of 20 after 3 warm-ups). */
 template <class F>
 static double time_ms(nrt_cuda_net *net, F f)
@@ -1146,6 +1260,7 @@ int main(int argc, char **argv)
     test_transpose<3, 1024>(&net, {1, 4});
     test_transpose<64, 16>(&net, {1, 5, 64});
     test_transpose<5, 7>(&net, {1, 3});
+    test_batchnorms(&net);
 
     CK(cudaFree(net.step));
     CK(cudaFree(net.workspace));
