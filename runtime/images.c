@@ -7,8 +7,9 @@
  * desc_train.csv: a first row whose label is not a whole number is a
  * header; blank lines are skipped; a path may be double-quoted ("" is a
  * quote inside it); relative paths start from the source's root, else
- * from the list's directory.  A path that is itself an image is a list of
- * that one image (--predict photo.png).
+ * from the list's directory.  A folder is read as torchvision's
+ * ImageFolder reads one (a folder a class).  A path that is itself an
+ * image is a list of that one image (--predict photo.png).
  *
  * Every image is decoded once, on `workers` threads, with stb_image:
  * nrt_images_load decodes a whole list before it returns; nrt_images_open
@@ -32,12 +33,15 @@
  */
 #include "netrt.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 #ifdef NETRT_HAVE_STB
 #include <stb_image.h>
@@ -225,6 +229,192 @@ static int parse_list(const char *name, const char *root, const char *buf, size_
     if (l->n == 0)
         return nrt_errorf(err, "%s: no images listed", name);
     return 0;
+}
+
+/* --------------------------------------------------------------- folders */
+
+/* A folder of class folders, as torchvision's ImageFolder reads one: the
+ * classes are the folder's subfolders sorted by name (label 0 the first),
+ * and a class's images every file below its folder, at any depth, whose
+ * name ends (in any case) with one of ImageFolder's extensions, sorted
+ * as sorted(os.walk(...)) then sorted(names) sort them: by the folder
+ * they lie in, then by name. */
+static const char *const image_exts[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
+                                         ".pgm", ".tif", ".tiff", ".webp"};
+
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int has_image_ext(const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof image_exts / sizeof *image_exts; i++) {
+        size_t e = strlen(image_exts[i]);
+        if (n >= e && !strcasecmp(name + n - e, image_exts[i]))
+            return 1;
+    }
+    return 0;
+}
+
+/* A folder's entries, sorted by name (strcmp: Python's order for UTF-8). */
+typedef struct Names {
+    char **v;
+    size_t n;
+} Names;
+
+static void names_free(Names *d)
+{
+    for (size_t i = 0; i < d->n; i++)
+        free(d->v[i]);
+    free(d->v);
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int read_names(const char *dir, Names *out, nrt_error *err)
+{
+    *out = (Names){0};
+    DIR *d = opendir(dir);
+    if (!d)
+        return nrt_errorf(err, "%s: cannot open the folder: %s", dir, strerror(errno));
+    size_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (out->n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **v = realloc(out->v, cap * sizeof *v);
+            if (!v)
+                break;
+            out->v = v;
+        }
+        if (!(out->v[out->n] = strdup(e->d_name)))
+            break;
+        out->n++;
+    }
+    int failed = e != NULL;
+    closedir(d);
+    if (failed) {
+        names_free(out);
+        return nrt_errorf(err, "out of memory");
+    }
+    qsort(out->v, out->n, sizeof *out->v, by_name);
+    return 0;
+}
+
+/* An image file found below a class folder: the folder it lies in and its
+ * name, the two keys of sorted(os.walk(...)) and sorted(names). */
+typedef struct Found {
+    char *dir, *name;
+} Found;
+
+static int by_place(const void *a, const void *b)
+{
+    const Found *x = a, *y = b;
+    int c = strcmp(x->dir, y->dir);
+    return c ? c : strcmp(x->name, y->name);
+}
+
+/* The image files below dir, at any depth, appended to f[0..n) (unsorted). */
+static int walk(const char *dir, int depth, Found **f, size_t *n, size_t *cap, nrt_error *err)
+{
+    if (depth > 64)
+        return nrt_errorf(err, "%s: folders nested more than 64 deep (a link to a folder "
+                          "above?)", dir);
+    Names d;
+    if (read_names(dir, &d, err))
+        return -1;
+    int rc = 0;
+    for (size_t i = 0; i < d.n && rc == 0; i++) {
+        char *path = nrt_path_join(dir, d.v[i]);
+        if (!path) {
+            rc = nrt_errorf(err, "out of memory");
+            break;
+        }
+        if (is_dir(path)) {
+            rc = walk(path, depth + 1, f, n, cap, err);
+            free(path);
+            continue;
+        }
+        free(path);
+        if (!has_image_ext(d.v[i]))
+            continue;
+        if (*n == *cap) {
+            *cap = *cap ? 2 * *cap : 256;
+            Found *g = realloc(*f, *cap * sizeof *g);
+            if (!g) {
+                rc = nrt_errorf(err, "out of memory");
+                break;
+            }
+            *f = g;
+        }
+        (*f)[*n] = (Found){strdup(dir), strdup(d.v[i])};
+        if (!(*f)[*n].dir || !(*f)[*n].name) {
+            free((*f)[*n].dir);
+            free((*f)[*n].name);
+            rc = nrt_errorf(err, "out of memory");
+            break;
+        }
+        ++*n;
+    }
+    names_free(&d);
+    return rc;
+}
+
+static int list_folder(const char *root, int target_kind, int ncls, List *l, nrt_error *err)
+{
+    Names classes; /* the subfolders, in name order */
+    if (read_names(root, &classes, err))
+        return -1;
+    int rc = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < classes.n; i++) {
+        char *name = classes.v[i], *path = nrt_path_join(root, name);
+        classes.v[i] = NULL;
+        if (path && is_dir(path))
+            classes.v[k++] = name;
+        else
+            free(name);
+        if (!path)
+            rc = nrt_errorf(err, "out of memory");
+        free(path);
+    }
+    classes.n = k;
+    if (rc == 0 && classes.n == 0)
+        rc = nrt_errorf(err, "%s: a folder of images needs a folder for each class, and it "
+                        "has none", root);
+    if (rc == 0 && target_kind == NRT_TARGET_CLASS && classes.n > (size_t)ncls)
+        rc = nrt_errorf(err, "%s: %zu class folders (%s to %s), but the model has %d classes",
+                        root, classes.n, classes.v[0], classes.v[classes.n - 1], ncls);
+    for (size_t c = 0; c < classes.n && rc == 0; c++) {
+        char *dir = nrt_path_join(root, classes.v[c]);
+        Found *f = NULL;
+        size_t n = 0, cap = 0;
+        rc = dir ? walk(dir, 0, &f, &n, &cap, err) : nrt_errorf(err, "out of memory");
+        if (rc == 0 && n == 0)
+            rc = nrt_errorf(err, "%s: no image files in the class folder (.png, .jpg, ...)",
+                            dir);
+        qsort(f, n, sizeof *f, by_place);
+        for (size_t i = 0; i < n; i++) {
+            char *path = rc ? NULL : nrt_path_join(f[i].dir, f[i].name);
+            if (rc == 0)
+                rc = path ? add_row(l, path, 0, (int32_t)c, err)
+                          : nrt_errorf(err, "out of memory");
+            free(f[i].dir);
+            free(f[i].name);
+        }
+        free(f);
+        free(dir);
+    }
+    names_free(&classes);
+    return rc;
 }
 
 /* ---------------------------------------------------- PIL's conversions */
@@ -483,7 +673,10 @@ static void *worker(void *arg)
         if (rc && i < j->first_bad) {
             const Row *r = &j->list.row[i];
             j->first_bad = i;
-            nrt_errorf(&j->first, "%s:%zu: %s: %s", j->name, r->line, r->path, e.msg);
+            if (r->line) /* a list's line */
+                nrt_errorf(&j->first, "%s:%zu: %s: %s", j->name, r->line, r->path, e.msg);
+            else         /* a folder's file */
+                nrt_errorf(&j->first, "%s: %s", r->path, e.msg);
         }
         if (rc && !j->o.skip_bad) {
             j->stop = 1;
@@ -545,7 +738,12 @@ int nrt_images_open(const nrt_source *src, const nrt_images_opts *o, int target_
     if ((o->channels != 1 && o->channels != 3) || o->height < 1 || o->width < 1)
         return nrt_errorf(err, "%s: images need an input [1 or 3, H, W]", src->path);
     List l = {0};
-    if (is_image(src->path)) {
+    if (is_dir(src->path)) {
+        if (list_folder(src->path, target_kind, ncls, &l, err)) {
+            list_free(&l);
+            return -1;
+        }
+    } else if (is_image(src->path)) {
         char *p = strdup(src->path);
         if (!p || add_row(&l, p, 1, 0, err))
             return p ? -1 : nrt_errorf(err, "out of memory");

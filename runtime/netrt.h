@@ -178,8 +178,8 @@ typedef struct nrt_images_opts {
 
 /* Reads an image dataset: src->path is a list, a CSV file of `path,label`
  * rows (a first row whose label is not a whole number is a header; for
- * NRT_TARGET_NONE, --predict's input, the label may be left out), or a
- * single image.  Relative paths start from src->root, else from the
+ * NRT_TARGET_NONE, --predict's input, the label may be left out), a
+ * folder of class folders (torchvision's ImageFolder), or a single image.  Relative paths start from src->root, else from the
  * list's directory.  Each image (PNG, JPEG, BMP, GIF, TGA, PNM: what
  * stb_image reads) is decoded, converted to the model's channels as PIL's
  * convert() does, resized, and made floats by to_tensor and normalize,

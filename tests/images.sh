@@ -6,8 +6,9 @@
 # its batches, step for step.)
 #
 #  - lists: a header or none, CRLF, blank lines, quoted paths with commas,
-#    absolute paths, root=; grey and RGB inputs from grey, RGB and RGBA
-#    files; JPEG (written by PIL, when there is one);
+#    absolute paths, root=; folders of class folders, as ImageFolder reads
+#    them; grey and RGB inputs from grey, RGB and RGBA files; JPEG (written
+#    by PIL, when there is one);
 #  - the batches do not depend on --workers, and a run stopped mid-epoch
 #    and resumed flips what an unbroken one flips: same losses, same bytes;
 #  - a missing or undecodable image stops the run naming the list's line
@@ -57,7 +58,8 @@ fi
 
 # ------------------------------------------------------------ training
 "$WORK/rgb" --metrics "$WORK/w1.jsonl" --log-every 1 --workers 1 --save "$WORK/w1.safetensors" > "$WORK/rgb.out"
-check "[ \$? -eq 0 ]" "rgb: the run failed: $(cat "$WORK/rgb.out")"
+st=$?
+check "[ $st -eq 0 ]" "rgb: the run failed: $(cat "$WORK/rgb.out")"
 check "grep -q '125 training samples, 200 test' '$WORK/rgb.out'" "rgb: $(head -n 1 "$WORK/rgb.out")"
 acc=$(field "$WORK/w1.jsonl" test_accuracy)
 check "awk 'BEGIN { exit !($acc > 0.3) }'" "rgb: test accuracy $acc after 3 epochs of 125 images"
@@ -81,7 +83,8 @@ check "cmp -s '$WORK/w1.safetensors' '$WORK/cut.safetensors'" \
 # a grey input from RGB, RGBA and grey files, no transforms but resize
 model grey "[1, 24, 24]" '    transform resize(24, 24)'
 "$WORK/grey" --epochs 2 --quiet --metrics "$WORK/grey.jsonl"
-check "[ \$? -eq 0 ] && [ -n \"\$(field '$WORK/grey.jsonl' test_loss)\" ]" "grey: the run failed"
+st=$?
+check "[ $st -eq 0 ] && [ -n \"\$(field '$WORK/grey.jsonl' test_loss)\" ]" "grey: the run failed"
 
 # ---------------------------------------------------- pixels, as PIL's
 # the bundled test list decoded, converted, resized (up and down) and made
@@ -120,13 +123,62 @@ cp "$IMG/train/0060.png" "$WORK/dir, with comma/b.png"
 printf '"dir, with comma/a.png",0\r\n\r\n  "dir, with comma/b.png" , 1\r\n' > "$WORK/odd.csv"
 "$WORK/rgb" --data "$WORK/odd.csv" --test-data "$WORK/odd.csv" --epochs 1 --quiet \
     --metrics "$WORK/odd.jsonl" 2> "$WORK/odd.err"
-check "[ \$? -eq 0 ] && grep -q '\"test_samples\": 2' '$WORK/odd.jsonl'" \
+st=$?
+check "[ $st -eq 0 ] && grep -q '\"test_samples\": 2' '$WORK/odd.jsonl'" \
     "a list without a header, with CRLF, a blank line and quoted paths: $(cat "$WORK/odd.err")"
-sed -e '1d' -e 's|^|train/|' -e '1s|^|file,class\n|' "$IMG/desc_train.csv" | head -n 41 > "$WORK/rel.csv"
+{ echo file,class; tail -n +2 "$IMG/desc_train.csv" | head -n 40; } > "$WORK/rel.csv"
 sed 's|images("[^"]*/train.csv")|images("'"$WORK"'/rel.csv", root="'"$IMG"'")|' "$WORK/rgb.net" > "$WORK/root.net"
 compile "$WORK/root.net" "$WORK/root"
 "$WORK/root" --epochs 1 --quiet --metrics "$WORK/root.jsonl" 2> "$WORK/root.err"
-check "[ \$? -eq 0 ]" "images(LIST, root=DIR): $(cat "$WORK/root.err")"
+st=$?
+check "[ $st -eq 0 ]" "images(LIST, root=DIR): $(cat "$WORK/root.err")"
+
+# a folder of class folders, read as torchvision's ImageFolder reads it:
+# classes in name order, each one's images at any depth, sorted as
+# sorted(os.walk()) sorts them, other files left out
+mkdir -p "$WORK/folder"
+tail -n +2 "$WORK/train.csv" | while IFS=, read -r p lab; do
+    mkdir -p "$WORK/folder/digit_$lab"
+    cp "$p" "$WORK/folder/digit_$lab/"
+done
+set -- "$WORK"/folder/digit_3/*.png
+mkdir -p "$WORK/folder/digit_3/sub" "$WORK/folder/digit_3/a0/deeper"
+mv "$1" "$WORK/folder/digit_3/sub/"
+mv "$2" "$WORK/folder/digit_3/a0/"
+cp "$3" "$WORK/folder/digit_3/A.PNG"
+cp "$3" "$WORK/folder/digit_3/a0/deeper/z.png"
+echo notes > "$WORK/folder/digit_3/readme.txt"
+"$WORK/rgb" --data "$WORK/folder" --no-shuffle --epochs 1 --log-every 1 --quiet \
+    --metrics "$WORK/fold.jsonl" 2> "$WORK/fold.err"
+st=$?
+check "[ $st -eq 0 ] && [ \$(grep -c '\"step\"' '$WORK/fold.jsonl') -eq 8 ]" \
+    "a folder of class folders: $(cat "$WORK/fold.err")"
+if "$PYTHON" -c 'import torchvision' > /dev/null 2>&1; then
+    "$PYTHON" -c 'import sys
+from torchvision.datasets import ImageFolder
+d = ImageFolder(sys.argv[1])
+open(sys.argv[2], "w").write("path,label\n" + "".join(f"{p},{c}\n" for p, c in d.samples))' \
+        "$WORK/folder" "$WORK/folder.csv"
+    "$WORK/rgb" --data "$WORK/folder.csv" --no-shuffle --epochs 1 --log-every 1 --quiet \
+        --metrics "$WORK/foldcsv.jsonl"
+    check "[ \"\$(steps '$WORK/fold.jsonl')\" = \"\$(steps '$WORK/foldcsv.jsonl')\" ]" \
+        "a folder: other samples, labels or order than ImageFolder's list gives"
+fi
+mv "$WORK/folder/digit_9" "$WORK/digit_9"
+mkdir -p "$WORK/folder/digit_9/empty"
+"$WORK/rgb" --data "$WORK/folder" --epochs 1 --quiet 2> "$WORK/fold.err"
+st=$?
+check "[ $st -eq 1 ] && grep -q 'folder/digit_9: no image files in the class folder' '$WORK/fold.err'" \
+    "a class folder without images: $(cat "$WORK/fold.err")"
+rm -r "$WORK/folder/digit_9"
+mv "$WORK/digit_9" "$WORK/folder/digit_9"
+mkdir -p "$WORK/folder/digit_9x" "$WORK/folder/digit_9y"
+cp "$3" "$WORK/folder/digit_9x/"
+cp "$3" "$WORK/folder/digit_9y/"
+"$WORK/rgb" --data "$WORK/folder" --epochs 1 --quiet 2> "$WORK/fold.err"
+st=$?
+check "[ $st -eq 1 ] && grep -q 'folder: 12 class folders (digit_0 to digit_9y), but the model has 10 classes' '$WORK/fold.err'" \
+    "more class folders than classes: $(cat "$WORK/fold.err")"
 
 # JPEG, written by PIL
 if "$PYTHON" -c 'import PIL' > /dev/null 2>&1; then
@@ -137,7 +189,8 @@ for i, src in enumerate(sys.argv[2:]):
     printf '0.jpg,0\n1.jpg,1\n' > "$WORK/jpeg.csv"
     "$WORK/rgb" --data "$WORK/jpeg.csv" --test-data "$WORK/jpeg.csv" --epochs 1 --quiet \
         --metrics "$WORK/jpeg.jsonl" 2> "$WORK/jpeg.err"
-    check "[ \$? -eq 0 ] && grep -q '\"test_samples\": 2' '$WORK/jpeg.jsonl'" \
+    st=$?
+    check "[ $st -eq 0 ] && grep -q '\"test_samples\": 2' '$WORK/jpeg.jsonl'" \
         "JPEG files: $(cat "$WORK/jpeg.err")"
 fi
 
@@ -204,7 +257,8 @@ check "[ $st -ne 0 ] && grep -qF -f '$WORK/nores.want' '$WORK/nores.err'" \
 bad "$WORK/nope.png,3" "$WORK/text.png,4" "$IMG/train/0003.png,0"
 "$WORK/rgb" --epochs 1 --data "$WORK/bad.csv" --skip-bad --metrics "$WORK/skip.jsonl" \
     > "$WORK/skip.out" 2> "$WORK/skip.err"
-check "[ \$? -eq 0 ]" "--skip-bad: the run failed: $(cat "$WORK/skip.err")"
+st=$?
+check "[ $st -eq 0 ]" "--skip-bad: the run failed: $(cat "$WORK/skip.err")"
 check "grep -q '^model rgb: .* 5 training samples' '$WORK/skip.out'" \
     "--skip-bad: 2 of 7 images bad, 5 should be left: $(head -n 1 "$WORK/skip.out")"
 check "grep -q 'warning: 2 images could not be read and were left out; the first: .*bad.csv:6: $WORK/nope.png: cannot open' '$WORK/skip.err'" \
@@ -220,7 +274,8 @@ expect "allbad.csv: none of its 1 images could be read" --data "$WORK/allbad.csv
 check "[ \"\$(field '$WORK/ev.jsonl' test_loss)\" = \"\$(field '$WORK/w1.jsonl' test_loss)\" ]" \
     "--eval of the saved weights: another test loss than the training run's"
 "$WORK/rgb" --load "$WORK/w1.safetensors" --predict "$IMG/desc_test.csv" -o "$WORK/pred.csv"
-check "[ \$? -eq 0 ] && [ \$(wc -l < '$WORK/pred.csv') -eq 201 ]" \
+st=$?
+check "[ $st -eq 0 ] && [ \$(wc -l < '$WORK/pred.csv') -eq 201 ]" \
     "--predict LIST: expected a header and 200 rows in $WORK/pred.csv"
 tail -n +2 "$WORK/pred.csv" | cut -d, -f1 > "$WORK/p.txt"
 tail -n +2 "$IMG/desc_test.csv" | cut -d, -f2 > "$WORK/l.txt"
@@ -228,7 +283,8 @@ right=$(paste -d' ' "$WORK/p.txt" "$WORK/l.txt" | awk '$1 == $2 { n++ } END { pr
 check "awk 'BEGIN { exit !($right / 200 == $acc) }'" \
     "--predict's classes: $right of 200 right, but the test accuracy is $acc"
 "$WORK/rgb" --load "$WORK/w1.safetensors" --predict "$IMG/test/0005.png" > "$WORK/one.csv"
-check "[ \$? -eq 0 ] && [ \$(wc -l < '$WORK/one.csv') -eq 2 ] &&
+st=$?
+check "[ $st -eq 0 ] && [ \$(wc -l < '$WORK/one.csv') -eq 2 ] &&
        [ \"\$(sed -n 2p '$WORK/one.csv')\" = \"\$(sed -n 7p '$WORK/pred.csv')\" ]" \
     "--predict IMAGE: not the row --predict LIST gives it: $(cat "$WORK/one.csv")"
 finish

@@ -43,7 +43,8 @@ NET
 model vt '    valid holdout(0.25)
     test  csv("'"$TES"'", scale=0.0625)'
 "$WORK/vt" --metrics "$WORK/vt.jsonl" > "$WORK/vt.out"
-check "[ \$? -eq 0 ]" "vt: the run failed: $(cat "$WORK/vt.out")"
+st=$?
+check "[ $st -eq 0 ]" "vt: the run failed: $(cat "$WORK/vt.out")"
 check "grep -q '2867 training samples, 956 validation, 1797 test' '$WORK/vt.out'" \
     "vt: 25 % of 3823 samples held out for validation: $(head -n 2 "$WORK/vt.out")"
 check "[ \$(grep -c '\"valid_loss\"' '$WORK/vt.jsonl') -eq 4 ]" "vt: a validation every epoch"
@@ -60,7 +61,8 @@ model splat '    valid holdout(0.2)
     schedule reduce_on_plateau(factor=0.5, patience=0, threshold=0.5)'
 for s in sstep scos splat; do
     "$WORK/$s" --epochs 6 --quiet --metrics "$WORK/$s.jsonl"
-    check "[ \$? -eq 0 ]" "$s: the run failed"
+    st=$?
+    check "[ $st -eq 0 ]" "$s: the run failed"
 done
 lrs() { sed -n 's/.*"lr": \([^,]*\),.*/\1/p' "$1" | tr '\n' ' '; }
 check "[ \"\$(lrs '$WORK/sstep.jsonl')\" = '0.05 0.05 0.025 0.025 0.0125 0.0125 ' ]" \
@@ -187,7 +189,8 @@ expect "a checkpoint of model 'ck', not 'vt'" "$WORK/vt" --resume "$WORK/ckd"
 expect "give one" "$WORK/ck" --resume "$WORK/ckd" --load "$WORK/full.safetensors"
 # a checkpoint is a weights file too
 "$WORK/ck" --load "$WORK/ckd/checkpoint.safetensors" --max-steps 0 --save "$WORK/w.safetensors" --quiet
-check "[ \$? -eq 0 ] && cmp -s '$WORK/w.safetensors' '$WORK/full.safetensors'" \
+st=$?
+check "[ $st -eq 0 ] && cmp -s '$WORK/w.safetensors' '$WORK/full.safetensors'" \
     "--load of the final checkpoint: not the run's final weights"
 
 # ---------------------------------------------------------------- TensorBoard
@@ -229,12 +232,14 @@ fi
 # ------------------------------------------------------------ --eval, --predict
 "$WORK/vt" --epochs 2 --quiet --save "$WORK/vt.safetensors" --metrics "$WORK/vt3.jsonl"
 "$WORK/vt" --eval --load "$WORK/vt.safetensors" > "$WORK/eval.out"
-check "[ \$? -eq 0 ]" "--eval failed"
+st=$?
+check "[ $st -eq 0 ]" "--eval failed"
 loss=$(sed -n 's/^test_loss \([0-9.]*\) .*/\1/p' "$WORK/eval.out")
 check "[ \"$loss\" = \"\$(printf '%.6f' \$(field '$WORK/vt3.jsonl' test_loss))\" ]" \
     "--eval: test loss '$loss', the training run's $(field "$WORK/vt3.jsonl" test_loss)"
 "$WORK/vt" --predict "$TES" --load "$WORK/vt.safetensors" -o "$WORK/pred.csv" --quiet
-check "[ \$? -eq 0 ] && [ \$(wc -l < '$WORK/pred.csv') -eq 1798 ]" "--predict: not a header and 1797 rows"
+st=$?
+check "[ $st -eq 0 ] && [ \$(wc -l < '$WORK/pred.csv') -eq 1798 ]" "--predict: not a header and 1797 rows"
 check "head -n 1 '$WORK/pred.csv' | grep -q '^class,p0,p1,.*,p9\$'" "--predict: header $(head -n 1 "$WORK/pred.csv")"
 acc=$(tail -n +2 "$WORK/pred.csv" | cut -d, -f1 | paste -d, - "$TES" | awk -F, '$1 == $66 { c++ } END { printf "%.9g", c / NR }')
 check "[ \"$acc\" = \"\$(printf '%.9g' \$(field '$WORK/vt3.jsonl' test_accuracy))\" ]" \
