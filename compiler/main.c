@@ -512,7 +512,7 @@ int main(int argc, char **argv)
     EmitOptions eo = {.source = source_name(model_path), .lines = lines, .cuda = cuda};
     const char *targets[3] = {out};
     int ntargets = 1;
-    const char *prereqs[8] = {model_path};
+    const char *prereqs[10] = {model_path};
     int nprereqs = 1;
     if (kind == EMIT_LIB) {
         if (!out)
@@ -546,6 +546,7 @@ int main(int argc, char **argv)
             cudainc = bo.incdir;
         prereqs[nprereqs++] = arena_printf(arena, "%s/netrt_cuda.h", cudainc);
         prereqs[nprereqs++] = arena_printf(arena, "%s/netrt_kernels.cuh", cudainc);
+        prereqs[nprereqs++] = arena_printf(arena, "%s/netrt_blocks.h", cudainc);
         prereqs[nprereqs++] = arena_printf(arena, "%s/libnetrt_cuda.a", bo.libdir);
     }
     /* ahead of time: nvcc compiles the kernel source, the C file embeds it */

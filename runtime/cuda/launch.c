@@ -9,14 +9,14 @@
  * records them like any other launch.
  */
 #include "netrt_cuda.h"
+#include "netrt_blocks.h"
 
 #include <limits.h>
 #include <string.h>
 
 /* Grid-stride kernels need no more blocks than a few waves of the largest
  * GPU; beyond that, more blocks only cost scheduling. */
-enum { EACH_THREADS = 256, MAX_GRID = 8192, MAX_ARGS = 16, LOSS_THREADS = 1024,
-       COLSUM_COLS = 32, COLSUM_LANES = 32, ROWSUM_THREADS = 1024 };
+enum { EACH_THREADS = 256, MAX_GRID = 8192, MAX_ARGS = 16 };
 
 static int cdiv(long long a, long long b) { return (int)((a + b - 1) / b); }
 
@@ -177,8 +177,8 @@ int nrt_cu_col_sums(nrt_cuda_net *net, const float *a, int rows, int cols, float
     if (rows < 0)
         rows = 0;
     void *args[] = {&a, &rows, &cols, &out};
-    return nrt_cu_launch(net, NRT_K_COL_SUMS, (unsigned)cdiv(cols, COLSUM_COLS), 1, 1,
-                         COLSUM_COLS * COLSUM_LANES, args, 4, err);
+    return nrt_cu_launch(net, NRT_K_COL_SUMS, (unsigned)cdiv(cols, NRT_COLSUM_COLS), 1, 1,
+                         NRT_COLSUM_COLS * NRT_COLSUM_LANES, args, 4, err);
 }
 
 int nrt_cu_row_sums(nrt_cuda_net *net, const float *a, int rows, size_t cols, float *out,
@@ -188,7 +188,7 @@ int nrt_cu_row_sums(nrt_cuda_net *net, const float *a, int rows, size_t cols, fl
         return 0;
     int vec = cols % 4 == 0 && ((uintptr_t)a & 15) == 0;
     void *args[] = {&a, &cols, &vec, &out};
-    return nrt_cu_launch(net, NRT_K_ROW_SUMS, (unsigned)rows, 1, 1, ROWSUM_THREADS, args, 4,
+    return nrt_cu_launch(net, NRT_K_ROW_SUMS, (unsigned)rows, 1, 1, NRT_ROWSUM_THREADS, args, 4,
                          err);
 }
 
@@ -215,7 +215,7 @@ int nrt_cu_xent(nrt_cuda_net *net, int k, const float *logits, const int32_t *la
     if (n < 0)
         return nrt_errorf(err, "%s: negative batch size", nrt_cuda_kernel_name(net, k));
     void *args[] = {&logits, &label, &n, &d, &loss};
-    return nrt_cu_launch(net, k, 1, 1, 1, LOSS_THREADS, args, 5, err);
+    return nrt_cu_launch(net, k, 1, 1, 1, NRT_LOSS_THREADS, args, 5, err);
 }
 
 int nrt_cu_mse(nrt_cuda_net *net, const float *y, const float *t, int n, int dim, float *d,
@@ -223,5 +223,5 @@ int nrt_cu_mse(nrt_cuda_net *net, const float *y, const float *t, int n, int dim
 {
     size_t nd = (size_t)(n > 0 ? n : 0) * (size_t)(dim > 0 ? dim : 0);
     void *args[] = {&y, &t, &nd, &d, &loss};
-    return nrt_cu_launch(net, NRT_K_MSE, 1, 1, 1, LOSS_THREADS, args, 5, err);
+    return nrt_cu_launch(net, NRT_K_MSE, 1, 1, 1, NRT_LOSS_THREADS, args, 5, err);
 }

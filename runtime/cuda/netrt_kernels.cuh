@@ -61,6 +61,7 @@ typedef uintptr_t nrt_uptr;
 #define NRT_NAN __longlong_as_double(0x7ff8000000000000LL)
 
 #include "philox.h"
+#include "netrt_blocks.h"
 
 /* for (size_t i ...) over [0, count) as a grid-stride loop: the body of
  * every elementwise kernel. */
@@ -782,7 +783,7 @@ __device__ __forceinline__ void batchnorm_bwd(int n, const float *__restrict__ x
 
 /* ============================================================== losses */
 
-constexpr int LOSS_THREADS = 1024;
+constexpr int LOSS_THREADS = NRT_LOSS_THREADS;
 
 /* One block: groups of G lanes (G = K rounded up to a power of two, at
  * most a warp) take a row each, rows grp, grp + GROUPS, ...; a row's max
@@ -946,8 +947,8 @@ extern "C" __global__ void __launch_bounds__(nrt_k::LOSS_THREADS)
 /* ================================================================ sums */
 
 namespace nrt_k {
-constexpr int COLSUM_COLS = 32, COLSUM_LANES = 32;
-constexpr int ROWSUM_THREADS = 1024;
+constexpr int COLSUM_COLS = NRT_COLSUM_COLS, COLSUM_LANES = NRT_COLSUM_LANES;
+constexpr int ROWSUM_THREADS = NRT_ROWSUM_THREADS;
 } /* namespace nrt_k */
 
 /* A block of 32 columns; lane ty of a column sums rows ty, ty + 32, ...
