@@ -837,9 +837,11 @@ int nrt_images_wait(nrt_images *j, size_t i, nrt_error *err)
 
 int nrt_images_load(const nrt_source *src, const nrt_images_opts *o, int target_kind,
                     int ncls, nrt_dataset *out, size_t *skipped, nrt_error *first_skipped,
-                    nrt_error *err)
+                    char ***paths, nrt_error *err)
 {
     *skipped = 0;
+    if (paths)
+        *paths = NULL;
     nrt_images *j;
     if (nrt_images_open(src, o, target_kind, ncls, out, &j, err))
         return -1;
@@ -875,6 +877,15 @@ int nrt_images_load(const nrt_source *src, const nrt_images_opts *o, int target_
         if (kept == 0)
             rc = nrt_errorf(err, "%s: none of its %zu images could be read; the first: %s",
                             src->path, n, j->first.msg);
+    }
+    if (rc == 0 && paths) { /* the kept rows' paths, taken from the list */
+        if (!(*paths = malloc(sizeof **paths * kept)))
+            rc = nrt_errorf(err, "out of memory");
+        for (size_t i = 0, k = 0; rc == 0 && i < n; i++)
+            if (j->state[i] == DONE) {
+                (*paths)[k++] = j->list.row[i].path;
+                j->list.row[i].path = NULL;
+            }
     }
     nrt_images_close(j);
     out->n = kept;

@@ -309,10 +309,14 @@ static int is_images(const nrt_source *s)
 /* One dataset from s: images through images.c (the model's transforms but
  * the flips, counting what --skip-bad leaves out), the rest through
  * data.c.  test: a cifar10 or mnist directory's test files.  stream: the
- * images are decoded as they are trained on (d->decoding). */
+ * images are decoded as they are trained on (d->decoding).  paths (NULL:
+ * not wanted): the image files read, or NULL for other data. */
 static int read_set(const nrt_model *m, const Options *o, const nrt_source *s, int target_kind,
-                    int test, int stream, Data *d, nrt_dataset *out, nrt_error *err)
+                    int test, int stream, Data *d, nrt_dataset *out, char ***paths,
+                    nrt_error *err)
 {
+    if (paths)
+        *paths = NULL;
     if (!is_images(s))
         return nrt_dataset_load(s, target_kind, m->in_size, m->n_out, test, out, err);
     nrt_images_opts io = {m->in_dim[0], m->in_dim[1], m->in_dim[2], &m->transforms,
@@ -321,7 +325,7 @@ static int read_set(const nrt_model *m, const Options *o, const nrt_source *s, i
         return nrt_images_open(s, &io, target_kind, m->n_out, out, &d->decoding, err);
     size_t skipped;
     nrt_error first;
-    if (nrt_images_load(s, &io, target_kind, m->n_out, out, &skipped, &first, err))
+    if (nrt_images_load(s, &io, target_kind, m->n_out, out, &skipped, &first, paths, err))
         return -1;
     if (skipped && !d->skipped)
         d->first_skipped = first;
@@ -357,7 +361,7 @@ static int load_eval_set(const nrt_model *m, const Options *o, const nrt_source 
     nrt_source s = model_src->kind && !is_holdout(model_src) ? *model_src : *train_src;
     if (flag_path)
         s.path = flag_path;
-    if (read_set(m, o, &s, m->target_kind, 1, 0, d, out, err))
+    if (read_set(m, o, &s, m->target_kind, 1, 0, d, out, NULL, err))
         return -1;
     *has = 1;
     return 0;
@@ -385,7 +389,7 @@ static int load_data(const nrt_model *m, const Options *o, Data *d, nrt_error *e
          * unless it must be whole first: --skip-bad's count, a part held
          * out, or no training. */
         const int stream = train && !o->gradcheck && !o->skip_bad && !holdout;
-        if (read_set(m, o, &src, m->target_kind, 0, stream, d, &d->train, err))
+        if (read_set(m, o, &src, m->target_kind, 0, stream, d, &d->train, NULL, err))
             return -1;
         d->has_train = 1;
     }
@@ -756,14 +760,15 @@ static int read_checkpoint(Run *r, Options *o)
  * its targets if its rows have them (which are then ignored), else
  * features alone. */
 static int load_input(const nrt_model *m, const Options *o, Data *data, nrt_dataset *d,
-                      nrt_error *err)
+                      char ***paths, nrt_error *err)
 {
     nrt_source s = m->train;
     s.path = o->predict;
+    *paths = NULL;
     if (!s.kind)
         s.kind = "csv";
     if (is_images(&s))
-        return read_set(m, o, &s, NRT_TARGET_NONE, 1, 0, data, d, err);
+        return read_set(m, o, &s, NRT_TARGET_NONE, 1, 0, data, d, paths, err);
     nrt_error first;
     if (nrt_dataset_load(&s, m->target_kind, m->in_size, m->n_out, 1, d, &first) == 0)
         return 0;
@@ -773,17 +778,41 @@ static int load_input(const nrt_model *m, const Options *o, Data *data, nrt_data
     return -1;
 }
 
-/* One CSV line a sample: the class and each class's probability (the
- * softmax of the logits), or the predicted values. */
-static void write_predictions(FILE *f, const nrt_model *m, const float *out, size_t n)
+/* s as a CSV field: double-quoted when it holds a comma, a quote or a line
+ * break, its quotes doubled. */
+static void put_csv_field(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+/* One CSV line a sample: for images the file first, then the class and
+ * each class's probability (the softmax of the logits), or the predicted
+ * values. */
+static void write_predictions(FILE *f, const nrt_model *m, const float *out, size_t n,
+                              char *const *paths)
 {
     const int k = m->n_out, cls = m->target_kind == NRT_TARGET_CLASS;
+    fputs(paths ? "path," : "", f);
     fputs(cls ? "class" : "value_0", f);
     for (int j = cls ? 0 : 1; j < k; j++)
         fprintf(f, cls ? ",p%d" : ",value_%d", j);
     fputc('\n', f);
     for (size_t i = 0; i < n; i++) {
         const float *y = out + i * (size_t)k;
+        if (paths) {
+            put_csv_field(f, paths[i]);
+            fputc(',', f);
+        }
         if (!cls) {
             for (int j = 0; j < k; j++)
                 fprintf(f, "%s%.9g", j ? "," : "", (double)y[j]);
@@ -810,7 +839,8 @@ static int predict(Run *r)
     const nrt_model *m = r->m;
     const char *path = r->o->output;
     nrt_dataset d;
-    if (load_input(m, r->o, &r->data, &d, &r->err))
+    char **paths;
+    if (load_input(m, r->o, &r->data, &d, &paths, &r->err))
         return -1;
     float *out = malloc(sizeof(float) * (d.n ? d.n : 1) * (size_t)m->n_out);
     char *tmp = path ? malloc(strlen(path) + 32) : NULL;
@@ -829,7 +859,7 @@ static int predict(Run *r)
             goto out;
         }
     }
-    write_predictions(f, m, out, d.n);
+    write_predictions(f, m, out, d.n, paths);
     if (path) {
         int bad = ferror(f);
         if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
@@ -847,6 +877,9 @@ static int predict(Run *r)
 out:
     free(tmp);
     free(out);
+    for (size_t i = 0; paths && i < d.n; i++)
+        free(paths[i]);
+    free(paths);
     nrt_dataset_free(&d);
     return rc;
 }

@@ -186,11 +186,13 @@ typedef struct nrt_images_opts {
  * into out->x [n, C, H, W]; flips are the loader's.  A file that cannot be
  * read is an error "LIST:LINE: PATH: why", or with opts->skip_bad is left
  * out: *skipped counts those and *first_skipped holds the first one's
- * message.  Fails with a message saying so in a runtime built without
+ * message.  paths (NULL: not wanted) gets the files of the samples read,
+ * out->n of them, as joined with the root: the caller frees each and the
+ * array.  Fails with a message saying so in a runtime built without
  * stb_image. */
 int nrt_images_load(const nrt_source *src, const nrt_images_opts *opts, int target_kind,
                     int ncls, nrt_dataset *out, size_t *skipped, nrt_error *first_skipped,
-                    nrt_error *err);
+                    char ***paths, nrt_error *err);
 /* Whether the runtime was built with stb_image. */
 int nrt_images_available(void);
 

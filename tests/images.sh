@@ -277,7 +277,9 @@ check "[ \"\$(field '$WORK/ev.jsonl' test_loss)\" = \"\$(field '$WORK/w1.jsonl' 
 st=$?
 check "[ $st -eq 0 ] && [ \$(wc -l < '$WORK/pred.csv') -eq 201 ]" \
     "--predict LIST: expected a header and 200 rows in $WORK/pred.csv"
-tail -n +2 "$WORK/pred.csv" | cut -d, -f1 > "$WORK/p.txt"
+check "[ \"\$(sed -n 7p '$WORK/pred.csv' | cut -d, -f1)\" = '$IMG/test/0005.png' ]" \
+    "--predict LIST: a row does not begin with its image: $(sed -n 7p "$WORK/pred.csv" | cut -c1-80)"
+tail -n +2 "$WORK/pred.csv" | cut -d, -f2 > "$WORK/p.txt"
 tail -n +2 "$IMG/desc_test.csv" | cut -d, -f2 > "$WORK/l.txt"
 right=$(paste -d' ' "$WORK/p.txt" "$WORK/l.txt" | awk '$1 == $2 { n++ } END { print n + 0 }')
 check "awk 'BEGIN { exit !($right / 200 == $acc) }'" \
@@ -287,4 +289,8 @@ st=$?
 check "[ $st -eq 0 ] && [ \$(wc -l < '$WORK/one.csv') -eq 2 ] &&
        [ \"\$(sed -n 2p '$WORK/one.csv')\" = \"\$(sed -n 7p '$WORK/pred.csv')\" ]" \
     "--predict IMAGE: not the row --predict LIST gives it: $(cat "$WORK/one.csv")"
+# a path with a comma, quoted as CSV wants
+"$WORK/rgb" --load "$WORK/w1.safetensors" --predict "$WORK/odd.csv" > "$WORK/oddp.csv"
+check "sed -n 2p '$WORK/oddp.csv' | grep -q '^\"$WORK/dir, with comma/a.png\",[0-9]'" \
+    "--predict: a path holding a comma is not quoted: $(sed -n 2p "$WORK/oddp.csv" | cut -c1-80)"
 finish

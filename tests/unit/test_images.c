@@ -44,7 +44,7 @@ static int dump(char **argv)
     nrt_dataset d;
     size_t skipped;
     nrt_error first, err;
-    if (nrt_images_load(&src, &o, NRT_TARGET_CLASS, 1000, &d, &skipped, &first, &err)) {
+    if (nrt_images_load(&src, &o, NRT_TARGET_CLASS, 1000, &d, &skipped, &first, NULL, &err)) {
         fprintf(stderr, "test_images: %s\n", err.msg);
         return 1;
     }
@@ -90,7 +90,7 @@ static int load(const char *list, int c, const nrt_transforms *tf, int skip, nrt
 {
     nrt_images_opts o = {c, 2, 3, tf, 3, skip};
     nrt_source src = {.kind = "images", .path = path(list)};
-    return nrt_images_load(&src, &o, NRT_TARGET_CLASS, 10, d, skipped, first, err);
+    return nrt_images_load(&src, &o, NRT_TARGET_CLASS, 10, d, skipped, first, NULL, err);
 }
 
 static void conversions(void)
@@ -177,7 +177,7 @@ static void streaming(void)
     nrt_dataset want, d;
     size_t skipped;
     nrt_error first, err;
-    if (nrt_images_load(&src, &o, NRT_TARGET_CLASS, 10, &want, &skipped, &first, &err)) {
+    if (nrt_images_load(&src, &o, NRT_TARGET_CLASS, 10, &want, &skipped, &first, NULL, &err)) {
         CHECK(0, "eager load: %s", err.msg);
         return;
     }
