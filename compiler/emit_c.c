@@ -241,7 +241,7 @@ static void emit_node(Emit *e, const Node *n)
     e->indent++;
     if (!uses_net)
         emitf(e, "(void)net;");
-    if (!n->op->takes_epilogue)
+    if (!n->op->takes_epilogue && !n->nparams && !n->nbufs) /* a layer with weights reads x */
         emitf(e, "(void)x;");
     if (!n->op->act_fwd && !n->fused)
         emitf(e, "(void)y;");
