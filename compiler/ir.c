@@ -45,25 +45,39 @@ bool ir_emits_passes(const Program *p, const Node *n)
     return !n->absorbed && !ir_is_view(p, n);
 }
 
+/* v with room for one more of its n elements of elem bytes: itself, or a
+ * copy twice as large (*cap grows) in the arena. */
+static void *room_for_one(Arena *a, void *v, int n, int *cap, size_t elem)
+{
+    if (n < *cap)
+        return v;
+    *cap = *cap ? 2 * *cap : 16;
+    void *grown = arena_alloc(a, elem * (size_t)*cap);
+    if (n)
+        memcpy(grown, v, elem * (size_t)n);
+    return grown;
+}
+
+/* dim[0..rank) into to; returns the number of elements. */
+static size_t copy_dims(int64_t *to, const int64_t *dim, int rank)
+{
+    size_t size = 1;
+    for (int i = 0; i < rank; i++) {
+        to[i] = dim[i];
+        size *= (size_t)dim[i];
+    }
+    return size;
+}
+
 int ir_add_param(Program *p, Node *n, const char *suffix, int rank,
                  const int64_t *dim, int fan_in, int fan_out, bool is_bias)
 {
-    if (p->nparams == p->params_cap) { /* an rnn declares 4 a layer */
-        int cap = p->params_cap ? 2 * p->params_cap : 16;
-        Param *grown = arena_alloc(p->arena, sizeof *grown * (size_t)cap);
-        if (p->nparams)
-            memcpy(grown, p->params, sizeof *grown * (size_t)p->nparams);
-        p->params = grown;
-        p->params_cap = cap;
-    }
+    /* as many as the layers declare: an rnn 4 a layer */
+    p->params = room_for_one(p->arena, p->params, p->nparams, &p->params_cap, sizeof *p->params);
     Param *prm = &p->params[p->nparams];
     prm->name = arena_printf(p->arena, "%s.%s", n->name, suffix);
     prm->rank = rank;
-    prm->size = 1;
-    for (int i = 0; i < rank; i++) {
-        prm->dim[i] = dim[i];
-        prm->size *= (size_t)dim[i];
-    }
+    prm->size = copy_dims(prm->dim, dim, rank);
     prm->offset = p->param_count;
     prm->fan_in = fan_in;
     prm->fan_out = fan_out;
@@ -78,16 +92,14 @@ int ir_add_param(Program *p, Node *n, const char *suffix, int rank,
 int ir_add_buffer(Program *p, Node *n, const char *suffix, int dtype, int rank,
                   const int64_t *dim, float init)
 {
+    p->buffers =
+        room_for_one(p->arena, p->buffers, p->nbuffers, &p->buffers_cap, sizeof *p->buffers);
     Buffer *b = &p->buffers[p->nbuffers];
     b->name = arena_printf(p->arena, "%s.%s", n->name, suffix);
     b->local = suffix;
     b->dtype = dtype;
     b->rank = rank;
-    b->size = 1;
-    for (int i = 0; i < rank; i++) {
-        b->dim[i] = dim[i];
-        b->size *= (size_t)dim[i];
-    }
+    b->size = copy_dims(b->dim, dim, rank);
     b->offset = p->buffer_bytes;
     b->init = init;
     b->after = p->nparams;

@@ -321,7 +321,7 @@ struct Program {
     int nparams, params_cap;
     size_t param_count;
     Buffer *buffers;
-    int nbuffers;
+    int nbuffers, buffers_cap;
     size_t buffer_bytes;
     const Sig *loss;
     const Stmt *loss_stmt;
