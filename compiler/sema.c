@@ -182,7 +182,6 @@ static void build_layers(Program *p, const Stmt *first, int nlayers,
 {
     p->nodes = arena_alloc(p->arena, sizeof *p->nodes * (size_t)(nlayers + 1));
     p->values = arena_alloc(p->arena, sizeof *p->values * (size_t)(nlayers + 2));
-    p->buffers = arena_alloc(p->arena, sizeof *p->buffers * (size_t)(3 * nlayers + 1));
     p->values[0].shape = p->input;
     p->nvalues = 1;
     int nops;
@@ -463,14 +462,19 @@ static bool check_init(Program *p, const Stmt *s, Inits *out)
 
 /* ------------------------------------------------------------ transforms */
 
+static bool is_source(const nrt_source *s, const char *kind)
+{
+    return s->kind && !strcmp(s->kind, kind);
+}
+
 static bool reads_images(const Program *p)
 {
-    const nrt_source *srcs[3] = {&p->train, &p->valid, &p->test};
-    for (int i = 0; i < 3; i++)
-        if (srcs[i]->kind && !strcmp(srcs[i]->kind, "images"))
-            return true;
-    return false;
+    return is_source(&p->train, "images") || is_source(&p->valid, "images") ||
+           is_source(&p->test, "images");
 }
+
+/* transform_sigs' entries, in its order */
+enum { TF_RESIZE, TF_FLIP, TF_TO_TENSOR, TF_NORMALIZE, TF_KINDS };
 
 /* The transform statements, in the order written: each at most once,
  * resize before to_tensor (torchvision resizes a tensor with another
@@ -479,7 +483,7 @@ static bool reads_images(const Program *p)
 static void check_transforms(Program *p, const Model *m)
 {
     nrt_transforms *t = &p->transforms;
-    const Stmt *first[4] = {0};
+    const Stmt *first[TF_KINDS] = {0};
     for (const Stmt *s = m->stmts; s; s = s->next) {
         if (s->kind != S_TRANSFORM)
             continue;
@@ -502,8 +506,8 @@ static void check_transforms(Program *p, const Model *m)
         }
         const int c = p->input.rank == 3 ? (int)p->input.d[0] : 0;
         switch (k) {
-        case 0: /* resize */
-            if (first[2]) {
+        case TF_RESIZE:
+            if (first[TF_TO_TENSOR]) {
                 diag_error(p->diag, s->call->loc, "resize works on the decoded pixels: put it "
                            "before to_tensor");
                 continue;
@@ -520,13 +524,13 @@ static void check_transforms(Program *p, const Model *m)
             t->resize_h = (int)a[0].v[0];
             t->resize_w = (int)a[1].v[0];
             break;
-        case 1:
+        case TF_FLIP:
             t->flip_p = a[0].v[0];
             break;
-        case 2:
+        case TF_TO_TENSOR:
             t->to_tensor = 1;
             break;
-        case 3:
+        case TF_NORMALIZE:
             for (int i = 0; i < 2; i++) {
                 if (c && a[i].nv != 1 && a[i].nv != c) {
                     diag_error(p->diag, a[i].loc, "normalize's %s has %d values, but the "
@@ -547,8 +551,8 @@ static void check_transforms(Program *p, const Model *m)
             t->normalize = 1;
             break;
         }
-        if (k == 2 && first[3])
-            diag_error(p->diag, first[3]->call->loc, "normalize works on to_tensor's floats: "
+        if (k == TF_TO_TENSOR && first[TF_NORMALIZE])
+            diag_error(p->diag, first[TF_NORMALIZE]->call->loc, "normalize works on to_tensor's floats: "
                        "put it after to_tensor");
     next:;
     }
@@ -562,7 +566,7 @@ static void check_data_shapes(Program *p, const Seen *seen)
     const Stmt *stmts[3] = {seen->train, seen->valid, seen->test};
     const nrt_source *srcs[3] = {&p->train, &p->valid, &p->test};
     for (int i = 0; i < 3; i++) {
-        if (stmts[i] && srcs[i]->kind && !strcmp(srcs[i]->kind, "images")) {
+        if (stmts[i] && is_source(srcs[i], "images")) {
             if (p->input.rank != 3 || (p->input.d[0] != 1 && p->input.d[0] != 3))
                 diag_error(p->diag, stmts[i]->call->loc,
                            "images(...) data needs an input [1 or 3, height, width] (grey or "
@@ -573,7 +577,7 @@ static void check_data_shapes(Program *p, const Seen *seen)
                            p->n_out);
             continue;
         }
-        if (!stmts[i] || !srcs[i]->kind || strcmp(srcs[i]->kind, "cifar10"))
+        if (!stmts[i] || !is_source(srcs[i], "cifar10"))
             continue;
         if (shape_size(&p->input) != 3 * 32 * 32)
             diag_error(p->diag, stmts[i]->call->loc,
