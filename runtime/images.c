@@ -259,10 +259,10 @@ static int has_image_ext(const char *name)
     return 0;
 }
 
-/* A folder's entries, sorted by name (strcmp: Python's order for UTF-8). */
+/* Strings: a folder's entries, or the image files found below one. */
 typedef struct Names {
     char **v;
-    size_t n;
+    size_t n, cap;
 } Names;
 
 static void names_free(Names *d)
@@ -272,58 +272,65 @@ static void names_free(Names *d)
     free(d->v);
 }
 
+/* Appends s (taken over; NULL: out of memory) to d. */
+static int names_add(Names *d, char *s, nrt_error *err)
+{
+    if (s && d->n == d->cap) {
+        size_t cap = d->cap ? 2 * d->cap : 64;
+        char **v = realloc(d->v, cap * sizeof *v);
+        if (!v) {
+            free(s);
+            s = NULL;
+        } else {
+            d->v = v;
+            d->cap = cap;
+        }
+    }
+    if (!s)
+        return nrt_errorf(err, "out of memory");
+    d->v[d->n++] = s;
+    return 0;
+}
+
 static int by_name(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* A folder's entries, sorted by name (strcmp: Python's order for UTF-8). */
 static int read_names(const char *dir, Names *out, nrt_error *err)
 {
     *out = (Names){0};
     DIR *d = opendir(dir);
     if (!d)
         return nrt_errorf(err, "%s: cannot open the folder: %s", dir, strerror(errno));
-    size_t cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        if (out->n == cap) {
-            cap = cap ? 2 * cap : 64;
-            char **v = realloc(out->v, cap * sizeof *v);
-            if (!v)
-                break;
-            out->v = v;
-        }
-        if (!(out->v[out->n] = strdup(e->d_name)))
-            break;
-        out->n++;
-    }
-    int failed = e != NULL;
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            rc = names_add(out, strdup(e->d_name), err);
     closedir(d);
-    if (failed) {
+    if (rc) {
         names_free(out);
-        return nrt_errorf(err, "out of memory");
+        return -1;
     }
     qsort(out->v, out->n, sizeof *out->v, by_name);
     return 0;
 }
 
-/* An image file found below a class folder: the folder it lies in and its
- * name, the two keys of sorted(os.walk(...)) and sorted(names). */
-typedef struct Found {
-    char *dir, *name;
-} Found;
-
+/* Image files as sorted(os.walk(...)) then sorted(names) order them: by
+ * the folder they lie in, then by name. */
 static int by_place(const void *a, const void *b)
 {
-    const Found *x = a, *y = b;
-    int c = strcmp(x->dir, y->dir);
-    return c ? c : strcmp(x->name, y->name);
+    const char *x = *(char *const *)a, *y = *(char *const *)b;
+    const size_t dx = (size_t)(strrchr(x, '/') - x), dy = (size_t)(strrchr(y, '/') - y);
+    const int c = memcmp(x, y, dx < dy ? dx : dy);
+    if (c || dx != dy)
+        return c ? c : dx < dy ? -1 : 1;
+    return strcmp(x + dx + 1, y + dy + 1);
 }
 
-/* The image files below dir, at any depth, appended to f[0..n) (unsorted). */
-static int walk(const char *dir, int depth, Found **f, size_t *n, size_t *cap, nrt_error *err)
+/* The image files below dir, at any depth, appended to found (unsorted). */
+static int walk(const char *dir, int depth, Names *found, nrt_error *err)
 {
     if (depth > 64)
         return nrt_errorf(err, "%s: folders nested more than 64 deep (a link to a folder "
@@ -334,35 +341,15 @@ static int walk(const char *dir, int depth, Found **f, size_t *n, size_t *cap, n
     int rc = 0;
     for (size_t i = 0; i < d.n && rc == 0; i++) {
         char *path = nrt_path_join(dir, d.v[i]);
-        if (!path) {
+        if (!path)
             rc = nrt_errorf(err, "out of memory");
-            break;
-        }
-        if (is_dir(path)) {
-            rc = walk(path, depth + 1, f, n, cap, err);
+        else if (is_dir(path)) {
+            rc = walk(path, depth + 1, found, err);
             free(path);
-            continue;
-        }
-        free(path);
-        if (!has_image_ext(d.v[i]))
-            continue;
-        if (*n == *cap) {
-            *cap = *cap ? 2 * *cap : 256;
-            Found *g = realloc(*f, *cap * sizeof *g);
-            if (!g) {
-                rc = nrt_errorf(err, "out of memory");
-                break;
-            }
-            *f = g;
-        }
-        (*f)[*n] = (Found){strdup(dir), strdup(d.v[i])};
-        if (!(*f)[*n].dir || !(*f)[*n].name) {
-            free((*f)[*n].dir);
-            free((*f)[*n].name);
-            rc = nrt_errorf(err, "out of memory");
-            break;
-        }
-        ++*n;
+        } else if (has_image_ext(d.v[i]))
+            rc = names_add(found, path, err);
+        else
+            free(path);
     }
     names_free(&d);
     return rc;
@@ -395,22 +382,19 @@ static int list_folder(const char *root, int target_kind, int ncls, List *l, nrt
                         root, classes.n, classes.v[0], classes.v[classes.n - 1], ncls);
     for (size_t c = 0; c < classes.n && rc == 0; c++) {
         char *dir = nrt_path_join(root, classes.v[c]);
-        Found *f = NULL;
-        size_t n = 0, cap = 0;
-        rc = dir ? walk(dir, 0, &f, &n, &cap, err) : nrt_errorf(err, "out of memory");
-        if (rc == 0 && n == 0)
+        Names found = {0};
+        rc = dir ? walk(dir, 0, &found, err) : nrt_errorf(err, "out of memory");
+        if (rc == 0 && found.n == 0)
             rc = nrt_errorf(err, "%s: no image files in the class folder (.png, .jpg, ...)",
                             dir);
-        qsort(f, n, sizeof *f, by_place);
-        for (size_t i = 0; i < n; i++) {
-            char *path = rc ? NULL : nrt_path_join(f[i].dir, f[i].name);
+        qsort(found.v, found.n, sizeof *found.v, by_place);
+        for (size_t i = 0; i < found.n; i++) { /* the paths go to the list */
             if (rc == 0)
-                rc = path ? add_row(l, path, 0, (int32_t)c, err)
-                          : nrt_errorf(err, "out of memory");
-            free(f[i].dir);
-            free(f[i].name);
+                rc = add_row(l, found.v[i], 0, (int32_t)c, err);
+            else
+                free(found.v[i]);
         }
-        free(f);
+        free(found.v);
         free(dir);
     }
     names_free(&classes);
