@@ -213,7 +213,6 @@ static const char *first_duplicate(const char *const *names, size_t n,
 
 /* ------------------------------------------------------------- writing */
 
-/* Writes count floats little-endian. */
 /* The element size of a dtype netc writes, and its name. */
 static size_t dtype_size(int dtype)
 {
