@@ -121,11 +121,14 @@ mkdir -p "$WORK/dir, with comma"
 cp "$IMG/train/0000.png" "$WORK/dir, with comma/a.png"
 cp "$IMG/train/0060.png" "$WORK/dir, with comma/b.png"
 printf '"dir, with comma/a.png",0\r\n\r\n  "dir, with comma/b.png" , 1\r\n' > "$WORK/odd.csv"
-"$WORK/rgb" --data "$WORK/odd.csv" --test-data "$WORK/odd.csv" --epochs 1 --quiet \
-    --metrics "$WORK/odd.jsonl" 2> "$WORK/odd.err"
-st=$?
-check "[ $st -eq 0 ] && grep -q '\"test_samples\": 2' '$WORK/odd.jsonl'" \
-    "a list without a header, with CRLF, a blank line and quoted paths: $(cat "$WORK/odd.err")"
+reads_two() { # NAME WHAT: $WORK/NAME.csv, of two images, trains and tests
+    "$WORK/rgb" --data "$WORK/$1.csv" --test-data "$WORK/$1.csv" --epochs 1 --quiet \
+        --metrics "$WORK/$1.jsonl" 2> "$WORK/$1.err"
+    st=$?
+    check "[ $st -eq 0 ] && grep -q '\"test_samples\": 2' '$WORK/$1.jsonl'" \
+        "$2: $(cat "$WORK/$1.err")"
+}
+reads_two odd "a list without a header, with CRLF, a blank line and quoted paths"
 { echo file,class; tail -n +2 "$IMG/desc_train.csv" | head -n 40; } > "$WORK/rel.csv"
 sed 's|images("[^"]*/train.csv")|images("'"$WORK"'/rel.csv", root="'"$IMG"'")|' "$WORK/rgb.net" > "$WORK/root.net"
 compile "$WORK/root.net" "$WORK/root"
@@ -187,11 +190,7 @@ for i, src in enumerate(sys.argv[2:]):
     Image.open(src).convert("RGB").save("%s/%d.jpg" % (sys.argv[1], i), quality=90)' \
         "$WORK" "$IMG/train/0001.png" "$IMG/train/0070.png"
     printf '0.jpg,0\n1.jpg,1\n' > "$WORK/jpeg.csv"
-    "$WORK/rgb" --data "$WORK/jpeg.csv" --test-data "$WORK/jpeg.csv" --epochs 1 --quiet \
-        --metrics "$WORK/jpeg.jsonl" 2> "$WORK/jpeg.err"
-    st=$?
-    check "[ $st -eq 0 ] && grep -q '\"test_samples\": 2' '$WORK/jpeg.jsonl'" \
-        "JPEG files: $(cat "$WORK/jpeg.err")"
+    reads_two jpeg "JPEG files"
 fi
 
 # ---------------------------------------------------------- bad input
