@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1450,6 +1451,33 @@ static size_t elements(const nrt_tensor *t)
     return n;
 }
 
+int nrt_tensor_check_finite(const char *path, const nrt_tensor *t, nrt_error *err)
+{
+    if (t->dtype != NRT_F32)
+        return 0;
+    const size_t n = elements(t);
+    size_t nonfinite = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(t->data[i]) && nonfinite++ == 0)
+            first = i;
+    if (!nonfinite)
+        return 0;
+    /* the first bad value's index, [i, j, ...], from its flat position */
+    int64_t idx[4];
+    size_t rest = first;
+    for (int d = t->rank - 1; d >= 0; d--) {
+        idx[d] = (int64_t)(rest % (size_t)t->dim[d]);
+        rest /= (size_t)t->dim[d];
+    }
+    char at[96];
+    const float v = t->data[first];
+    return nrt_errorf(err, "%s: tensor '%s' holds %s at %s (%zu non-finite value%s of %zu); "
+                      "weights must be finite (were they saved by a run that diverged?)",
+                      path, t->name, isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf",
+                      dims_str(at, sizeof at, t->rank, idx), nonfinite,
+                      nonfinite == 1 ? "" : "s", n);
+}
+
 int nrt_weights_load(const nrt_model *m, float *param, void *buffers, const char *path,
                      nrt_error *err)
 {
@@ -1478,6 +1506,8 @@ int nrt_weights_load(const nrt_model *m, float *param, void *buffers, const char
         else if (t->rank != w->rank || memcmp(t->dim, w->dim, sizeof(int64_t) * (size_t)w->rank))
             rc = nrt_errorf(err, "%s: tensor '%s' has shape %s, the model expects %s", path,
                             w->name, dims_str(got, sizeof got, t->rank, t->dim), shape);
+        else if (nrt_tensor_check_finite(path, t, err))
+            rc = -1;
         else /* w's data points into param or buffers */
             memcpy((void *)w->data, t->data, elements(w) * dtype_size(w->dtype));
     }
