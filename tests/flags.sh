@@ -136,4 +136,20 @@ NET
     p=$WORK/p
 fi
 
+# a file that is not safetensors says what it is: torch.save's (with how to
+# save safetensors instead), or text
+if "$PYTHON" -c 'import torch' 2> /dev/null; then
+    "$PYTHON" -c 'import sys, torch
+torch.save({"fc.weight": torch.zeros(4, 3)}, sys.argv[1])
+torch.save({"fc.weight": torch.zeros(4, 3)}, sys.argv[2], _use_new_zipfile_serialization=False)' \
+        "$WORK/w.pt" "$WORK/old.pt"
+    hint='save_file(model.state_dict(), "model.safetensors")'
+    expect_error "w.pt: not a safetensors file (a zip archive, as torch.save writes); in PyTorch, save the weights with: from safetensors.torch import save_file; $hint" \
+        --load "$WORK/w.pt" --max-steps 0
+    expect_error "old.pt: not a safetensors file (a pickle, as torch.save wrote before PyTorch 1.6); in PyTorch, save the weights with: from safetensors.torch import save_file; $hint" \
+        --load "$WORK/old.pt" --max-steps 0
+fi
+expect_error "ok.csv: not a safetensors file (it begins with text, '0.1,0.2,', not a header length)" \
+    --load "$WORK/ok.csv" --max-steps 0
+
 finish

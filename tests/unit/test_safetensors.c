@@ -535,6 +535,55 @@ static void test_i64(void)
     CHECK(stat(q, &st) != 0);
 }
 
+/* Files of other formats given for weights: said what they are, and for
+ * torch.save's, how to save safetensors instead; only when their first
+ * bytes cannot be a header's length. */
+static void test_foreign(void)
+{
+    const char *p = at("w.pt");
+    static const char hint[] = "; in PyTorch, save the weights with: from safetensors.torch "
+                               "import save_file; save_file(model.state_dict(), "
+                               "\"model.safetensors\")";
+    /* torch.save's zip (a local file header: version, flags, method, time,
+     * CRC, sizes, name length, extra length, name); its older pickle (the
+     * protocol, then the magic number as a LONG1); a plain pickle */
+    static const unsigned char zip[46] = "PK\x03\x04\0\0\x08\x08\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0"
+                                         "\0\0\x10\0\x12\0archive/data.pkl";
+    static const unsigned char legacy[16] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
+                                             0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e, 0x80};
+    static const unsigned char pickle[14] = {0x80, 0x04, 0x95, 0x10, 0, 0, 0, 0,
+                                             0, 0, 0, 0x7d, 0x94, 0x2e};
+    const struct {
+        const unsigned char *b;
+        size_t n;
+        const char *what;
+    } torch[] = {
+        {zip, sizeof zip, "a zip archive, as torch.save writes"},
+        {legacy, sizeof legacy, "a pickle, as torch.save wrote before PyTorch 1.6"},
+        {pickle, sizeof pickle, "a Python pickle"},
+    };
+    for (size_t i = 0; i < sizeof torch / sizeof torch[0]; i++) {
+        nrt_st_file *f = NULL;
+        nrt_error err = {{0}};
+        char want[700];
+        snprintf(want, sizeof want, "%s: not a safetensors file (%s)%s", p, torch[i].what, hint);
+        CHECK(write_bytes(p, torch[i].b, torch[i].n) == 0);
+        if (!CHECK(nrt_safetensors_open(p, &f, &err) == -1 && !f && !strcmp(err.msg, want)))
+            fprintf(stderr, "  got:  %s\n  want: %s\n", err.msg, want);
+    }
+
+    /* text: a CSV file, or one with tabs and line ends (shown escaped) */
+    p = at("data.csv");
+    CHECK(write_bytes(p, "sepal_length,species\n5.1,0\n", 27) == 0);
+    EXPECT_BAD_EXACT(p, "it begins with text, 'sepal_le', not a header length");
+    CHECK(write_bytes(p, "1\t2\r\n3\t4\r\n", 10) == 0);
+    EXPECT_BAD_EXACT(p, "it begins with text, '1\\x092\\x0d\\x0a3\\x094', not a header length");
+
+    /* anything else as before: the length it would have */
+    CHECK(write_bytes(p, "\xff\xe7\x76\x48\x17\0\0\0PK\x03\x04", 12) == 0);
+    EXPECT_BAD_EXACT(p, "header length 99999999999 exceeds file size 12");
+}
+
 /* nrt_weights_load, for a model of fc.weight [2, 3], fc.bias [2] and a
  * batchnorm's buffers: a tensor of the right name but the wrong dtype or
  * shape, one holding NaN or an infinity, or a truncated file is refused,
@@ -942,6 +991,7 @@ int main(int argc, char **argv)
     test_hand_written();
     test_i64();
     test_corrupt();
+    test_foreign();
     test_weights();
     rmtree(dir);
     printf("test_safetensors: %d checks, %d failed\n", nchecks, nfailed);
