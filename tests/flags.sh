@@ -152,4 +152,8 @@ fi
 expect_error "ok.csv: not a safetensors file (it begins with text, '0.1,0.2,', not a header length)" \
     --load "$WORK/ok.csv" --max-steps 0
 
+# a CSV's header line not skipped: the message says how
+printf 'a,b,c,label\n0.1,0.2,0.3,1\n' > "$WORK/head.csv"
+expect_error "head.csv:1:1: not a number: 'a'; the line looks like a header: skip it with header=1 in the source, as csv(\"$WORK/head.csv\", header=1)" \
+    --data "$WORK/head.csv"
 finish
