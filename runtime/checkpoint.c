@@ -214,6 +214,8 @@ static int read_slots(Reader *r, const nrt_model *m, const nrt_optim *h, nrt_che
                 memcmp(t->dim, p->dim, sizeof(int64_t) * (size_t)p->rank))
                 return nrt_errorf(r->err, "%s: %s tensor '%s' (of %s's shape)", r->path,
                                   t ? "a misshapen" : "no", name, p->name);
+            if (nrt_tensor_check_finite(r->path, t, r->err))
+                return -1;
             memcpy(buf + p->offset, t->data, sizeof(float) * p->size);
         }
     }

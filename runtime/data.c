@@ -349,6 +349,36 @@ static int parse_row(const text_spec *sp, const field *f, size_t lineno,
     return 0;
 }
 
+/* Whether the n fields of a line that failed as the first sample are a
+ * header the source does not skip: none is a number, and one has a letter
+ * (so a row of "nan" and "inf" is, a row of empty fields is not). */
+static int looks_like_header(const field *f, size_t n)
+{
+    int letter = 0;
+    for (size_t c = 0; c < n; c++) {
+        double v;
+        if (parse_number(&f[c], &v) != -1)
+            return 0;
+        for (size_t k = 0; k < f[c].len; k++)
+            letter |= (f[c].s[k] | 0x20) >= 'a' &&
+                      (f[c].s[k] | 0x20) <= 'z';
+    }
+    return letter;
+}
+
+/* Adds to err's message about line lineno how to skip it as a header. */
+static int header_hint(const text_spec *sp, size_t lineno, nrt_error *err)
+{
+    if (!err)
+        return -1;
+    char msg[sizeof err->msg];
+    memcpy(msg, err->msg, sizeof msg);
+    return nrt_errorf(err, "%s; the line looks like a header: skip it with "
+                      "header=%zu in the source, as %s(\"%s\", header=%zu)",
+                      msg, lineno, sp->csv ? "csv" : "table", sp->path,
+                      lineno);
+}
+
 /* Parses the text buf[0..len) (NUL-terminated) into d. */
 static int parse_text(const text_spec *sp, int header, const char *buf,
                       size_t len, nrt_dataset *d, nrt_error *err)
@@ -393,15 +423,19 @@ static int parse_text(const text_spec *sp, int header, const char *buf,
             continue; /* blank */
 
         size_t cols = split_fields(line, n, sp->csv, f, sp->ncols);
-        if (cols != sp->ncols) {
+        int header_like = d->n == 0 &&
+                          looks_like_header(f, cols < sp->ncols ? cols
+                                                                : sp->ncols);
+        if (cols != sp->ncols)
             rc = nrt_errorf(err, "%s:%zu: expected %zu columns, found %zu",
                             sp->path, lineno, sp->ncols, cols);
-            break;
-        }
-        rc = reserve(d, &cap, d->n + 1, sp->target_kind == NRT_TARGET_CLASS,
-                     err);
+        if (rc == 0)
+            rc = reserve(d, &cap, d->n + 1,
+                         sp->target_kind == NRT_TARGET_CLASS, err);
         if (rc == 0)
             rc = parse_row(sp, f, lineno, d, err);
+        if (rc != 0 && header_like)
+            header_hint(sp, lineno, err);
     }
     free(f);
     if (rc == 0 && d->n == 0)

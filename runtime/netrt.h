@@ -287,14 +287,19 @@ void nrt_safetensors_close(nrt_st_file *f);
 
 /* A model's flat parameters and flat buffers (its state_dict) from and to
  * a safetensors file, tensor by tensor with PyTorch's names and in its
- * state_dict's order; a missing, extra, misshapen or mistyped tensor is an
- * error naming it.  buffers may be NULL for a model without any.  (Defined
- * with the model's types, below.) */
+ * state_dict's order; a missing, extra, misshapen or mistyped tensor, or
+ * one holding a NaN or an infinity, is an error naming it.  buffers may be
+ * NULL for a model without any.  (Defined with the model's types, below.) */
 struct nrt_model;
 int nrt_weights_load(const struct nrt_model *m, float *param, void *buffers, const char *path,
                      nrt_error *err);
 int nrt_weights_save(const struct nrt_model *m, const float *param, const void *buffers,
                      const char *path, nrt_error *err);
+/* 0 if the F32 tensor t (read from path) holds only finite numbers, or if it
+ * is not F32; else -1, err naming path, the tensor, the first NaN or
+ * infinity's index and how many there are.  Loading refuses such weights:
+ * training from them gives NaN losses, predicting from them garbage. */
+int nrt_tensor_check_finite(const char *path, const nrt_tensor *t, nrt_error *err);
 /* The tensors of the model's state_dict in its order (each layer's
  * parameters, then its buffers: weight, bias, running_mean, running_var,
  * num_batches_tracked), their data in param and buffers, into t (room for

@@ -12,7 +12,9 @@
  * same tensors give the same bytes.  Reading trusts nothing: the header goes
  * through a small strict JSON parser, every offset and size is checked, and a
  * bad file gives a one-line "not a safetensors file (...)" message naming
- * what is wrong, never a crash.
+ * what is wrong, never a crash; one of another kind says what it seems to be
+ * (torch.save's, with how to save safetensors instead, or text).  A model's
+ * weights must moreover be finite numbers.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -23,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -910,6 +913,37 @@ static int bad(nrt_error *err, const char *path, const char *fmt, ...)
     return nrt_errorf(err, "%s: not a safetensors file (%s)", path, why);
 }
 
+/* For a file whose header length is impossible, says what its first 8
+ * bytes b show it to be instead, if they show anything: torch.save's
+ * formats (a zip archive since PyTorch 1.6; before, a pickle whose first
+ * object is the magic number 0x1950a86a20f9469cfc6c), another pickle, or
+ * text (a CSV file given for weights).  Returns -1 with err set, or 0. */
+static int foreign(nrt_error *err, const char *path, const unsigned char b[8])
+{
+    static const unsigned char torch_legacy[8] = {0x80, 0x02, 0x8a, 0x0a,
+                                                  0x6c, 0xfc, 0x9c, 0x46};
+    const char *what = NULL;
+    if (!memcmp(b, "PK\x03\x04", 4))
+        what = "a zip archive, as torch.save writes";
+    else if (!memcmp(b, torch_legacy, 8))
+        what = "a pickle, as torch.save wrote before PyTorch 1.6";
+    else if (b[0] == 0x80 && b[1] >= 2 && b[1] <= 5) /* PROTO 2 to 5 */
+        what = "a Python pickle";
+    if (what)
+        return nrt_errorf(err, "%s: not a safetensors file (%s); in PyTorch, save the weights "
+                          "with: from safetensors.torch import save_file; "
+                          "save_file(model.state_dict(), \"model.safetensors\")", path, what);
+    char head[9], text[48];
+    for (int k = 0; k < 8; k++) {
+        if ((b[k] < 0x20 || b[k] >= 0x7f) && b[k] != '\t' && b[k] != '\n' && b[k] != '\r')
+            return 0;
+        head[k] = (char)b[k];
+    }
+    head[8] = '\0';
+    return bad(err, path, "it begins with text, '%s', not a header length",
+               show(text, sizeof text, head));
+}
+
 static void shape_text(char *buf, size_t cap, const nrt_tensor *t)
 {
     size_t w = (size_t)snprintf(buf, cap, "[");
@@ -1170,6 +1204,9 @@ int nrt_safetensors_open(const char *path, nrt_st_file **out, nrt_error *err)
     uint64_t hn = 0;
     for (int k = 0; k < 8; k++)
         hn |= (uint64_t)len8[k] << (8 * k);
+    if (((fsize >= 0 && hn > (uint64_t)fsize - 8) || hn > ST_MAX_HEADER) &&
+        foreign(err, path, len8))
+        goto out;
     if (fsize >= 0 && hn > (uint64_t)fsize - 8) {
         bad(err, path, "header length %llu exceeds file size %lld",
             (unsigned long long)hn, fsize);
@@ -1450,6 +1487,33 @@ static size_t elements(const nrt_tensor *t)
     return n;
 }
 
+int nrt_tensor_check_finite(const char *path, const nrt_tensor *t, nrt_error *err)
+{
+    if (t->dtype != NRT_F32)
+        return 0;
+    const size_t n = elements(t);
+    size_t nonfinite = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(t->data[i]) && nonfinite++ == 0)
+            first = i;
+    if (!nonfinite)
+        return 0;
+    /* the first bad value's index, [i, j, ...], from its flat position */
+    int64_t idx[4];
+    size_t rest = first;
+    for (int d = t->rank - 1; d >= 0; d--) {
+        idx[d] = (int64_t)(rest % (size_t)t->dim[d]);
+        rest /= (size_t)t->dim[d];
+    }
+    char at[96];
+    const float v = t->data[first];
+    return nrt_errorf(err, "%s: tensor '%s' holds %s at %s (%zu non-finite value%s of %zu); "
+                      "weights must be finite (were they saved by a run that diverged?)",
+                      path, t->name, isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf",
+                      dims_str(at, sizeof at, t->rank, idx), nonfinite,
+                      nonfinite == 1 ? "" : "s", n);
+}
+
 int nrt_weights_load(const nrt_model *m, float *param, void *buffers, const char *path,
                      nrt_error *err)
 {
@@ -1478,6 +1542,8 @@ int nrt_weights_load(const nrt_model *m, float *param, void *buffers, const char
         else if (t->rank != w->rank || memcmp(t->dim, w->dim, sizeof(int64_t) * (size_t)w->rank))
             rc = nrt_errorf(err, "%s: tensor '%s' has shape %s, the model expects %s", path,
                             w->name, dims_str(got, sizeof got, t->rank, t->dim), shape);
+        else if (nrt_tensor_check_finite(path, t, err))
+            rc = -1;
         else /* w's data points into param or buffers */
             memcpy((void *)w->data, t->data, elements(w) * dtype_size(w->dtype));
     }

@@ -85,4 +85,75 @@ check "grep -q '\"lr\": 0.5' '$WORK/m.jsonl'" "--lr 0.5 is not in the metrics"
 check "[ \$(grep -c '\"step\"' '$WORK/s.jsonl') -eq 4 ]" "--max-steps 4 did not stop after 4 steps"
 "$p" --data "$WORK/ok.csv" --quiet > "$WORK/q.out"
 check "[ ! -s '$WORK/q.out' ]" "--quiet printed: $(cat "$WORK/q.out")"
+
+# --load and --resume refuse weights holding NaN or an infinity, naming the
+# tensor and where in it (written here by poking one value of a saved file)
+poke() { # FILE TENSOR INDEX VALUE: sets one float32 value of a safetensors file
+    "$PYTHON" - "$@" <<'PY'
+import json, struct, sys
+path, name, index, value = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+with open(path, "rb") as f:
+    raw = bytearray(f.read())
+n = struct.unpack("<Q", raw[:8])[0]
+at = 8 + n + json.loads(raw[8:8 + n])[name]["data_offsets"][0] + 4 * index
+raw[at:at + 4] = struct.pack("<f", value)
+with open(path, "wb") as f:
+    f.write(raw)
+PY
+}
+if "$PYTHON" -c 'import json, struct' 2> /dev/null; then
+    cp "$WORK/init.safetensors" "$WORK/nan.safetensors"
+    poke "$WORK/nan.safetensors" fc.weight 7 nan
+    expect_error "nan.safetensors: tensor 'fc.weight' holds NaN at [2, 1] (1 non-finite value of 12)" \
+        --load "$WORK/nan.safetensors" --data "$WORK/ok.csv"
+    cat > "$WORK/mom.net" <<NET
+model mom {
+    input  x[3]
+    target class(2)
+    fc = linear(4)
+    batchnorm1d
+    relu
+    linear(2)
+    loss cross_entropy
+    optimizer sgd(lr=0.1, momentum=0.9)
+    device cpu
+    train csv("$WORK/ok.csv") batch 2 epochs 2
+}
+NET
+    compile "$WORK/mom.net" "$WORK/mom"
+    "$WORK/mom" --max-steps 1 --checkpoint "$WORK/ck" --quiet 2> /dev/null
+    cp "$WORK/ck/checkpoint.safetensors" "$WORK/ck.safetensors"
+    poke "$WORK/ck/checkpoint.safetensors" 1.running_var 3 -inf
+    p=$WORK/mom
+    expect_error "tensor '1.running_var' holds -inf at [3] (1 non-finite value of 4)" \
+        --resume "$WORK/ck"
+    cp "$WORK/ck.safetensors" "$WORK/ck/checkpoint.safetensors"
+    poke "$WORK/ck/checkpoint.safetensors" optimizer.fc.weight.momentum_buffer 0 inf
+    expect_error "tensor 'optimizer.fc.weight.momentum_buffer' holds inf at [0, 0]" \
+        --resume "$WORK/ck"
+    cp "$WORK/ck.safetensors" "$WORK/ck/checkpoint.safetensors"
+    check "'$p' --resume '$WORK/ck' --quiet" "--resume of the checkpoint untouched failed"
+    p=$WORK/p
+fi
+
+# a file that is not safetensors says what it is: torch.save's (with how to
+# save safetensors instead), or text
+if "$PYTHON" -c 'import torch' 2> /dev/null; then
+    "$PYTHON" -c 'import sys, torch
+torch.save({"fc.weight": torch.zeros(4, 3)}, sys.argv[1])
+torch.save({"fc.weight": torch.zeros(4, 3)}, sys.argv[2], _use_new_zipfile_serialization=False)' \
+        "$WORK/w.pt" "$WORK/old.pt"
+    hint='save_file(model.state_dict(), "model.safetensors")'
+    expect_error "w.pt: not a safetensors file (a zip archive, as torch.save writes); in PyTorch, save the weights with: from safetensors.torch import save_file; $hint" \
+        --load "$WORK/w.pt" --max-steps 0
+    expect_error "old.pt: not a safetensors file (a pickle, as torch.save wrote before PyTorch 1.6); in PyTorch, save the weights with: from safetensors.torch import save_file; $hint" \
+        --load "$WORK/old.pt" --max-steps 0
+fi
+expect_error "ok.csv: not a safetensors file (it begins with text, '0.1,0.2,', not a header length)" \
+    --load "$WORK/ok.csv" --max-steps 0
+
+# a CSV's header line not skipped: the message says how
+printf 'a,b,c,label\n0.1,0.2,0.3,1\n' > "$WORK/head.csv"
+expect_error "head.csv:1:1: not a number: 'a'; the line looks like a header: skip it with header=1 in the source, as csv(\"$WORK/head.csv\", header=1)" \
+    --data "$WORK/head.csv"
 finish

@@ -211,6 +211,21 @@ static void expect_error(int line, const char *kind, const char *text,
     expect_error_src(line, &s, NRT_TARGET_CLASS, dim, ncls, 0, want);
 }
 
+/* Like expect_error, for a first line that is a header the source does not
+ * skip: the message must end with the hint to skip `skip` lines. */
+static void expect_header_error(int line, const char *kind, const char *text,
+                                int header, const char *want_fmt, int skip)
+{
+    const char *path = temp_text(text);
+    nrt_source s = text_source(kind, path, -1, header);
+    char want[1024];
+    int n = snprintf(want, sizeof want, want_fmt, path);
+    snprintf(want + n, sizeof want - (size_t)n, "; the line looks like a "
+             "header: skip it with header=%d in the source, as %s(\"%s\", "
+             "header=%d)", skip, kind, path, skip);
+    expect_error_src(line, &s, NRT_TARGET_CLASS, 2, 2, 0, want);
+}
+
 /* ------------------------------------------------------------ text tests */
 
 static void test_text(void)
@@ -395,6 +410,24 @@ static void test_text_errors(void)
     expect_error(__LINE__, "csv", "\n  \r\n\t\n", -1, 0, 2, 3,
                  "%s: no samples");
     expect_error(__LINE__, "csv", "a,b,c\n", -1, 1, 2, 3, "%s: no samples");
+
+    /* a header not skipped: the hint says how, whether its columns are
+     * counted right or not; a first line with a number is data */
+    expect_header_error(__LINE__, "csv", "sepal_length,sepal_width,species\n"
+                        "1,2,0\n", 0, "%s:1:1: not a number: 'sepal_length'",
+                        1);
+    expect_header_error(__LINE__, "table", "# iris\n\nx y  class\n1 2 0\n",
+                        1, "%s:3:1: not a number: 'x'", 3);
+    expect_header_error(__LINE__, "csv", "x,label\n1,2,0\n", 0,
+                        "%s:1: expected 3 columns, found 2", 1);
+    expect_header_error(__LINE__, "csv", "nan,\"y\",\n1,2,0\n", 0,
+                        "%s:1:1: not a number: 'nan'", 1);
+    expect_error(__LINE__, "csv", "1,2,0\nx,y,label\n", -1, 0, 2, 2,
+                 "%s:2:1: not a number: 'x'");
+    expect_error(__LINE__, "csv", "x,2,label\n", -1, 0, 2, 2,
+                 "%s:1:1: not a number: 'x'");
+    expect_error(__LINE__, "csv", ",,\n", -1, 0, 2, 2,
+                 "%s:1:1: not a number: ''");
 
     { /* NUL byte */
         const char text[] = "1,2,0\n1,2\0,0\n";

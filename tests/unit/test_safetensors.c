@@ -28,6 +28,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -534,6 +535,162 @@ static void test_i64(void)
     CHECK(stat(q, &st) != 0);
 }
 
+/* Files of other formats given for weights: said what they are, and for
+ * torch.save's, how to save safetensors instead; only when their first
+ * bytes cannot be a header's length. */
+static void test_foreign(void)
+{
+    const char *p = at("w.pt");
+    static const char hint[] = "; in PyTorch, save the weights with: from safetensors.torch "
+                               "import save_file; save_file(model.state_dict(), "
+                               "\"model.safetensors\")";
+    /* torch.save's zip (a local file header: version, flags, method, time,
+     * CRC, sizes, name length, extra length, name); its older pickle (the
+     * protocol, then the magic number as a LONG1); a plain pickle */
+    static const unsigned char zip[46] = "PK\x03\x04\0\0\x08\x08\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0"
+                                         "\0\0\x10\0\x12\0archive/data.pkl";
+    static const unsigned char legacy[16] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
+                                             0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e, 0x80};
+    static const unsigned char pickle[14] = {0x80, 0x04, 0x95, 0x10, 0, 0, 0, 0,
+                                             0, 0, 0, 0x7d, 0x94, 0x2e};
+    const struct {
+        const unsigned char *b;
+        size_t n;
+        const char *what;
+    } torch[] = {
+        {zip, sizeof zip, "a zip archive, as torch.save writes"},
+        {legacy, sizeof legacy, "a pickle, as torch.save wrote before PyTorch 1.6"},
+        {pickle, sizeof pickle, "a Python pickle"},
+    };
+    for (size_t i = 0; i < sizeof torch / sizeof torch[0]; i++) {
+        nrt_st_file *f = NULL;
+        nrt_error err = {{0}};
+        char want[700];
+        snprintf(want, sizeof want, "%s: not a safetensors file (%s)%s", p, torch[i].what, hint);
+        CHECK(write_bytes(p, torch[i].b, torch[i].n) == 0);
+        if (!CHECK(nrt_safetensors_open(p, &f, &err) == -1 && !f && !strcmp(err.msg, want)))
+            fprintf(stderr, "  got:  %s\n  want: %s\n", err.msg, want);
+    }
+
+    /* text: a CSV file, or one with tabs and line ends (shown escaped) */
+    p = at("data.csv");
+    CHECK(write_bytes(p, "sepal_length,species\n5.1,0\n", 27) == 0);
+    EXPECT_BAD_EXACT(p, "it begins with text, 'sepal_le', not a header length");
+    CHECK(write_bytes(p, "1\t2\r\n3\t4\r\n", 10) == 0);
+    EXPECT_BAD_EXACT(p, "it begins with text, '1\\x092\\x0d\\x0a3\\x094', not a header length");
+
+    /* anything else as before: the length it would have */
+    CHECK(write_bytes(p, "\xff\xe7\x76\x48\x17\0\0\0PK\x03\x04", 12) == 0);
+    EXPECT_BAD_EXACT(p, "header length 99999999999 exceeds file size 12");
+}
+
+/* nrt_weights_load, for a model of fc.weight [2, 3], fc.bias [2] and a
+ * batchnorm's buffers: a tensor of the right name but the wrong dtype or
+ * shape, one holding NaN or an infinity, or a truncated file is refused,
+ * naming the file and the tensor. */
+static const nrt_param wparams[] = {
+    {.name = "fc.weight", .rank = 2, .dim = {2, 3}, .offset = 0, .size = 6},
+    {.name = "fc.bias", .rank = 1, .dim = {2}, .offset = 6, .size = 2},
+};
+static const nrt_buffer wbuffers[] = {
+    {.name = "bn.running_var", .dtype = NRT_F32, .rank = 1, .dim = {2}, .offset = 0,
+     .size = 2, .after = 2},
+    {.name = "bn.num_batches_tracked", .dtype = NRT_I64, .rank = 0, .offset = 8, .size = 1,
+     .after = 2},
+};
+static const nrt_model wmodel = {.name = "tiny", .params = wparams, .n_params = 2,
+                                 .param_count = 8, .buffers = wbuffers, .n_buffers = 2,
+                                 .buffer_bytes = 16};
+
+/* Loads t[0..4) (saved to a file) into the model: the message, or "" */
+static const char *load_tensors(const nrt_tensor *t, const char *path, nrt_error *err)
+{
+    float param[8];
+    int64_t area[2];
+    err->msg[0] = '\0';
+    CHECK(nrt_safetensors_save(path, t, 4, NULL, 0, err) == 0);
+    nrt_weights_load(&wmodel, param, area, path, err);
+    return err->msg;
+}
+
+static void expect_refused(const nrt_tensor *t, const char *why, int line)
+{
+    nrt_error err;
+    const char *p = at("weights.safetensors");
+    char want[700];
+    snprintf(want, sizeof want, "%s: %s", p, why);
+    if (!check(!strcmp(load_tensors(t, p, &err), want), "message", line))
+        fprintf(stderr, "  got:  %s\n  want: %s\n", err.msg, want);
+}
+
+static void test_weights(void)
+{
+    float param[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[8];
+    int64_t area[2] = {0, 41}, got_area[2];
+    const float running_var[2] = {0.5f, 2};
+    memcpy(area, running_var, sizeof running_var);
+    const char *p = at("weights.safetensors");
+    nrt_error err = {{0}};
+    CHECK(nrt_weights_save(&wmodel, param, area, p, &err) == 0);
+    CHECK(nrt_weights_load(&wmodel, got, got_area, p, &err) == 0);
+    CHECK(!memcmp(got, param, sizeof param) && !memcmp(got_area, area, sizeof area));
+
+    nrt_tensor t[4];
+    CHECK(nrt_weights_tensors(&wmodel, param, area, t) == 4);
+    CHECK(!strcmp(load_tensors(t, p, &err), ""));
+    const char *nan = "weights must be finite (were they saved by a run that diverged?)";
+    char why[300];
+
+    float w[6] = {1, 2, 3, 4, 5, NAN};
+    t[0].data = w;
+    snprintf(why, sizeof why, "tensor 'fc.weight' holds NaN at [1, 2] (1 non-finite value of "
+             "6); %s", nan);
+    expect_refused(t, why, __LINE__);
+    w[5] = 6;
+    w[1] = -INFINITY;
+    snprintf(why, sizeof why, "tensor 'fc.weight' holds -inf at [0, 1] (1 non-finite value of "
+             "6); %s", nan);
+    expect_refused(t, why, __LINE__);
+    t[0].data = param;
+    const float rv[2] = {INFINITY, NAN};
+    t[2].data = rv;
+    snprintf(why, sizeof why, "tensor 'bn.running_var' holds inf at [0] (2 non-finite values "
+             "of 2); %s", nan);
+    expect_refused(t, why, __LINE__);
+    t[2].data = running_var;
+
+    /* the right names, the wrong dtype or shape */
+    t[1].dtype = NRT_I64;
+    expect_refused(t, "tensor 'fc.bias' has dtype I64; netc needs F32", __LINE__);
+    t[1].dtype = NRT_F32;
+    t[3].dtype = NRT_F32;
+    expect_refused(t, "tensor 'bn.num_batches_tracked' has dtype F32; netc needs I64", __LINE__);
+    t[3].dtype = NRT_I64;
+    t[0].dim[0] = 3, t[0].dim[1] = 2;
+    expect_refused(t, "tensor 'fc.weight' has shape [3, 2], the model expects [2, 3]", __LINE__);
+    t[0].dim[0] = 2, t[0].dim[1] = 3;
+    t[3].rank = 1, t[3].dim[0] = 1;
+    expect_refused(t, "tensor 'bn.num_batches_tracked' has shape [1], the model expects []",
+                   __LINE__);
+    t[3].rank = 0;
+    CHECK(!strcmp(load_tensors(t, p, &err), ""));
+
+    /* a file cut short, in the data and in the header */
+    size_t n;
+    unsigned char *b = read_bytes(p, &n);
+    if (!CHECK(b && n > 64))
+        return;
+    CHECK(write_bytes(p, b, n - 4) == 0);
+    CHECK(nrt_weights_load(&wmodel, got, got_area, p, &err) == -1);
+    CHECK(strstr(err.msg, p) == err.msg && strstr(err.msg, "tensor 'bn.num_batches_tracked': "
+                                                  "data_offsets [40, 48] exceed the data "
+                                                  "section of 44 bytes"));
+    CHECK(write_bytes(p, b, 40) == 0);
+    CHECK(nrt_weights_load(&wmodel, got, got_area, p, &err) == -1);
+    CHECK(strstr(err.msg, p) == err.msg && strstr(err.msg, "exceeds file size 40"));
+    free(b);
+}
+
 /* A small valid file (as bytes) the mutation tests start from. */
 static unsigned char *valid_file(size_t *n)
 {
@@ -834,6 +991,8 @@ int main(int argc, char **argv)
     test_hand_written();
     test_i64();
     test_corrupt();
+    test_foreign();
+    test_weights();
     rmtree(dir);
     printf("test_safetensors: %d checks, %d failed\n", nchecks, nfailed);
     return nfailed ? 1 : 0;
