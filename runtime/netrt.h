@@ -324,6 +324,11 @@ int nrt_tb_close(nrt_tb *tb, nrt_error *err);
 /* mkdir -p: dir and its missing parents (--logdir's, --checkpoint's);
  * messages begin with dir. */
 int nrt_make_dirs(const char *dir, nrt_error *err);
+/* Appends n bytes at the end of fd (opened O_APPEND) whole, or not at
+ * all: a write cut short (a full disk, a file size limit) is taken back
+ * where fd is a regular file, so a log never ends in half a record (the
+ * event files, --metrics).  Messages begin with path. */
+int nrt_append_whole(int fd, const void *p, size_t n, const char *path, nrt_error *err);
 /* CRC-32C (Castagnoli) of n bytes, and the TFRecord's mask of a CRC. */
 uint32_t nrt_crc32c(const void *p, size_t n);
 uint32_t nrt_crc32c_mask(uint32_t crc);
