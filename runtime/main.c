@@ -26,6 +26,7 @@
 #include "netrt.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <math.h>
 #include <stdarg.h>
@@ -471,7 +472,7 @@ typedef struct Run {
     Data data;
     nrt_loader *loader;  /* training batches made on threads (images: flips, the first
                             epoch's decoding), or NULL */
-    FILE *metrics;
+    int metrics;       /* --metrics's file, or -1 */
     nrt_tb *tb;
     nrt_sched_state sched;
     long long steps;
@@ -483,6 +484,51 @@ typedef struct Run {
     nrt_error err;
 } Run;
 
+/* One JSON Lines record of --metrics, built whole and then written at
+ * once (nrt_append_whole), so that a full disk cannot leave half of one.
+ * JSON has no infinity or NaN: such a value is null, and a field beside
+ * it says what it was ("valid_loss": null, "valid_loss_nonfinite": "inf"),
+ * so that every line parses. */
+typedef struct Record {
+    char text[512]; /* room for the longest record, the epoch's */
+    size_t n;
+} Record;
+
+static void rec_put(Record *rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void rec_put(Record *rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(rc->text + rc->n, sizeof rc->text - rc->n, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        rc->n = rc->n + (size_t)k < sizeof rc->text ? rc->n + (size_t)k : sizeof rc->text - 1;
+}
+
+/* "key": v, to 9 digits: a float's exactly */
+static void rec_num(Record *rc, const char *key, double v)
+{
+    rec_put(rc, "%s\"%s\": ", rc->n ? ", " : "{", key);
+    if (isfinite(v))
+        rec_put(rc, "%.9g", v);
+    else
+        rec_put(rc, "null, \"%s_nonfinite\": \"%s\"", key,
+                isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+}
+
+static void rec_int(Record *rc, const char *key, long long v)
+{
+    rec_put(rc, "%s\"%s\": %lld", rc->n ? ", " : "{", key, v);
+}
+
+/* The record, closed, to the metrics file; an error stops the run. */
+static int write_record(Run *r, Record *rc)
+{
+    rec_put(rc, "}\n");
+    return nrt_append_whole(r->metrics, rc->text, rc->n, r->o->metrics, &r->err);
+}
+
 static void progress(const Run *r, int64_t epoch, size_t done, size_t total, double loss)
 {
     fprintf(stderr, "\r  epoch %lld/%d %3d%%  loss %.4f ", (long long)epoch, r->o->epochs,
@@ -490,10 +536,13 @@ static void progress(const Run *r, int64_t epoch, size_t done, size_t total, dou
     fflush(stderr);
 }
 
-static void bad_loss(Run *r, double loss, const char *when, int64_t epoch)
+/* A loss (which: "loss", "validation loss") that is not a number stops
+ * the run: what follows would be noise.  Returns the exit status, 1. */
+static int bad_loss(Run *r, const char *which, double loss, const char *when, int64_t epoch)
 {
-    fail(r->prog, "the loss is %s %s %lld (epoch %lld); lower the learning rate (now %g)",
+    fail(r->prog, "the %s is %s %s %lld (epoch %lld); lower the learning rate (now %g)", which,
          isnan(loss) ? "NaN" : "infinite", when, r->steps, (long long)epoch, r->lr);
+    return 1;
 }
 
 /* One scalar to TensorBoard, if there is a log. */
@@ -540,7 +589,9 @@ static int interrupted(Run *r, int64_t epoch, size_t position)
 
 /* The end of an epoch: the validation set, the schedule, the epoch's line,
  * metrics and TensorBoard scalars, and the checkpoint.  full: the epoch
- * was not cut short (by --max-steps), so the schedule moves on. */
+ * was not cut short (by --max-steps), so the schedule moves on.  Returns
+ * 0, -1 (r->err) or an exit status (a validation loss not a number, after
+ * its line and record). */
 static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, double secs,
                      int full)
 {
@@ -553,9 +604,9 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
     const double lr = r->lr;
     r->last_epoch = epoch;
     if (!o->quiet) {
-        printf("epoch %3lld/%d  train_loss %.6f", (long long)epoch, o->epochs, train_loss);
+        printf("epoch %3lld/%d  train_loss %.6g", (long long)epoch, o->epochs, train_loss);
         if (valid) {
-            printf("  valid_loss %.6f", valid_loss);
+            printf("  valid_loss %.6g", valid_loss);
             if (cls)
                 printf("  valid_accuracy %.2f%%", 100 * accuracy);
         }
@@ -565,18 +616,25 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
                full ? "" : "  (stopped part way)");
         fflush(stdout);
     }
-    if (r->metrics) {
-        fprintf(r->metrics, "{\"epoch\": %lld, \"train_loss\": %.9g", (long long)epoch,
-                train_loss);
+    if (r->metrics >= 0) {
+        Record rc = {.n = 0};
+        rec_int(&rc, "epoch", (long long)epoch);
+        rec_num(&rc, "train_loss", train_loss);
         if (valid) {
-            fprintf(r->metrics, ", \"valid_loss\": %.9g", valid_loss);
+            rec_num(&rc, "valid_loss", valid_loss);
             if (cls)
-                fprintf(r->metrics, ", \"valid_accuracy\": %.9g", accuracy);
+                rec_num(&rc, "valid_accuracy", accuracy);
         }
-        fprintf(r->metrics, ", \"lr\": %.9g, \"seconds\": %.6f, \"samples_per_sec\": %.3f%s}\n",
-                lr, secs, (double)seen / secs, full ? "" : ", \"partial\": true");
-        fflush(r->metrics);
+        rec_num(&rc, "lr", lr);
+        rec_num(&rc, "seconds", secs);
+        rec_num(&rc, "samples_per_sec", (double)seen / secs);
+        if (!full)
+            rec_put(&rc, ", \"partial\": true");
+        if (write_record(r, &rc))
+            return -1;
     }
+    if (valid && !isfinite(valid_loss))
+        return bad_loss(r, "validation loss", valid_loss, "after step", epoch);
     /* an epoch cut short is not a point of the curves: a resumed run
      * logs the whole of it */
     if (!full)
@@ -635,7 +693,7 @@ static int train(Run *r)
             if (o->max_steps >= 0 && r->steps >= o->max_steps)
                 break;
             size_t n = d->n - s < (size_t)o->batch ? d->n - s : (size_t)o->batch;
-            int logged = (r->metrics || r->tb) && o->log_every &&
+            int logged = (r->metrics >= 0 || r->tb) && o->log_every &&
                          (r->steps + 1) % o->log_every == 0;
             int show = live && now() - last_shown > 0.1;
             int want = be->loss_free || logged || show;
@@ -653,13 +711,17 @@ static int train(Run *r)
             if (!isfinite(loss)) {
                 if (live)
                     fputc('\n', stderr);
-                bad_loss(r, loss, "at step", epoch);
-                return 1;
+                return bad_loss(r, "loss", loss, "at step", epoch);
             }
             shown_sum += (double)loss * (double)n;
             shown += n;
-            if (logged && r->metrics)
-                fprintf(r->metrics, "{\"step\": %lld, \"loss\": %.9g}\n", r->steps, (double)loss);
+            if (logged && r->metrics >= 0) {
+                Record rc = {.n = 0};
+                rec_int(&rc, "step", r->steps);
+                rec_num(&rc, "loss", (double)loss);
+                if (write_record(r, &rc))
+                    return -1;
+            }
             if (logged && tb_scalar(r, "train/step_loss", r->steps, loss))
                 return -1;
             if (show) {
@@ -684,12 +746,11 @@ static int train(Run *r)
         /* over the epoch's samples so far: a resumed epoch's loss sum
          * started from the checkpoint's, as if never broken */
         double train_loss = loss_sum / (double)done;
-        if (!isfinite(train_loss)) {
-            bad_loss(r, train_loss, "by step", epoch);
-            return 1;
-        }
-        if (end_epoch(r, epoch, train_loss, seen, secs, full))
-            return -1;
+        if (!isfinite(train_loss))
+            return bad_loss(r, "loss", train_loss, "by step", epoch);
+        int e = end_epoch(r, epoch, train_loss, seen, secs, full);
+        if (e)
+            return e;
     }
     double secs = now() - t0;
     if (!o->quiet && epochs_done > 0)
@@ -707,16 +768,19 @@ static int test(Run *r, int64_t epoch)
     if (r->be.evaluate(r->be.ctx, NRT_EVAL_TEST, &loss, &accuracy, &r->err))
         return -1;
     if (!r->o->quiet) {
-        printf("test_loss %.6f", loss);
+        printf("test_loss %.6g", loss);
         if (cls)
             printf("  test_accuracy %.2f%%", 100 * accuracy);
         printf("  (%zu samples)\n", r->data.test.n);
     }
-    if (r->metrics) {
-        fprintf(r->metrics, "{\"test_loss\": %.9g", loss);
+    if (r->metrics >= 0) {
+        Record rc = {.n = 0};
+        rec_num(&rc, "test_loss", loss);
         if (cls)
-            fprintf(r->metrics, ", \"test_accuracy\": %.9g", accuracy);
-        fprintf(r->metrics, ", \"test_samples\": %zu}\n", r->data.test.n);
+            rec_num(&rc, "test_accuracy", accuracy);
+        rec_int(&rc, "test_samples", (long long)r->data.test.n);
+        if (write_record(r, &rc))
+            return -1;
     }
     return tb_scalar(r, "test/loss", epoch, loss) || tb_scalar(r, "test/accuracy", epoch, accuracy)
                ? -1
@@ -942,7 +1006,8 @@ static int run_gradcheck(Run *r)
 static int open_logs(Run *r)
 {
     const Options *o = r->o;
-    if (o->metrics && !(r->metrics = fopen(o->metrics, o->resume ? "a" : "w")))
+    const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (o->resume ? 0 : O_TRUNC);
+    if (o->metrics && (r->metrics = open(o->metrics, flags, 0666)) < 0)
         return nrt_errorf(&r->err, "%s: cannot write: %s", o->metrics, strerror(errno));
     return o->logdir ? nrt_tb_open(o->logdir, &r->tb, &r->err) : 0;
 }
@@ -950,11 +1015,10 @@ static int open_logs(Run *r)
 static int close_logs(Run *r)
 {
     int rc = 0;
-    if (r->metrics) {
-        int bad = ferror(r->metrics);
-        if ((fclose(r->metrics) != 0 || bad) && rc == 0)
+    if (r->metrics >= 0) {
+        if (close(r->metrics) != 0)
             rc = nrt_errorf(&r->err, "%s: write error: %s", r->o->metrics, strerror(errno));
-        r->metrics = NULL;
+        r->metrics = -1;
     }
     nrt_error e;
     if (nrt_tb_close(r->tb, &e) && rc == 0) {
@@ -1027,7 +1091,7 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         openblas_set_num_threads(o.threads);
 #endif
 
-    Run r = {.m = m, .o = &o, .prog = prog, .start_epoch = 1};
+    Run r = {.m = m, .o = &o, .prog = prog, .start_epoch = 1, .metrics = -1};
     nrt_error *err = &r.err;
     int status = 1;
     if (o.list_devices || o.jit_info) {

@@ -234,8 +234,8 @@ fi
 "$WORK/vt" --eval --load "$WORK/vt.safetensors" > "$WORK/eval.out"
 st=$?
 check "[ $st -eq 0 ]" "--eval failed"
-loss=$(sed -n 's/^test_loss \([0-9.]*\) .*/\1/p' "$WORK/eval.out")
-check "[ \"$loss\" = \"\$(printf '%.6f' \$(field '$WORK/vt3.jsonl' test_loss))\" ]" \
+loss=$(sed -n 's/^test_loss \([0-9.e+-]*\) .*/\1/p' "$WORK/eval.out")
+check "[ \"$loss\" = \"\$(printf '%.6g' \$(field '$WORK/vt3.jsonl' test_loss))\" ]" \
     "--eval: test loss '$loss', the training run's $(field "$WORK/vt3.jsonl" test_loss)"
 "$WORK/vt" --predict "$TES" --load "$WORK/vt.safetensors" -o "$WORK/pred.csv" --quiet
 st=$?
@@ -286,5 +286,74 @@ compile "$WORK/mn.net" "$WORK/mn"
 "$WORK/mn" --quiet --metrics "$WORK/mn.jsonl"
 acc=$(field "$WORK/mn.jsonl" test_accuracy)
 check "awk 'BEGIN { exit !(\"$acc\" + 0 > 0.8) }'" "mnist: test accuracy '$acc' on separable synthetic digits"
+
+# ------------------------------------ losses that are not numbers, huge ones
+# a regression whose validation targets are far off the scale (its loss
+# overflows a float) and whose test targets are large (a finite 1e18)
+awk 'BEGIN { for (i = 0; i < 40; i++) printf "%g,%g,%g\n", i % 7 / 7, i % 5 / 5, i % 3 / 3 }' > "$WORK/small.csv"
+awk 'BEGIN { for (i = 0; i < 8; i++) printf "%g,%g,1e30\n", i / 8, i / 4 }' > "$WORK/offscale.csv"
+awk 'BEGIN { for (i = 0; i < 8; i++) printf "%g,%g,1e9\n", i / 8, i / 4 }' > "$WORK/large.csv"
+cat > "$WORK/reg.net" <<NET
+model reg {
+    input  x[2]
+    target value(1)
+    linear(1)
+    loss      mse
+    optimizer sgd(lr=0.05)
+    device    $DEV
+    train     csv("$WORK/small.csv") batch 8 epochs 3 seed 1
+}
+NET
+compile "$WORK/reg.net" "$WORK/reg"
+# every line of a metrics file is whole JSON (no inf, NaN, or half a record)
+json_lines() {
+    [ -s "$1" ] && [ -z "$(tail -c 1 "$1")" ] && "$PYTHON" -c '
+import json, sys
+def refuse(c): raise ValueError(c)
+for line in open(sys.argv[1]): json.loads(line, parse_constant=refuse)' "$1"
+}
+"$WORK/reg" --valid-data "$WORK/offscale.csv" --metrics "$WORK/inf.jsonl" > "$WORK/inf.out" 2> "$WORK/inf.err"
+st=$?
+check "[ $st -eq 1 ] && grep -q 'the validation loss is infinite after step 5 (epoch 1)' '$WORK/inf.err'" \
+    "an infinite validation loss: exit $st, $(cat "$WORK/inf.err")"
+check "json_lines '$WORK/inf.jsonl'" "an infinite validation loss: the metrics are not JSON: $(cat "$WORK/inf.jsonl")"
+check "grep -q '\"valid_loss\": null, \"valid_loss_nonfinite\": \"inf\"' '$WORK/inf.jsonl'" \
+    "an infinite validation loss is not null in the metrics: $(cat "$WORK/inf.jsonl")"
+check "[ \$(grep -c '\"epoch\"' '$WORK/inf.jsonl') -eq 1 ]" "an infinite validation loss: the run went on"
+"$WORK/reg" --test-data "$WORK/large.csv" --metrics "$WORK/large.jsonl" > "$WORK/large.out"
+st=$?
+check "[ $st -eq 0 ] && grep -q '^test_loss [0-9.]*e+1[78]  (8 samples)' '$WORK/large.out'" \
+    "a loss of 1e18 not printed with %g: $(tail -n 1 "$WORK/large.out")"
+check "json_lines '$WORK/large.jsonl'" "a test loss of 1e18: the metrics are not JSON"
+
+# ------------------------------------------------- write errors of the logs
+# a full disk stops the run at once, naming the file and the reason
+"$WORK/ck" --epochs 3 --metrics /dev/full > "$WORK/full.out" 2> "$WORK/full.err"
+st=$?
+check "[ $st -eq 1 ] && grep -q '/dev/full: cannot write: No space left on device' '$WORK/full.err'" \
+    "--metrics /dev/full: exit $st, $(cat "$WORK/full.err")"
+check "! grep -q '^epoch   2' '$WORK/full.out'" "--metrics /dev/full: the run went on"
+# a file size limit (SIGXFSZ ignored: EFBIG) cuts a write short: what was
+# written of the record is taken back
+( trap '' XFSZ; ulimit -f 1; exec "$WORK/ck" --epochs 2 --quiet --log-every 1 --metrics "$WORK/fsz.jsonl" ) 2> "$WORK/fsz.err"
+st=$?
+check "[ $st -eq 1 ] && grep -q 'fsz.jsonl: cannot write: File too large' '$WORK/fsz.err'" \
+    "--metrics past the file size limit: exit $st, $(cat "$WORK/fsz.err")"
+check "json_lines '$WORK/fsz.jsonl'" "--metrics past the file size limit: a record cut: $(tail -c 100 "$WORK/fsz.jsonl")"
+( trap '' XFSZ; ulimit -f 1; exec "$WORK/ck" --epochs 2 --quiet --log-every 1 --logdir "$WORK/fsz" ) 2> "$WORK/fsz.err"
+st=$?
+check "[ $st -eq 1 ] && grep -q 'fsz/events.out.tfevents.*: cannot write: File too large' '$WORK/fsz.err'" \
+    "--logdir past the file size limit: exit $st, $(cat "$WORK/fsz.err")"
+whole_records() { # an event file's TFRecords end where it ends
+    "$PYTHON" -c '
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+i = n = 0
+while i + 12 <= len(b):
+    i += 12 + struct.unpack("<Q", b[i:i + 8])[0] + 4
+    n += 1
+sys.exit(0 if i == len(b) and n > 0 else 1)' "$1"
+}
+check "whole_records $WORK/fsz/events.out.tfevents.*" "--logdir past the file size limit: a record cut"
 
 finish
