@@ -57,7 +57,8 @@ typedef struct Options {
     long long max_steps;    /* -1: no limit */
     double lr;              /* < 0: the model's */
     uint64_t seed;
-    int given_seed, given_batch, given_shuffle; /* flags a checkpoint must agree with */
+    /* flags a checkpoint must agree with, and --epochs, a resumed run's new length */
+    int given_seed, given_batch, given_shuffle, given_data, given_epochs;
     int gradcheck;          /* > 0: check gradients on this many samples */
     int list_devices;       /* --list-devices */
     int jit_info;           /* --jit-info */
@@ -191,10 +192,10 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
         {"--output", &o->output, NULL, 0, 0},
         {"-o", &o->output, NULL, 0, 0},
         {"--lr", &lr, NULL, 0, 0},
-        {"--epochs", NULL, &epochs, 0, 2147483647},
-        {"--batch", NULL, &batch, 1, 1048576},
-        {"--seed", NULL, &seed, 0, 9007199254740991ll},
-        {"--max-steps", NULL, &max_steps, 0, 9007199254740991ll},
+        {"--epochs", NULL, &epochs, 0, NRT_EPOCHS_MAX},
+        {"--batch", NULL, &batch, 1, NRT_BATCH_MAX},
+        {"--seed", NULL, &seed, 0, NRT_SEED_MAX},
+        {"--max-steps", NULL, &max_steps, 0, NRT_STEPS_MAX},
         {"--log-every", NULL, &log_every, 1, 2147483647},
         {"--threads", NULL, &threads, 1, 2147483647},
         {"--gradcheck", NULL, &gradcheck, 1, 2147483647},
@@ -237,12 +238,14 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
             return -1;
         o->given_seed |= f->num == &seed;
         o->given_batch |= f->num == &batch;
+        o->given_epochs |= f->num == &epochs;
+        o->given_data |= f->str == &o->data;
     }
     if (lr) {
         char *end;
         errno = 0;
         o->lr = strtod(lr, &end);
-        if (errno || end == lr || *end || !(o->lr >= 0) || isinf(o->lr)) {
+        if (errno || end == lr || *end || !nrt_lr_valid(o->lr)) {
             fail(prog, "--lr expects a non-negative number, got '%s'", lr);
             return -1;
         }
@@ -479,6 +482,7 @@ typedef struct Run {
     int64_t start_epoch;   /* where training starts: 1, or a checkpoint's */
     uint64_t start_position;
     double resume_loss_sum; /* the checkpoint's epoch's loss sum so far */
+    char *resumed_paths; /* the checkpoint's data paths, where o's may point */
     int64_t last_epoch;    /* the last epoch ended (TensorBoard's test step) */
     double lr;         /* the optimizer's now */
     nrt_error err;
@@ -556,7 +560,9 @@ static int save_checkpoint(Run *r, int64_t epoch, size_t position)
 {
     const Options *o = r->o;
     nrt_checkpoint c = {.epoch = epoch, .position = position, .seed = o->seed,
-                        .batch = o->batch, .shuffle = o->shuffle, .sched = r->sched,
+                        .batch = o->batch, .shuffle = o->shuffle, .epochs = o->epochs,
+                        .data = o->data, .valid_data = o->valid_data,
+                        .test_data = o->test_data, .sched = r->sched,
                         .param = r->param, .m = r->opt_m, .v = r->opt_v,
                         .buffers = r->buffers};
     return r->be.get_params(r->be.ctx, r->param, r->buffers, &r->err) ||
@@ -583,7 +589,7 @@ static int interrupted(Run *r, int64_t epoch, size_t position)
         return -1;
     fprintf(stderr, "%s: stopped by %s in epoch %lld after %lld steps; saved to %s/%s "
             "(--resume %s goes on)\n", r->prog, name, (long long)epoch, r->steps,
-            r->o->checkpoint, "checkpoint.safetensors", r->o->checkpoint);
+            r->o->checkpoint, NRT_CHECKPOINT_FILE, r->o->checkpoint);
     return 128 + stop_signal;
 }
 
@@ -787,15 +793,41 @@ static int test(Run *r, int64_t epoch)
                : 0;
 }
 
+/* A data path of a resumed run (*path, the flag's if given): the one the
+ * run was started with (kept; "": the model's), which a flag must not
+ * contradict. */
+static int resume_path(const Options *o, const char *flag, const char **path, int given,
+                       const char *kept, nrt_error *err)
+{
+    if (!given) {
+        *path = *kept ? kept : *path;
+        return 0;
+    }
+    if (*path && !strcmp(*path, kept))
+        return 0;
+    if (!*kept)
+        return nrt_errorf(err, "%s: the run was started without %s; resume it without %s",
+                          o->resume, flag, flag);
+    return nrt_errorf(err, "%s: the run was started with %s '%s'; resume it without %s",
+                      o->resume, flag, kept, flag);
+}
+
 /* --resume: the checkpoint's weights, optimizer state, counters and
  * schedule, read before the backend opens (its batch is the checkpoint's).
- * The run's seed, batch and order are the checkpoint's: a flag saying
- * otherwise is refused. */
+ * The run's seed, batch, order and data are the checkpoint's: a flag
+ * saying otherwise is refused.  Its length is the checkpoint's too, unless
+ * --epochs gives another: a finished run goes on for more epochs. */
 static int read_checkpoint(Run *r, Options *o)
 {
     nrt_checkpoint c = {.param = r->param, .m = r->opt_m, .v = r->opt_v, .buffers = r->buffers};
     nrt_error *err = &r->err;
     if (nrt_checkpoint_load(o->resume, r->m, &r->m->optim, &c, err))
+        return -1;
+    r->resumed_paths = c.text;
+    if (resume_path(o, "--data", &o->data, o->given_data, c.data, err) ||
+        resume_path(o, "--valid-data", &o->valid_data, o->valid_data != NULL, c.valid_data,
+                    err) ||
+        resume_path(o, "--test-data", &o->test_data, o->test_data != NULL, c.test_data, err))
         return -1;
     if (o->given_seed && o->seed != c.seed)
         return nrt_errorf(err, "%s: the run was seeded with %llu; resume it without --seed",
@@ -809,6 +841,8 @@ static int read_checkpoint(Run *r, Options *o)
     o->seed = c.seed;
     o->batch = (int)c.batch;
     o->shuffle = c.shuffle;
+    if (!o->given_epochs)
+        o->epochs = (int)c.epochs;
     r->sched = c.sched;
     r->lr = c.sched.lr;
     r->steps = (long long)c.step;
@@ -1037,6 +1071,10 @@ static int run_training(Run *r)
     Data *d = &r->data;
     const Options *o = r->o;
     const nrt_model *m = r->m;
+    if (r->start_position > 0 && r->start_position >= d->train.n)
+        return nrt_errorf(&r->err, "%s/%s: metadata 'position' = %llu: past the end of the "
+                          "training data (%zu samples)", o->resume, NRT_CHECKPOINT_FILE,
+                          (unsigned long long)r->start_position, d->train.n);
     if ((m->transforms.flip_p > 0 || d->decoding) &&
         nrt_loader_open(&d->train, d->decoding, m->in_dim[0], m->in_dim[1], m->in_dim[2],
                         m->transforms.flip_p, nrt_stream_key(o->seed, NRT_STREAM_AUGMENT),
@@ -1186,6 +1224,7 @@ done:
     free(r.buffers);
     free(r.opt_m);
     free(r.opt_v);
+    free(r.resumed_paths);
     nrt_loader_close(r.loader);
     report_skipped(prog, &r.data);
     data_free(&r.data);

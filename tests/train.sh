@@ -356,4 +356,59 @@ sys.exit(0 if i == len(b) and n > 0 else 1)' "$1"
 }
 check "whole_records $WORK/fsz/events.out.tfevents.*" "--logdir past the file size limit: a record cut"
 
+# ------------------------------------------ a checkpoint's metadata checked
+# each value out of its flag's range is refused, naming the file and field
+"$WORK/ck" --quiet --max-steps 3 --checkpoint "$WORK/meta"
+set_meta() { # KEY VALUE: DIR meta's checkpoint with KEY = VALUE, in DIR bad
+    mkdir -p "$WORK/bad"
+    "$PYTHON" -c '
+import json, struct, sys
+src, dst, key, value = sys.argv[1:]
+b = open(src, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h["__metadata__"][key] = value
+t = json.dumps(h).encode()
+t += b" " * (-len(t) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])' \
+        "$WORK/meta/checkpoint.safetensors" "$WORK/bad/checkpoint.safetensors" "$1" "$2"
+}
+bad_meta() { # KEY VALUE EXPECTED: resuming from it fails, saying so
+    set_meta "$1" "$2"
+    expect "$WORK/bad/checkpoint.safetensors: metadata '$1' = '$2': expected $3" \
+        timeout 60 "$WORK/ck" --quiet --resume "$WORK/bad" # a batch of 0 never ends
+}
+bad_meta batch 4294967296 "a whole number from 1 to 1048576"
+bad_meta batch 2147483648 "a whole number from 1 to 1048576"
+bad_meta batch 1048577 "a whole number from 1 to 1048576"
+bad_meta shuffle 7 "a whole number from 0 to 1"
+bad_meta seed 9007199254740992 "a whole number from 0 to 9007199254740991"
+bad_meta lr -0x1p+0 "a non-negative number"
+bad_meta loss_sum inf "a finite number"
+bad_meta epochs -1 "a whole number from 0 to 2147483647"
+set_meta position 3058
+expect "$WORK/bad/checkpoint.safetensors: metadata 'position' = 3058: past the end of the training data (3058 samples)" \
+    timeout 60 "$WORK/ck" --quiet --resume "$WORK/bad"
+
+# ------------------------------- a resumed run's length and data remembered
+head -n 400 "$TRA" > "$WORK/part.csv"
+"$WORK/ck" --quiet --epochs 6 --data "$WORK/part.csv" --max-steps 3 --checkpoint "$WORK/len"
+cp -R "$WORK/len" "$WORK/len2"
+"$WORK/ck" --resume "$WORK/len" --metrics "$WORK/len.jsonl" > "$WORK/len.out"
+st=$?
+check "[ $st -eq 0 ] && [ \"\$(field '$WORK/len.jsonl' epoch)\" = 6 ]" \
+    "--epochs 6, resumed without it: last epoch $(field "$WORK/len.jsonl" epoch), not 6"
+check "grep -q ' 320 training samples' '$WORK/len.out'" \
+    "--data of 400 rows, resumed without it: $(head -n 1 "$WORK/len.out")"
+expect "the run was started with --data '$WORK/part.csv'; resume it without --data" \
+    "$WORK/ck" --resume "$WORK/len2" --data "$TRA"
+expect "the run was started without --valid-data; resume it without --valid-data" \
+    "$WORK/ck" --resume "$WORK/len2" --valid-data "$TES"
+# an explicit --epochs is the run's new length: a finished run goes on
+"$WORK/ck" --quiet --resume "$WORK/len" --epochs 7 --metrics "$WORK/len7.jsonl"
+check "[ \"\$(field '$WORK/len7.jsonl' epoch)\" = 7 ] && [ \$(grep -c '\"epoch\"' '$WORK/len7.jsonl') -eq 1 ]" \
+    "a finished run resumed with --epochs 7: $(cat "$WORK/len7.jsonl")"
+"$WORK/ck" --quiet --resume "$WORK/len2" --data "$WORK/part.csv" --max-steps 4
+check "[ $? -eq 0 ]" "resumed with the --data it was started with: refused"
+
 finish
