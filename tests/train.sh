@@ -411,4 +411,17 @@ check "[ \"\$(field '$WORK/len7.jsonl' epoch)\" = 7 ] && [ \$(grep -c '\"epoch\"
 "$WORK/ck" --quiet --resume "$WORK/len2" --data "$WORK/part.csv" --max-steps 4
 check "[ $? -eq 0 ]" "resumed with the --data it was started with: refused"
 
+# ------------------------------------------ temporaries of saves killed
+# a save removes what a save of the same file killed part way left
+# (FILE.tmp.PID.XXXXXX, PID gone), and keeps the rest
+dead=$(sh -c 'echo $$')
+mkdir -p "$WORK/tmps"
+: > "$WORK/tmps/checkpoint.safetensors.tmp.$dead.Ab12Cd"
+: > "$WORK/tmps/checkpoint.safetensors.tmp.$$.Ab12Cd"
+: > "$WORK/tmps/other.tmp.$dead.Ab12Cd"
+"$WORK/ck" --quiet --max-steps 1 --checkpoint "$WORK/tmps"
+check "[ ! -e '$WORK/tmps/checkpoint.safetensors.tmp.$dead.Ab12Cd' ]" "a stale temporary was left"
+check "[ -e '$WORK/tmps/checkpoint.safetensors.tmp.$$.Ab12Cd' ] && [ -e '$WORK/tmps/other.tmp.$dead.Ab12Cd' ]" \
+    "a save removed a temporary that was not its stale one: $(ls "$WORK/tmps")"
+
 finish
