@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -982,6 +983,94 @@ out:
     return rc;
 }
 
+/* ---------------------------------------------------------- output paths */
+
+/* Whether a file can be made in dir, for path: one is, and removed. */
+static int probe_dir(const char *dir, const char *path, nrt_error *err)
+{
+    size_t n = strlen(dir) + 32;
+    char *t = malloc(n);
+    if (!t)
+        return nrt_errorf(err, "out of memory");
+    snprintf(t, n, "%s/.netc-check.XXXXXX", dir);
+    int fd = mkstemp(t), e = errno;
+    if (fd >= 0) {
+        close(fd);
+        unlink(t);
+    }
+    free(t);
+    return fd >= 0 ? 0 : nrt_errorf(err, "%s: cannot write: %s", path, strerror(e));
+}
+
+/* An output file: a new one can be made beside it (--save and -o write a
+ * temporary there and rename it), or, written in place (--metrics), it
+ * is there and writable. */
+static int check_file(const char *path, int in_place, nrt_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return nrt_errorf(err, "%s: cannot write: %s", path, strerror(EISDIR));
+        if (in_place)
+            return access(path, W_OK) == 0
+                       ? 0
+                       : nrt_errorf(err, "%s: cannot write: %s", path, strerror(errno));
+    }
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return probe_dir(".", path, err);
+    char *dir = strndup(path, slash == path ? 1 : (size_t)(slash - path));
+    int rc = dir ? probe_dir(dir, path, err) : nrt_errorf(err, "out of memory");
+    free(dir);
+    return rc;
+}
+
+/* An output directory, made when first written to (mkdir -p): it, or the
+ * nearest of its parents there, is a directory a file can be made in. */
+static int check_dir(const char *dir, nrt_error *err)
+{
+    char *p = malloc(strlen(dir) + 2);
+    if (!p)
+        return nrt_errorf(err, "out of memory");
+    strcpy(p, dir);
+    struct stat st;
+    int rc, e;
+    while ((rc = stat(p, &st)) != 0 && (e = errno) == ENOENT && strcmp(p, ".")) {
+        size_t n = strlen(p);
+        while (n > 1 && p[n - 1] == '/') /* "a/b/" is "a/b" */
+            p[--n] = '\0';
+        char *slash = strrchr(p, '/');
+        if (slash)
+            slash[slash == p] = '\0'; /* "a/b" goes to "a", "/a" to "/" */
+        else
+            strcpy(p, ".");
+    }
+    if (rc != 0)
+        rc = nrt_errorf(err, "%s: cannot write: %s", dir, strerror(e));
+    else if (!S_ISDIR(st.st_mode) && !strcmp(p, dir))
+        rc = nrt_errorf(err, "%s: not a directory", dir);
+    else if (!S_ISDIR(st.st_mode))
+        rc = nrt_errorf(err, "%s: %s is not a directory", dir, p);
+    else
+        rc = probe_dir(p, dir, err);
+    free(p);
+    return rc;
+}
+
+/* Every path the run will write, checked before the data is read and the
+ * first step taken, so that a typo does not cost a run's time; nothing is
+ * made (a file is, and removed at once). */
+static int check_outputs(const Options *o, nrt_error *err)
+{
+    return (o->save && check_file(o->save, 0, err)) ||
+                   (o->predict && o->output && check_file(o->output, 0, err)) ||
+                   (o->metrics && !o->predict && check_file(o->metrics, 1, err)) ||
+                   (o->checkpoint && check_dir(o->checkpoint, err)) ||
+                   (o->logdir && !o->predict && check_dir(o->logdir, err))
+               ? -1
+               : 0;
+}
+
 /* ---------------------------------------------------------------- devices */
 
 /* --list-devices: what torch.cuda tells a PyTorch user. */
@@ -1153,6 +1242,8 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
     nrt_schedule_init(&r.sched, o.lr >= 0 ? o.lr : m->optim.lr);
     r.lr = r.sched.lr;
     if (o.resume && read_checkpoint(&r, &o))
+        goto fail;
+    if (!o.gradcheck && check_outputs(&o, err))
         goto fail;
     if (!o.predict && load_data(m, &o, &r.data, err))
         goto fail;

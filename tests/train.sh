@@ -424,4 +424,22 @@ check "[ ! -e '$WORK/tmps/checkpoint.safetensors.tmp.$dead.Ab12Cd' ]" "a stale t
 check "[ -e '$WORK/tmps/checkpoint.safetensors.tmp.$$.Ab12Cd' ] && [ -e '$WORK/tmps/other.tmp.$dead.Ab12Cd' ]" \
     "a save removed a temporary that was not its stale one: $(ls "$WORK/tmps")"
 
+# --------------------------------------- output paths checked before training
+: > "$WORK/afile"
+early() { # MESSAGE FLAGS...: refused before training begins
+    want=$1
+    shift
+    "$WORK/ck" --epochs 2 --checkpoint "$WORK/notmade/ck" "$@" > "$WORK/early.out" 2> "$WORK/early.err"
+    st=$?
+    check "[ $st -eq 1 ] && grep -qF -- \"\$want\" '$WORK/early.err' && [ ! -s '$WORK/early.out' ]" \
+        "$*: exit $st, not refused before training: $(cat "$WORK/early.out" "$WORK/early.err")"
+}
+early "$WORK/nodir/w.safetensors: cannot write: No such file or directory" --save "$WORK/nodir/w.safetensors"
+early "$WORK/afile/ck: cannot write: Not a directory" --checkpoint "$WORK/afile/ck"
+early "$WORK/afile: not a directory" --logdir "$WORK/afile"
+early "$WORK/nodir/m.jsonl: cannot write: No such file or directory" --metrics "$WORK/nodir/m.jsonl"
+early "$WORK: cannot write: Is a directory" --save "$WORK"
+check "[ ! -e '$WORK/notmade' ] && [ -z \"\$(ls -A '$WORK' | grep netc-check)\" ]" \
+    "checking the outputs made something: $(ls -A "$WORK")"
+
 finish
