@@ -435,12 +435,17 @@ static int load_data(const nrt_model *m, const Options *o, Data *d, nrt_error *e
 
 /* ------------------------------------------------------------------ train */
 
-/* Ctrl-C and SIGTERM stop the training loop between two steps, where the
- * run's state is whole and can be saved.  A signal handler can only set a
- * flag: the one piece of global state in the runtime, as signals are
- * global to a process.  The handler is reset by the first signal, so a
- * second Ctrl-C stops the program at once (a checkpoint being written is
- * then left as it was: saves are atomic). */
+/* Ctrl-C and SIGTERM are caught from the start of nrt_main to its end.
+ * They stop the training loop between two steps, where the run's state is
+ * whole and can be saved; during start-up, the program stops before the
+ * work begins; after the last step (the test, --save) or during --eval or
+ * --predict, what is under way is finished and the weights are saved, the
+ * test left out.  The exit status says the signal in every case.  A
+ * signal handler can only set a flag: the one piece of global state in
+ * the runtime, as signals are global to a process.  The handler is reset
+ * by the first signal, so a second Ctrl-C stops the program at once (a
+ * file being written is then left as it was: saves are atomic).
+ * SA_RESTART: a read or write interrupted by the signal goes on. */
 static volatile sig_atomic_t stop_signal;
 
 static void on_signal(int sig)
@@ -448,9 +453,14 @@ static void on_signal(int sig)
     stop_signal = sig;
 }
 
+static const char *signal_name(void)
+{
+    return stop_signal == SIGINT ? "Ctrl-C" : "SIGTERM";
+}
+
 /* A signal the program was started with ignored (Ctrl-C for a job a
  * script put in the background, nohup's) stays ignored. */
-static void catch_signals(int on)
+static void catch_signals(void)
 {
     static const int sigs[2] = {SIGINT, SIGTERM};
     for (int i = 0; i < 2; i++) {
@@ -458,8 +468,8 @@ static void catch_signals(int on)
         if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN)
             continue;
         memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on ? on_signal : SIG_DFL;
-        sa.sa_flags = on ? (int)SA_RESETHAND : 0;
+        sa.sa_handler = on_signal;
+        sa.sa_flags = (int)(SA_RESETHAND | SA_RESTART);
         sigemptyset(&sa.sa_mask);
         sigaction(sigs[i], &sa, NULL);
     }
@@ -483,6 +493,7 @@ typedef struct Run {
     int64_t start_epoch;   /* where training starts: 1, or a checkpoint's */
     uint64_t start_position;
     double resume_loss_sum; /* the checkpoint's epoch's loss sum so far */
+    int test_left_out;      /* for a signal after the last step */
     char *resumed_paths; /* the checkpoint's data paths, where o's may point */
     int64_t last_epoch;    /* the last epoch ended (TensorBoard's test step) */
     double lr;         /* the optimizer's now */
@@ -577,7 +588,7 @@ static int save_checkpoint(Run *r, int64_t epoch, size_t position)
 /* A signal stopped the run at position of epoch: saved, if asked to. */
 static int interrupted(Run *r, int64_t epoch, size_t position)
 {
-    const char *name = stop_signal == SIGINT ? "Ctrl-C" : "SIGTERM";
+    const char *name = signal_name();
     if (!r->o->quiet && isatty(2))
         fputs("\r\033[K", stderr);
     if (!r->o->checkpoint) {
@@ -1189,12 +1200,33 @@ static int run_training(Run *r)
                    (long long)r->start_epoch, (unsigned long long)r->start_position, d->train.n,
                    r->steps);
     }
-    catch_signals(1);
     int t = train(r);
-    catch_signals(0);
     if (t)
         return t;
-    return d->has_test ? test(r, r->last_epoch) : 0;
+    /* a signal after the last step: the test is left out, not the save */
+    r->test_left_out = d->has_test && stop_signal;
+    return d->has_test && !stop_signal ? test(r, r->last_epoch) : 0;
+}
+
+/* A signal caught during start-up: the work is not begun.  Returns the
+ * exit status. */
+static int stopped_early(const char *prog)
+{
+    fprintf(stderr, "%s: stopped by %s while starting; nothing done\n", prog, signal_name());
+    return 128 + stop_signal;
+}
+
+/* A signal caught after the last step, or during --eval or --predict:
+ * what was under way is done, and what was to be saved saved.  Returns the
+ * exit status. */
+static int stopped_late(const Run *r)
+{
+    const Options *o = r->o;
+    fprintf(stderr, "%s: stopped by %s after %s%s%s%s\n", r->prog, signal_name(),
+            o->eval ? "the evaluation" : o->predict ? "the predictions" : "the last step",
+            r->test_left_out ? "; the test left out" : "", o->save ? "; weights saved to " : "",
+            o->save ? o->save : "");
+    return 128 + stop_signal;
 }
 
 int nrt_main(const nrt_model *m, int argc, char **argv)
@@ -1202,6 +1234,7 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
     const char *prog = argc > 0 ? argv[0] : m->name;
     if (argc > 0)
         prefer_passive_waits(argv);
+    catch_signals();
     if (m->abi != NETRT_ABI) {
         fail(prog, "compiled for netrt ABI %d, linked with ABI %d", m->abi, NETRT_ABI);
         return 1;
@@ -1247,6 +1280,10 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         goto fail;
     if (!o.predict && load_data(m, &o, &r.data, err))
         goto fail;
+    if (stop_signal) {
+        status = stopped_early(prog);
+        goto done;
+    }
     if (!o.resume) {
         nrt_rng init;
         nrt_rng_seed(&init, nrt_stream_key(o.seed, NRT_STREAM_INIT));
@@ -1275,10 +1312,14 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         printf("device: %s\n", note);
     if (r.be.set_params(r.be.ctx, r.param, r.buffers, err))
         goto fail;
+    if (stop_signal) {
+        status = stopped_early(prog);
+        goto done;
+    }
     if (o.predict) {
         if (predict(&r))
             goto fail;
-        status = 0;
+        status = stop_signal ? stopped_late(&r) : 0;
         goto done;
     }
     if (open_logs(&r))
@@ -1303,7 +1344,7 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
     size_t peak = r.be.peak_memory(r.be.ctx);
     if (peak && !o.quiet)
         printf("peak device memory: %.1f MiB\n", (double)peak / 1048576);
-    status = 0;
+    status = stop_signal ? stopped_late(&r) : 0;
     goto done;
 fail:
     fail(prog, "%s", err->msg);

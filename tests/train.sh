@@ -442,4 +442,38 @@ early "$WORK: cannot write: Is a directory" --save "$WORK"
 check "[ ! -e '$WORK/notmade' ] && [ -z \"\$(ls -A '$WORK' | grep netc-check)\" ]" \
     "checking the outputs made something: $(ls -A "$WORK")"
 
+# ---------------------------------------- signals outside the training loop
+# Pipes make the timing certain: a program reading a pipe or writing to
+# one waits for the test.  Every wait is bounded (timeout).
+# During start-up, its training data a pipe the test holds back: the
+# program stops before the work begins, saying so.
+mkfifo "$WORK/slow.csv"
+timeout -k 5 60 "$WORK/vt" --epochs 1 --data "$WORK/slow.csv" --checkpoint "$WORK/early" \
+    > "$WORK/sigup.out" 2> "$WORK/sigup.err" &
+pid=$!
+# the pipe opens when the program opens it: it is then reading its data
+timeout 30 sh -c 'exec 3> "$1"; kill -TERM "$2"; cat "$3" >&3' sh "$WORK/slow.csv" $pid "$TRA"
+wait $pid
+st=$?
+check "[ $st -eq 143 ] && grep -q 'stopped by SIGTERM while starting; nothing done' '$WORK/sigup.err'" \
+    "SIGTERM during start-up: exit $st, $(cat "$WORK/sigup.err")"
+check "[ ! -s '$WORK/sigup.out' ] && [ ! -e '$WORK/early' ]" "SIGTERM during start-up: the run began"
+# After the last epoch, its metrics a pipe the test reads: a SIGTERM once
+# the last epoch's record is out lets the run save its weights (the test
+# is left out, or finished if under way) and exit 143.
+mkfifo "$WORK/late.jsonl"
+timeout -k 5 60 "$WORK/vt" --epochs 2 --quiet --metrics "$WORK/late.jsonl" \
+    --save "$WORK/late.safetensors" 2> "$WORK/late.err" &
+pid=$!
+timeout 30 sh -c 'exec < "$1"
+while read -r line; do
+    case $line in *"\"epoch\": 2,"*) kill -TERM "$2" ;; esac
+done' sh "$WORK/late.jsonl" $pid
+wait $pid
+st=$?
+check "[ $st -eq 143 ] && grep -q 'stopped by SIGTERM after the last step.*; weights saved to .*late.safetensors' '$WORK/late.err'" \
+    "SIGTERM after the last epoch: exit $st, $(cat "$WORK/late.err")"
+"$WORK/vt" --eval --quiet --load "$WORK/late.safetensors"
+check "[ $? -eq 0 ]" "SIGTERM after the last epoch: no weights saved"
+
 finish
