@@ -545,10 +545,37 @@ static int write_record(Run *r, Record *rc)
     return nrt_append_whole(r->metrics, rc->text, rc->n, r->o->metrics, &r->err);
 }
 
-static void progress(const Run *r, int64_t epoch, size_t done, size_t total, double loss)
+/* secs as tqdm shows a time: 01:05, or 1:02:05 from an hour on. */
+static void put_time(char *buf, size_t cap, double secs)
 {
-    fprintf(stderr, "\r  epoch %lld/%d %3d%%  loss %.4f ", (long long)epoch, r->o->epochs,
-            (int)(100.0 * (double)done / (double)total), loss);
+    long long t = secs > 0 && secs < 3.6e9 ? (long long)secs : 0;
+    if (t >= 3600)
+        snprintf(buf, cap, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, cap, "%02lld:%02lld", t / 60, t % 60);
+}
+
+/* The live line on a terminal, what tqdm shows: the epoch, how much of it
+ * is done (samples of total, as a share and in steps), the time it has
+ * taken and the time left at this pace, the pace, and the loss of the
+ * samples shown:
+ *   epoch 3/5  76%  1234/1625  00:12<00:04  812 samples/s  loss 4.382
+ * seen of them in secs: those of this run (a resumed epoch began at
+ * done - seen).  Cut to 79 columns, so that it never wraps on 80. */
+static void progress(const Run *r, int64_t epoch, size_t done, size_t total, size_t seen,
+                     double secs, double loss)
+{
+    const size_t b = (size_t)r->o->batch;
+    const double rate = secs > 0 ? (double)seen / secs : 0;
+    char took[24], left[24], line[256];
+    put_time(took, sizeof took, secs);
+    put_time(left, sizeof left, rate > 0 ? (double)(total - done) / rate : 0);
+    snprintf(line, sizeof line,
+             "  epoch %lld/%d %3d%%  %zu/%zu  %s<%s  %.0f samples/s  loss %.4g",
+             (long long)epoch, r->o->epochs, (int)(100.0 * (double)done / (double)total),
+             (done + b - 1) / b, (total + b - 1) / b, took, left, rate, loss);
+    line[79] = '\0';
+    fprintf(stderr, "\r%s\033[K", line);
     fflush(stderr);
 }
 
@@ -743,7 +770,7 @@ static int train(Run *r)
             if (logged && tb_scalar(r, "train/step_loss", r->steps, loss))
                 return -1;
             if (show) {
-                progress(r, epoch, s + n, d->n, shown_sum / (double)shown);
+                progress(r, epoch, s + n, d->n, seen, now() - te, shown_sum / (double)shown);
                 last_shown = now();
             }
         }

@@ -476,4 +476,53 @@ check "[ $st -eq 143 ] && grep -q 'stopped by SIGTERM after the last step.*; wei
 "$WORK/vt" --eval --quiet --load "$WORK/late.safetensors"
 check "[ $? -eq 0 ]" "SIGTERM after the last epoch: no weights saved"
 
+# ----------------------------------------------------- the live progress line
+# on a terminal (a pty): the epoch, the share and steps done, the time taken
+# and left, the pace and the loss, in one line of at most 79 columns.  The
+# program is stopped once a line has been read.
+awk '{ for (i = 0; i < 4; i++) print }' "$TRA" > "$WORK/tra4.csv"
+cat > "$WORK/wide.net" <<NET
+model wide {
+    input  x[64]
+    target class(10)
+    linear(2048)
+    relu
+    linear(10)
+    loss      cross_entropy
+    optimizer sgd(lr=0.01)
+    device    $DEV
+    train     csv("$WORK/tra4.csv", scale=0.0625) batch 1 epochs 1000
+}
+NET
+compile "$WORK/wide.net" "$WORK/wide"
+cat > "$WORK/live.py" <<'PY'
+import os, pty, re, signal, sys
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+out, line = b"", None
+while line is None:
+    try:
+        b = os.read(fd, 4096)
+    except OSError:
+        break
+    if not b:
+        break
+    out += b
+    m = re.search(rb"\r(  epoch [^\r\n]*?)\x1b\[K", out)
+    line = m and m.group(1).decode()
+os.kill(pid, signal.SIGTERM)
+try:
+    while os.read(fd, 4096):
+        pass
+except OSError:
+    pass
+os.waitpid(pid, 0)
+print(line)
+want = r"  epoch 1/1000 +\d+%  \d+/15292  \d\d:\d\d<\d\d:\d\d  \d+ samples/s  loss [0-9.e+-]+"
+sys.exit(0 if line and len(line) <= 79 and re.fullmatch(want, line) else 1)
+PY
+line=$(timeout 60 "$PYTHON" "$WORK/live.py" "$WORK/wide" --threads 1)
+check "[ $? -eq 0 ]" "the progress line: '$line'"
+
 finish
