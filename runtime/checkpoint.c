@@ -14,8 +14,14 @@
  *  - in the metadata, the counters: the epoch under way and how many of its
  *    samples are done, the updates done, the seed, the batch size and
  *    whether the epochs are shuffled, the epoch's loss sum so far and the
- *    learning-rate schedule's state.  Doubles are written in C's hexadecimal
- *    notation (%a), which reads back exactly.
+ *    learning-rate schedule's state; and what a resumed run takes from the
+ *    checkpoint unless told otherwise: the number of epochs and the data.
+ *    Doubles are written in C's hexadecimal notation (%a), which reads
+ *    back exactly.
+ *
+ * A checkpoint is read as untrusted input: each value must lie in the
+ * range its flag allows (NRT_BATCH_MAX, ...), or the file is refused with
+ * the field named.
  *
  * Nothing else is needed: every random choice of a run is a function of
  * the seed and these counters (philox.h).  The file is written to a
@@ -31,9 +37,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FORMAT "1"
-#define FILE_NAME "checkpoint.safetensors"
-#define MAX_META 17
+#define FORMAT "2" /* 2: the epochs and the data */
+#define MAX_META 21
+
+int nrt_lr_valid(double lr)
+{
+    return lr >= 0 && isfinite(lr);
+}
 
 int nrt_optim_slots(const nrt_optim *h)
 {
@@ -47,13 +57,13 @@ static const char *slot_name(const nrt_optim *h, int slot)
 
 static char *file_path(const char *dir, nrt_error *err)
 {
-    size_t n = strlen(dir) + sizeof FILE_NAME + 1;
+    size_t n = strlen(dir) + sizeof NRT_CHECKPOINT_FILE + 1;
     char *p = malloc(n);
     if (!p) {
         nrt_errorf(err, "out of memory");
         return NULL;
     }
-    snprintf(p, n, "%s/%s", dir, FILE_NAME);
+    snprintf(p, n, "%s/%s", dir, NRT_CHECKPOINT_FILE);
     return p;
 }
 
@@ -129,6 +139,10 @@ int nrt_checkpoint_save(const char *dir, const nrt_model *m, const nrt_optim *h,
     put(&mt, "seed", "%" PRIu64, c->seed);
     put(&mt, "batch", "%" PRId64, c->batch);
     put(&mt, "shuffle", "%d", c->shuffle);
+    put(&mt, "epochs", "%" PRId64, c->epochs);
+    put_str(&mt, "data", c->data ? c->data : "");
+    put_str(&mt, "valid_data", c->valid_data ? c->valid_data : "");
+    put_str(&mt, "test_data", c->test_data ? c->test_data : "");
     put(&mt, "loss_sum", "%a", c->loss_sum);
     put(&mt, "lr", "%a", c->sched.lr);
     put(&mt, "base_lr", "%a", c->sched.base_lr);
@@ -166,15 +180,17 @@ static const char *need(Reader *r, const char *key)
     return v;
 }
 
-static void bad_value(Reader *r, const char *key, const char *v)
+static void bad_value(Reader *r, const char *key, const char *v, const char *expected)
 {
     if (!r->failed)
-        nrt_errorf(r->err, "%s: metadata '%s' = '%.40s' is not a valid value", r->path, key, v);
+        nrt_errorf(r->err, "%s: metadata '%s' = '%.40s': expected %s", r->path, key, v,
+                   expected);
     r->failed = 1;
 }
 
-/* A count, at least lo (the unsigned ones too: none reaches 2^63). */
-static int64_t get_int(Reader *r, const char *key, int64_t lo)
+/* A count from lo to hi (the unsigned ones too: none reaches 2^63); 0 if
+ * it is not one. */
+static int64_t get_int(Reader *r, const char *key, long long lo, long long hi)
 {
     const char *v = need(r, key);
     if (!v)
@@ -182,21 +198,54 @@ static int64_t get_int(Reader *r, const char *key, int64_t lo)
     char *end;
     errno = 0;
     long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < lo)
-        bad_value(r, key, v);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        char expected[80];
+        snprintf(expected, sizeof expected, "a whole number from %lld to %lld", lo, hi);
+        bad_value(r, key, v, expected);
+        return 0;
+    }
     return x;
 }
 
-static double get_double(Reader *r, const char *key)
+static int finite(double x)
+{
+    return isfinite(x);
+}
+
+static int not_nan(double x)
+{
+    return !isnan(x);
+}
+
+/* A number that ok accepts (expected: what it accepts, in words). */
+static double get_double(Reader *r, const char *key, int (*ok)(double), const char *expected)
 {
     const char *v = need(r, key);
     if (!v)
         return 0;
     char *end;
     double x = strtod(v, &end);
-    if (end == v || *end || isnan(x))
-        bad_value(r, key, v);
+    if (end == v || *end || !ok(x)) {
+        bad_value(r, key, v, expected);
+        return 0;
+    }
     return x;
+}
+
+/* The paths of c's data, copied into c->text. */
+static int get_paths(Reader *r, nrt_checkpoint *c)
+{
+    const char *data = need(r, "data"), *valid = need(r, "valid_data"),
+               *test = need(r, "test_data");
+    if (r->failed)
+        return -1;
+    size_t nd = strlen(data) + 1, nv = strlen(valid) + 1, nt = strlen(test) + 1;
+    if (!(c->text = malloc(nd + nv + nt)))
+        return nrt_errorf(r->err, "out of memory");
+    c->data = memcpy(c->text, data, nd);
+    c->valid_data = memcpy(c->text + nd, valid, nv);
+    c->test_data = memcpy(c->text + nd + nv, test, nt);
+    return 0;
 }
 
 /* The optimizer's tensors, each the shape of its parameter. */
@@ -225,6 +274,7 @@ static int read_slots(Reader *r, const nrt_model *m, const nrt_optim *h, nrt_che
 int nrt_checkpoint_load(const char *dir, const nrt_model *m, const nrt_optim *h,
                         nrt_checkpoint *c, nrt_error *err)
 {
+    c->text = NULL;
     char *path = file_path(dir, err);
     if (!path)
         return -1;
@@ -256,26 +306,33 @@ int nrt_checkpoint_load(const char *dir, const nrt_model *m, const nrt_optim *h,
                    path, optim ? optim : "no optimizer", want_optim);
         goto out;
     }
-    c->epoch = get_int(&r, "epoch", 1);
-    c->position = (uint64_t)get_int(&r, "position", 0);
-    c->step = (uint64_t)get_int(&r, "step", 0);
-    c->seed = (uint64_t)get_int(&r, "seed", 0);
-    c->batch = get_int(&r, "batch", 1);
-    c->shuffle = (int)get_int(&r, "shuffle", 0);
-    c->loss_sum = get_double(&r, "loss_sum");
-    c->sched.lr = get_double(&r, "lr");
-    c->sched.base_lr = get_double(&r, "base_lr");
-    c->sched.epoch = get_int(&r, "schedule_epoch", 0);
-    c->sched.best = get_double(&r, "schedule_best");
-    c->sched.bad_epochs = get_int(&r, "schedule_bad_epochs", 0);
-    c->sched.cooldown_left = get_int(&r, "schedule_cooldown", 0);
-    if (r.failed || read_slots(&r, m, h, c))
+    /* the epoch after the last is where a finished run's checkpoint is;
+     * the position is checked against the data when it is read (main.c) */
+    c->epoch = get_int(&r, "epoch", 1, NRT_EPOCHS_MAX + 1);
+    c->position = (uint64_t)get_int(&r, "position", 0, INT64_MAX);
+    c->step = (uint64_t)get_int(&r, "step", 0, NRT_STEPS_MAX);
+    c->seed = (uint64_t)get_int(&r, "seed", 0, NRT_SEED_MAX);
+    c->batch = get_int(&r, "batch", 1, NRT_BATCH_MAX);
+    c->shuffle = (int)get_int(&r, "shuffle", 0, 1);
+    c->epochs = get_int(&r, "epochs", 0, NRT_EPOCHS_MAX);
+    c->loss_sum = get_double(&r, "loss_sum", finite, "a finite number");
+    c->sched.lr = get_double(&r, "lr", nrt_lr_valid, "a non-negative number");
+    c->sched.base_lr = get_double(&r, "base_lr", nrt_lr_valid, "a non-negative number");
+    c->sched.epoch = get_int(&r, "schedule_epoch", 0, NRT_EPOCHS_MAX + 1);
+    c->sched.best = get_double(&r, "schedule_best", not_nan, "a number");
+    c->sched.bad_epochs = get_int(&r, "schedule_bad_epochs", 0, NRT_EPOCHS_MAX + 1);
+    c->sched.cooldown_left = get_int(&r, "schedule_cooldown", 0, NRT_EPOCHS_MAX + 1);
+    if (r.failed || get_paths(&r, c) || read_slots(&r, m, h, c))
         goto out;
     nrt_safetensors_close(f);
     f = NULL;
     /* the weights, and that nothing but them and the optimizer's are there */
     rc = nrt_weights_load(m, c->param, c->buffers, path, err);
 out:
+    if (rc) {
+        free(c->text);
+        c->text = NULL;
+    }
     nrt_safetensors_close(f);
     free(path);
     return rc;

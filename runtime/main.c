@@ -26,12 +26,14 @@
 #include "netrt.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,7 +58,8 @@ typedef struct Options {
     long long max_steps;    /* -1: no limit */
     double lr;              /* < 0: the model's */
     uint64_t seed;
-    int given_seed, given_batch, given_shuffle; /* flags a checkpoint must agree with */
+    /* flags a checkpoint must agree with, and --epochs, a resumed run's new length */
+    int given_seed, given_batch, given_shuffle, given_data, given_epochs;
     int gradcheck;          /* > 0: check gradients on this many samples */
     int list_devices;       /* --list-devices */
     int jit_info;           /* --jit-info */
@@ -190,10 +193,10 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
         {"--output", &o->output, NULL, 0, 0},
         {"-o", &o->output, NULL, 0, 0},
         {"--lr", &lr, NULL, 0, 0},
-        {"--epochs", NULL, &epochs, 0, 2147483647},
-        {"--batch", NULL, &batch, 1, 1048576},
-        {"--seed", NULL, &seed, 0, 9007199254740991ll},
-        {"--max-steps", NULL, &max_steps, 0, 9007199254740991ll},
+        {"--epochs", NULL, &epochs, 0, NRT_EPOCHS_MAX},
+        {"--batch", NULL, &batch, 1, NRT_BATCH_MAX},
+        {"--seed", NULL, &seed, 0, NRT_SEED_MAX},
+        {"--max-steps", NULL, &max_steps, 0, NRT_STEPS_MAX},
         {"--log-every", NULL, &log_every, 1, 2147483647},
         {"--threads", NULL, &threads, 1, 2147483647},
         {"--gradcheck", NULL, &gradcheck, 1, 2147483647},
@@ -236,12 +239,14 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
             return -1;
         o->given_seed |= f->num == &seed;
         o->given_batch |= f->num == &batch;
+        o->given_epochs |= f->num == &epochs;
+        o->given_data |= f->str == &o->data;
     }
     if (lr) {
         char *end;
         errno = 0;
         o->lr = strtod(lr, &end);
-        if (errno || end == lr || *end || !(o->lr >= 0) || isinf(o->lr)) {
+        if (errno || end == lr || *end || !nrt_lr_valid(o->lr)) {
             fail(prog, "--lr expects a non-negative number, got '%s'", lr);
             return -1;
         }
@@ -430,12 +435,17 @@ static int load_data(const nrt_model *m, const Options *o, Data *d, nrt_error *e
 
 /* ------------------------------------------------------------------ train */
 
-/* Ctrl-C and SIGTERM stop the training loop between two steps, where the
- * run's state is whole and can be saved.  A signal handler can only set a
- * flag: the one piece of global state in the runtime, as signals are
- * global to a process.  The handler is reset by the first signal, so a
- * second Ctrl-C stops the program at once (a checkpoint being written is
- * then left as it was: saves are atomic). */
+/* Ctrl-C and SIGTERM are caught from the start of nrt_main to its end.
+ * They stop the training loop between two steps, where the run's state is
+ * whole and can be saved; during start-up, the program stops before the
+ * work begins; after the last step (the test, --save) or during --eval or
+ * --predict, what is under way is finished and the weights are saved, the
+ * test left out.  The exit status says the signal in every case.  A
+ * signal handler can only set a flag: the one piece of global state in
+ * the runtime, as signals are global to a process.  The handler is reset
+ * by the first signal, so a second Ctrl-C stops the program at once (a
+ * file being written is then left as it was: saves are atomic).
+ * SA_RESTART: a read or write interrupted by the signal goes on. */
 static volatile sig_atomic_t stop_signal;
 
 static void on_signal(int sig)
@@ -443,9 +453,14 @@ static void on_signal(int sig)
     stop_signal = sig;
 }
 
+static const char *signal_name(void)
+{
+    return stop_signal == SIGINT ? "Ctrl-C" : "SIGTERM";
+}
+
 /* A signal the program was started with ignored (Ctrl-C for a job a
  * script put in the background, nohup's) stays ignored. */
-static void catch_signals(int on)
+static void catch_signals(void)
 {
     static const int sigs[2] = {SIGINT, SIGTERM};
     for (int i = 0; i < 2; i++) {
@@ -453,8 +468,8 @@ static void catch_signals(int on)
         if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN)
             continue;
         memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on ? on_signal : SIG_DFL;
-        sa.sa_flags = on ? (int)SA_RESETHAND : 0;
+        sa.sa_handler = on_signal;
+        sa.sa_flags = (int)(SA_RESETHAND | SA_RESTART);
         sigemptyset(&sa.sa_mask);
         sigaction(sigs[i], &sa, NULL);
     }
@@ -471,29 +486,106 @@ typedef struct Run {
     Data data;
     nrt_loader *loader;  /* training batches made on threads (images: flips, the first
                             epoch's decoding), or NULL */
-    FILE *metrics;
+    int metrics;       /* --metrics's file, or -1 */
     nrt_tb *tb;
     nrt_sched_state sched;
     long long steps;
     int64_t start_epoch;   /* where training starts: 1, or a checkpoint's */
     uint64_t start_position;
     double resume_loss_sum; /* the checkpoint's epoch's loss sum so far */
+    int test_left_out;      /* for a signal after the last step */
+    char *resumed_paths; /* the checkpoint's data paths, where o's may point */
     int64_t last_epoch;    /* the last epoch ended (TensorBoard's test step) */
     double lr;         /* the optimizer's now */
     nrt_error err;
 } Run;
 
-static void progress(const Run *r, int64_t epoch, size_t done, size_t total, double loss)
+/* One JSON Lines record of --metrics, built whole and then written at
+ * once (nrt_append_whole), so that a full disk cannot leave half of one.
+ * JSON has no infinity or NaN: such a value is null, and a field beside
+ * it says what it was ("valid_loss": null, "valid_loss_nonfinite": "inf"),
+ * so that every line parses. */
+typedef struct Record {
+    char text[512]; /* room for the longest record, the epoch's */
+    size_t n;
+} Record;
+
+static void rec_put(Record *rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void rec_put(Record *rc, const char *fmt, ...)
 {
-    fprintf(stderr, "\r  epoch %lld/%d %3d%%  loss %.4f ", (long long)epoch, r->o->epochs,
-            (int)(100.0 * (double)done / (double)total), loss);
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(rc->text + rc->n, sizeof rc->text - rc->n, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        rc->n = rc->n + (size_t)k < sizeof rc->text ? rc->n + (size_t)k : sizeof rc->text - 1;
+}
+
+/* "key": v, to 9 digits: a float's exactly */
+static void rec_num(Record *rc, const char *key, double v)
+{
+    rec_put(rc, "%s\"%s\": ", rc->n ? ", " : "{", key);
+    if (isfinite(v))
+        rec_put(rc, "%.9g", v);
+    else
+        rec_put(rc, "null, \"%s_nonfinite\": \"%s\"", key,
+                isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+}
+
+static void rec_int(Record *rc, const char *key, long long v)
+{
+    rec_put(rc, "%s\"%s\": %lld", rc->n ? ", " : "{", key, v);
+}
+
+/* The record, closed, to the metrics file; an error stops the run. */
+static int write_record(Run *r, Record *rc)
+{
+    rec_put(rc, "}\n");
+    return nrt_append_whole(r->metrics, rc->text, rc->n, r->o->metrics, &r->err);
+}
+
+/* secs as tqdm shows a time: 01:05, or 1:02:05 from an hour on. */
+static void put_time(char *buf, size_t cap, double secs)
+{
+    long long t = secs > 0 && secs < 3.6e9 ? (long long)secs : 0;
+    if (t >= 3600)
+        snprintf(buf, cap, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, cap, "%02lld:%02lld", t / 60, t % 60);
+}
+
+/* The live line on a terminal, what tqdm shows: the epoch, how much of it
+ * is done (samples of total, as a share and in steps), the time it has
+ * taken and the time left at this pace, the pace, and the loss of the
+ * samples shown:
+ *   epoch 3/5  76%  1234/1625  00:12<00:04  812 samples/s  loss 4.382
+ * seen of them in secs: those of this run (a resumed epoch began at
+ * done - seen).  Cut to 79 columns, so that it never wraps on 80. */
+static void progress(const Run *r, int64_t epoch, size_t done, size_t total, size_t seen,
+                     double secs, double loss)
+{
+    const size_t b = (size_t)r->o->batch;
+    const double rate = secs > 0 ? (double)seen / secs : 0;
+    char took[24], left[24], line[256];
+    put_time(took, sizeof took, secs);
+    put_time(left, sizeof left, rate > 0 ? (double)(total - done) / rate : 0);
+    snprintf(line, sizeof line,
+             "  epoch %lld/%d %3d%%  %zu/%zu  %s<%s  %.0f samples/s  loss %.4g",
+             (long long)epoch, r->o->epochs, (int)(100.0 * (double)done / (double)total),
+             (done + b - 1) / b, (total + b - 1) / b, took, left, rate, loss);
+    line[79] = '\0';
+    fprintf(stderr, "\r%s\033[K", line);
     fflush(stderr);
 }
 
-static void bad_loss(Run *r, double loss, const char *when, int64_t epoch)
+/* A loss (which: "loss", "validation loss") that is not a number stops
+ * the run: what follows would be noise.  Returns the exit status, 1. */
+static int bad_loss(Run *r, const char *which, double loss, const char *when, int64_t epoch)
 {
-    fail(r->prog, "the loss is %s %s %lld (epoch %lld); lower the learning rate (now %g)",
+    fail(r->prog, "the %s is %s %s %lld (epoch %lld); lower the learning rate (now %g)", which,
          isnan(loss) ? "NaN" : "infinite", when, r->steps, (long long)epoch, r->lr);
+    return 1;
 }
 
 /* One scalar to TensorBoard, if there is a log. */
@@ -507,7 +599,9 @@ static int save_checkpoint(Run *r, int64_t epoch, size_t position)
 {
     const Options *o = r->o;
     nrt_checkpoint c = {.epoch = epoch, .position = position, .seed = o->seed,
-                        .batch = o->batch, .shuffle = o->shuffle, .sched = r->sched,
+                        .batch = o->batch, .shuffle = o->shuffle, .epochs = o->epochs,
+                        .data = o->data, .valid_data = o->valid_data,
+                        .test_data = o->test_data, .sched = r->sched,
                         .param = r->param, .m = r->opt_m, .v = r->opt_v,
                         .buffers = r->buffers};
     return r->be.get_params(r->be.ctx, r->param, r->buffers, &r->err) ||
@@ -521,7 +615,7 @@ static int save_checkpoint(Run *r, int64_t epoch, size_t position)
 /* A signal stopped the run at position of epoch: saved, if asked to. */
 static int interrupted(Run *r, int64_t epoch, size_t position)
 {
-    const char *name = stop_signal == SIGINT ? "Ctrl-C" : "SIGTERM";
+    const char *name = signal_name();
     if (!r->o->quiet && isatty(2))
         fputs("\r\033[K", stderr);
     if (!r->o->checkpoint) {
@@ -534,13 +628,15 @@ static int interrupted(Run *r, int64_t epoch, size_t position)
         return -1;
     fprintf(stderr, "%s: stopped by %s in epoch %lld after %lld steps; saved to %s/%s "
             "(--resume %s goes on)\n", r->prog, name, (long long)epoch, r->steps,
-            r->o->checkpoint, "checkpoint.safetensors", r->o->checkpoint);
+            r->o->checkpoint, NRT_CHECKPOINT_FILE, r->o->checkpoint);
     return 128 + stop_signal;
 }
 
 /* The end of an epoch: the validation set, the schedule, the epoch's line,
  * metrics and TensorBoard scalars, and the checkpoint.  full: the epoch
- * was not cut short (by --max-steps), so the schedule moves on. */
+ * was not cut short (by --max-steps), so the schedule moves on.  Returns
+ * 0, -1 (r->err) or an exit status (a validation loss not a number, after
+ * its line and record). */
 static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, double secs,
                      int full)
 {
@@ -553,9 +649,9 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
     const double lr = r->lr;
     r->last_epoch = epoch;
     if (!o->quiet) {
-        printf("epoch %3lld/%d  train_loss %.6f", (long long)epoch, o->epochs, train_loss);
+        printf("epoch %3lld/%d  train_loss %.6g", (long long)epoch, o->epochs, train_loss);
         if (valid) {
-            printf("  valid_loss %.6f", valid_loss);
+            printf("  valid_loss %.6g", valid_loss);
             if (cls)
                 printf("  valid_accuracy %.2f%%", 100 * accuracy);
         }
@@ -565,18 +661,25 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
                full ? "" : "  (stopped part way)");
         fflush(stdout);
     }
-    if (r->metrics) {
-        fprintf(r->metrics, "{\"epoch\": %lld, \"train_loss\": %.9g", (long long)epoch,
-                train_loss);
+    if (r->metrics >= 0) {
+        Record rc = {.n = 0};
+        rec_int(&rc, "epoch", (long long)epoch);
+        rec_num(&rc, "train_loss", train_loss);
         if (valid) {
-            fprintf(r->metrics, ", \"valid_loss\": %.9g", valid_loss);
+            rec_num(&rc, "valid_loss", valid_loss);
             if (cls)
-                fprintf(r->metrics, ", \"valid_accuracy\": %.9g", accuracy);
+                rec_num(&rc, "valid_accuracy", accuracy);
         }
-        fprintf(r->metrics, ", \"lr\": %.9g, \"seconds\": %.6f, \"samples_per_sec\": %.3f%s}\n",
-                lr, secs, (double)seen / secs, full ? "" : ", \"partial\": true");
-        fflush(r->metrics);
+        rec_num(&rc, "lr", lr);
+        rec_num(&rc, "seconds", secs);
+        rec_num(&rc, "samples_per_sec", (double)seen / secs);
+        if (!full)
+            rec_put(&rc, ", \"partial\": true");
+        if (write_record(r, &rc))
+            return -1;
     }
+    if (valid && !isfinite(valid_loss))
+        return bad_loss(r, "validation loss", valid_loss, "after step", epoch);
     /* an epoch cut short is not a point of the curves: a resumed run
      * logs the whole of it */
     if (!full)
@@ -635,7 +738,7 @@ static int train(Run *r)
             if (o->max_steps >= 0 && r->steps >= o->max_steps)
                 break;
             size_t n = d->n - s < (size_t)o->batch ? d->n - s : (size_t)o->batch;
-            int logged = (r->metrics || r->tb) && o->log_every &&
+            int logged = (r->metrics >= 0 || r->tb) && o->log_every &&
                          (r->steps + 1) % o->log_every == 0;
             int show = live && now() - last_shown > 0.1;
             int want = be->loss_free || logged || show;
@@ -653,17 +756,21 @@ static int train(Run *r)
             if (!isfinite(loss)) {
                 if (live)
                     fputc('\n', stderr);
-                bad_loss(r, loss, "at step", epoch);
-                return 1;
+                return bad_loss(r, "loss", loss, "at step", epoch);
             }
             shown_sum += (double)loss * (double)n;
             shown += n;
-            if (logged && r->metrics)
-                fprintf(r->metrics, "{\"step\": %lld, \"loss\": %.9g}\n", r->steps, (double)loss);
+            if (logged && r->metrics >= 0) {
+                Record rc = {.n = 0};
+                rec_int(&rc, "step", r->steps);
+                rec_num(&rc, "loss", (double)loss);
+                if (write_record(r, &rc))
+                    return -1;
+            }
             if (logged && tb_scalar(r, "train/step_loss", r->steps, loss))
                 return -1;
             if (show) {
-                progress(r, epoch, s + n, d->n, shown_sum / (double)shown);
+                progress(r, epoch, s + n, d->n, seen, now() - te, shown_sum / (double)shown);
                 last_shown = now();
             }
         }
@@ -684,12 +791,11 @@ static int train(Run *r)
         /* over the epoch's samples so far: a resumed epoch's loss sum
          * started from the checkpoint's, as if never broken */
         double train_loss = loss_sum / (double)done;
-        if (!isfinite(train_loss)) {
-            bad_loss(r, train_loss, "by step", epoch);
-            return 1;
-        }
-        if (end_epoch(r, epoch, train_loss, seen, secs, full))
-            return -1;
+        if (!isfinite(train_loss))
+            return bad_loss(r, "loss", train_loss, "by step", epoch);
+        int e = end_epoch(r, epoch, train_loss, seen, secs, full);
+        if (e)
+            return e;
     }
     double secs = now() - t0;
     if (!o->quiet && epochs_done > 0)
@@ -707,31 +813,60 @@ static int test(Run *r, int64_t epoch)
     if (r->be.evaluate(r->be.ctx, NRT_EVAL_TEST, &loss, &accuracy, &r->err))
         return -1;
     if (!r->o->quiet) {
-        printf("test_loss %.6f", loss);
+        printf("test_loss %.6g", loss);
         if (cls)
             printf("  test_accuracy %.2f%%", 100 * accuracy);
         printf("  (%zu samples)\n", r->data.test.n);
     }
-    if (r->metrics) {
-        fprintf(r->metrics, "{\"test_loss\": %.9g", loss);
+    if (r->metrics >= 0) {
+        Record rc = {.n = 0};
+        rec_num(&rc, "test_loss", loss);
         if (cls)
-            fprintf(r->metrics, ", \"test_accuracy\": %.9g", accuracy);
-        fprintf(r->metrics, ", \"test_samples\": %zu}\n", r->data.test.n);
+            rec_num(&rc, "test_accuracy", accuracy);
+        rec_int(&rc, "test_samples", (long long)r->data.test.n);
+        if (write_record(r, &rc))
+            return -1;
     }
     return tb_scalar(r, "test/loss", epoch, loss) || tb_scalar(r, "test/accuracy", epoch, accuracy)
                ? -1
                : 0;
 }
 
+/* A data path of a resumed run (*path, the flag's if given): the one the
+ * run was started with (kept; "": the model's), which a flag must not
+ * contradict. */
+static int resume_path(const Options *o, const char *flag, const char **path, int given,
+                       const char *kept, nrt_error *err)
+{
+    if (!given) {
+        *path = *kept ? kept : *path;
+        return 0;
+    }
+    if (*path && !strcmp(*path, kept))
+        return 0;
+    if (!*kept)
+        return nrt_errorf(err, "%s: the run was started without %s; resume it without %s",
+                          o->resume, flag, flag);
+    return nrt_errorf(err, "%s: the run was started with %s '%s'; resume it without %s",
+                      o->resume, flag, kept, flag);
+}
+
 /* --resume: the checkpoint's weights, optimizer state, counters and
  * schedule, read before the backend opens (its batch is the checkpoint's).
- * The run's seed, batch and order are the checkpoint's: a flag saying
- * otherwise is refused. */
+ * The run's seed, batch, order and data are the checkpoint's: a flag
+ * saying otherwise is refused.  Its length is the checkpoint's too, unless
+ * --epochs gives another: a finished run goes on for more epochs. */
 static int read_checkpoint(Run *r, Options *o)
 {
     nrt_checkpoint c = {.param = r->param, .m = r->opt_m, .v = r->opt_v, .buffers = r->buffers};
     nrt_error *err = &r->err;
     if (nrt_checkpoint_load(o->resume, r->m, &r->m->optim, &c, err))
+        return -1;
+    r->resumed_paths = c.text;
+    if (resume_path(o, "--data", &o->data, o->given_data, c.data, err) ||
+        resume_path(o, "--valid-data", &o->valid_data, o->valid_data != NULL, c.valid_data,
+                    err) ||
+        resume_path(o, "--test-data", &o->test_data, o->test_data != NULL, c.test_data, err))
         return -1;
     if (o->given_seed && o->seed != c.seed)
         return nrt_errorf(err, "%s: the run was seeded with %llu; resume it without --seed",
@@ -745,6 +880,8 @@ static int read_checkpoint(Run *r, Options *o)
     o->seed = c.seed;
     o->batch = (int)c.batch;
     o->shuffle = c.shuffle;
+    if (!o->given_epochs)
+        o->epochs = (int)c.epochs;
     r->sched = c.sched;
     r->lr = c.sched.lr;
     r->steps = (long long)c.step;
@@ -884,6 +1021,94 @@ out:
     return rc;
 }
 
+/* ---------------------------------------------------------- output paths */
+
+/* Whether a file can be made in dir, for path: one is, and removed. */
+static int probe_dir(const char *dir, const char *path, nrt_error *err)
+{
+    size_t n = strlen(dir) + 32;
+    char *t = malloc(n);
+    if (!t)
+        return nrt_errorf(err, "out of memory");
+    snprintf(t, n, "%s/.netc-check.XXXXXX", dir);
+    int fd = mkstemp(t), e = errno;
+    if (fd >= 0) {
+        close(fd);
+        unlink(t);
+    }
+    free(t);
+    return fd >= 0 ? 0 : nrt_errorf(err, "%s: cannot write: %s", path, strerror(e));
+}
+
+/* An output file: a new one can be made beside it (--save and -o write a
+ * temporary there and rename it), or, written in place (--metrics), it
+ * is there and writable. */
+static int check_file(const char *path, int in_place, nrt_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return nrt_errorf(err, "%s: cannot write: %s", path, strerror(EISDIR));
+        if (in_place)
+            return access(path, W_OK) == 0
+                       ? 0
+                       : nrt_errorf(err, "%s: cannot write: %s", path, strerror(errno));
+    }
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return probe_dir(".", path, err);
+    char *dir = strndup(path, slash == path ? 1 : (size_t)(slash - path));
+    int rc = dir ? probe_dir(dir, path, err) : nrt_errorf(err, "out of memory");
+    free(dir);
+    return rc;
+}
+
+/* An output directory, made when first written to (mkdir -p): it, or the
+ * nearest of its parents there, is a directory a file can be made in. */
+static int check_dir(const char *dir, nrt_error *err)
+{
+    char *p = malloc(strlen(dir) + 2);
+    if (!p)
+        return nrt_errorf(err, "out of memory");
+    strcpy(p, dir);
+    struct stat st;
+    int rc, e;
+    while ((rc = stat(p, &st)) != 0 && (e = errno) == ENOENT && strcmp(p, ".")) {
+        size_t n = strlen(p);
+        while (n > 1 && p[n - 1] == '/') /* "a/b/" is "a/b" */
+            p[--n] = '\0';
+        char *slash = strrchr(p, '/');
+        if (slash)
+            slash[slash == p] = '\0'; /* "a/b" goes to "a", "/a" to "/" */
+        else
+            strcpy(p, ".");
+    }
+    if (rc != 0)
+        rc = nrt_errorf(err, "%s: cannot write: %s", dir, strerror(e));
+    else if (!S_ISDIR(st.st_mode) && !strcmp(p, dir))
+        rc = nrt_errorf(err, "%s: not a directory", dir);
+    else if (!S_ISDIR(st.st_mode))
+        rc = nrt_errorf(err, "%s: %s is not a directory", dir, p);
+    else
+        rc = probe_dir(p, dir, err);
+    free(p);
+    return rc;
+}
+
+/* Every path the run will write, checked before the data is read and the
+ * first step taken, so that a typo does not cost a run's time; nothing is
+ * made (a file is, and removed at once). */
+static int check_outputs(const Options *o, nrt_error *err)
+{
+    return (o->save && check_file(o->save, 0, err)) ||
+                   (o->predict && o->output && check_file(o->output, 0, err)) ||
+                   (o->metrics && !o->predict && check_file(o->metrics, 1, err)) ||
+                   (o->checkpoint && check_dir(o->checkpoint, err)) ||
+                   (o->logdir && !o->predict && check_dir(o->logdir, err))
+               ? -1
+               : 0;
+}
+
 /* ---------------------------------------------------------------- devices */
 
 /* --list-devices: what torch.cuda tells a PyTorch user. */
@@ -942,7 +1167,8 @@ static int run_gradcheck(Run *r)
 static int open_logs(Run *r)
 {
     const Options *o = r->o;
-    if (o->metrics && !(r->metrics = fopen(o->metrics, o->resume ? "a" : "w")))
+    const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (o->resume ? 0 : O_TRUNC);
+    if (o->metrics && (r->metrics = open(o->metrics, flags, 0666)) < 0)
         return nrt_errorf(&r->err, "%s: cannot write: %s", o->metrics, strerror(errno));
     return o->logdir ? nrt_tb_open(o->logdir, &r->tb, &r->err) : 0;
 }
@@ -950,11 +1176,10 @@ static int open_logs(Run *r)
 static int close_logs(Run *r)
 {
     int rc = 0;
-    if (r->metrics) {
-        int bad = ferror(r->metrics);
-        if ((fclose(r->metrics) != 0 || bad) && rc == 0)
+    if (r->metrics >= 0) {
+        if (close(r->metrics) != 0)
             rc = nrt_errorf(&r->err, "%s: write error: %s", r->o->metrics, strerror(errno));
-        r->metrics = NULL;
+        r->metrics = -1;
     }
     nrt_error e;
     if (nrt_tb_close(r->tb, &e) && rc == 0) {
@@ -973,6 +1198,10 @@ static int run_training(Run *r)
     Data *d = &r->data;
     const Options *o = r->o;
     const nrt_model *m = r->m;
+    if (r->start_position > 0 && r->start_position >= d->train.n)
+        return nrt_errorf(&r->err, "%s/%s: metadata 'position' = %llu: past the end of the "
+                          "training data (%zu samples)", o->resume, NRT_CHECKPOINT_FILE,
+                          (unsigned long long)r->start_position, d->train.n);
     if ((m->transforms.flip_p > 0 || d->decoding) &&
         nrt_loader_open(&d->train, d->decoding, m->in_dim[0], m->in_dim[1], m->in_dim[2],
                         m->transforms.flip_p, nrt_stream_key(o->seed, NRT_STREAM_AUGMENT),
@@ -998,12 +1227,33 @@ static int run_training(Run *r)
                    (long long)r->start_epoch, (unsigned long long)r->start_position, d->train.n,
                    r->steps);
     }
-    catch_signals(1);
     int t = train(r);
-    catch_signals(0);
     if (t)
         return t;
-    return d->has_test ? test(r, r->last_epoch) : 0;
+    /* a signal after the last step: the test is left out, not the save */
+    r->test_left_out = d->has_test && stop_signal;
+    return d->has_test && !stop_signal ? test(r, r->last_epoch) : 0;
+}
+
+/* A signal caught during start-up: the work is not begun.  Returns the
+ * exit status. */
+static int stopped_early(const char *prog)
+{
+    fprintf(stderr, "%s: stopped by %s while starting; nothing done\n", prog, signal_name());
+    return 128 + stop_signal;
+}
+
+/* A signal caught after the last step, or during --eval or --predict:
+ * what was under way is done, and what was to be saved saved.  Returns the
+ * exit status. */
+static int stopped_late(const Run *r)
+{
+    const Options *o = r->o;
+    fprintf(stderr, "%s: stopped by %s after %s%s%s%s\n", r->prog, signal_name(),
+            o->eval ? "the evaluation" : o->predict ? "the predictions" : "the last step",
+            r->test_left_out ? "; the test left out" : "", o->save ? "; weights saved to " : "",
+            o->save ? o->save : "");
+    return 128 + stop_signal;
 }
 
 int nrt_main(const nrt_model *m, int argc, char **argv)
@@ -1011,6 +1261,7 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
     const char *prog = argc > 0 ? argv[0] : m->name;
     if (argc > 0)
         prefer_passive_waits(argv);
+    catch_signals();
     if (m->abi != NETRT_ABI) {
         fail(prog, "compiled for netrt ABI %d, linked with ABI %d", m->abi, NETRT_ABI);
         return 1;
@@ -1027,7 +1278,7 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         openblas_set_num_threads(o.threads);
 #endif
 
-    Run r = {.m = m, .o = &o, .prog = prog, .start_epoch = 1};
+    Run r = {.m = m, .o = &o, .prog = prog, .start_epoch = 1, .metrics = -1};
     nrt_error *err = &r.err;
     int status = 1;
     if (o.list_devices || o.jit_info) {
@@ -1052,8 +1303,14 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
     r.lr = r.sched.lr;
     if (o.resume && read_checkpoint(&r, &o))
         goto fail;
+    if (!o.gradcheck && check_outputs(&o, err))
+        goto fail;
     if (!o.predict && load_data(m, &o, &r.data, err))
         goto fail;
+    if (stop_signal) {
+        status = stopped_early(prog);
+        goto done;
+    }
     if (!o.resume) {
         nrt_rng init;
         nrt_rng_seed(&init, nrt_stream_key(o.seed, NRT_STREAM_INIT));
@@ -1082,10 +1339,14 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         printf("device: %s\n", note);
     if (r.be.set_params(r.be.ctx, r.param, r.buffers, err))
         goto fail;
+    if (stop_signal) {
+        status = stopped_early(prog);
+        goto done;
+    }
     if (o.predict) {
         if (predict(&r))
             goto fail;
-        status = 0;
+        status = stop_signal ? stopped_late(&r) : 0;
         goto done;
     }
     if (open_logs(&r))
@@ -1110,7 +1371,7 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
     size_t peak = r.be.peak_memory(r.be.ctx);
     if (peak && !o.quiet)
         printf("peak device memory: %.1f MiB\n", (double)peak / 1048576);
-    status = 0;
+    status = stop_signal ? stopped_late(&r) : 0;
     goto done;
 fail:
     fail(prog, "%s", err->msg);
@@ -1122,6 +1383,7 @@ done:
     free(r.buffers);
     free(r.opt_m);
     free(r.opt_v);
+    free(r.resumed_paths);
     nrt_loader_close(r.loader);
     report_skipped(prog, &r.data);
     data_free(&r.data);

@@ -329,6 +329,11 @@ int nrt_tb_close(nrt_tb *tb, nrt_error *err);
 /* mkdir -p: dir and its missing parents (--logdir's, --checkpoint's);
  * messages begin with dir. */
 int nrt_make_dirs(const char *dir, nrt_error *err);
+/* Appends n bytes at the end of fd (opened O_APPEND) whole, or not at
+ * all: a write cut short (a full disk, a file size limit) is taken back
+ * where fd is a regular file, so a log never ends in half a record (the
+ * event files, --metrics).  Messages begin with path. */
+int nrt_append_whole(int fd, const void *p, size_t n, const char *path, nrt_error *err);
 /* CRC-32C (Castagnoli) of n bytes, and the TFRecord's mask of a CRC. */
 uint32_t nrt_crc32c(const void *p, size_t n);
 uint32_t nrt_crc32c_mask(uint32_t crc);
@@ -758,8 +763,20 @@ typedef struct nrt_model {
 
 /* ----------------------------------------------------------- checkpoint.c */
 
+/* The limits of a run's numbers, which the flags (--epochs, --batch,
+ * --seed, --max-steps, --lr) and a checkpoint's metadata are both held to. */
+#define NRT_EPOCHS_MAX 2147483647LL
+#define NRT_BATCH_MAX 1048576LL
+#define NRT_SEED_MAX 9007199254740991LL  /* 2^53 - 1: exact as a JSON number */
+#define NRT_STEPS_MAX 9007199254740991LL
+/* Whether lr is a learning rate: a non-negative number. */
+int nrt_lr_valid(double lr);
+
+#define NRT_CHECKPOINT_FILE "checkpoint.safetensors"
+
 /* A training run's state between two steps, in DIR/checkpoint.safetensors:
- * what --resume needs to go on as if the run had never stopped. */
+ * what --resume needs to go on as if the run had never stopped, and what
+ * the run was started with (its length, its data). */
 typedef struct nrt_checkpoint {
     int64_t epoch;          /* the epoch under way, from 1 */
     uint64_t position;      /* samples of it done */
@@ -767,6 +784,11 @@ typedef struct nrt_checkpoint {
     uint64_t seed;
     int64_t batch;
     int shuffle;
+    int64_t epochs;         /* the run's length */
+    const char *data;       /* the training data's path */
+    const char *valid_data; /* --valid-data's, or "" (or NULL, to save): the model's */
+    const char *test_data;  /* --test-data's, likewise */
+    char *text;             /* load: where those three lie (the caller frees it) */
     double loss_sum;        /* the epoch's loss sum so far */
     nrt_sched_state sched;
     float *param;           /* param_count floats each; m and v NULL */
@@ -784,7 +806,8 @@ int nrt_optim_slots(const nrt_optim *h);
 int nrt_checkpoint_save(const char *dir, const struct nrt_model *m, const nrt_optim *h,
                         const nrt_checkpoint *c, nrt_error *err);
 /* Reads it back into c, whose param, m and v the caller allocated; one of
- * another model or optimizer is refused, naming what differs. */
+ * another model or optimizer is refused, naming what differs, and so is a
+ * value of the metadata out of its range (the flags'), naming the field. */
 int nrt_checkpoint_load(const char *dir, const struct nrt_model *m, const nrt_optim *h,
                         nrt_checkpoint *c, nrt_error *err);
 

@@ -9,12 +9,15 @@
  * the section exactly, with offsets relative to the section's start.
  *
  * Writing is atomic (temporary file, fsync, rename) and deterministic: the
- * same tensors give the same bytes.  Reading trusts nothing: the header goes
- * through a small strict JSON parser, every offset and size is checked, and a
- * bad file gives a one-line "not a safetensors file (...)" message naming
- * what is wrong, never a crash; one of another kind says what it seems to be
- * (torch.save's, with how to save safetensors instead, or text).  A model's
- * weights must moreover be finite numbers.
+ * same tensors give the same bytes.  The temporary, PATH.tmp.PID.XXXXXX,
+ * bears its writer's process id, so that a save can remove what saves of
+ * the same file killed part way (kill -9, a crash) left, and only that.
+ * Reading trusts nothing: the header goes through a small strict JSON
+ * parser, every offset and size is checked, and a bad file gives a
+ * one-line "not a safetensors file (...)" message naming what is wrong,
+ * never a crash; one of another kind says what it seems to be (torch.save's,
+ * with how to save safetensors instead, or text).  A model's weights must
+ * moreover be finite numbers.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -22,10 +25,13 @@
 
 #include "netrt.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,6 +291,46 @@ static void sync_parent_dir(const char *path)
     free(dir);
 }
 
+/* Whether name is base.tmp.PID.XXXXXX (mkstemp's six letters or digits)
+ * with PID a process gone from this machine: a temporary of a save of
+ * base that was killed.  A process in its place, even an unrelated one
+ * that was given its pid, keeps the file. */
+static int stale_temp(const char *name, const char *base)
+{
+    size_t n = strlen(base);
+    if (strncmp(name, base, n) || strncmp(name + n, ".tmp.", 5))
+        return 0;
+    const char *s = name + n + 5, *p = s;
+    while (isdigit((unsigned char)*p))
+        p++;
+    if (p == s || p - s > 9 || *p != '.' || strlen(p + 1) != 6)
+        return 0;
+    for (const char *x = p + 1; *x; x++)
+        if (!isalnum((unsigned char)*x))
+            return 0;
+    pid_t pid = (pid_t)strtol(s, NULL, 10);
+    return pid > 0 && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Removes the stale temporaries of path's saves from its directory.  Best
+ * effort: one left is no reason to fail a save. */
+static void remove_stale_temps(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : NULL;
+    if (slash && !dir)
+        return;
+    const char *base = slash ? slash + 1 : path;
+    DIR *d = *base ? opendir(slash ? dir : ".") : NULL;
+    if (d) {
+        for (struct dirent *e; (e = readdir(d)) != NULL;)
+            if (stale_temp(e->d_name, base))
+                (void)unlinkat(dirfd(d), e->d_name, 0);
+        closedir(d);
+    }
+    free(dir);
+}
+
 int nrt_safetensors_save(const char *path, const nrt_tensor *t, int n,
                          const char *const *meta, int nmeta, nrt_error *err)
 {
@@ -443,14 +489,14 @@ int nrt_safetensors_save(const char *path, const nrt_tensor *t, int n,
         len8[k] = (unsigned char)((uint64_t)h.n >> (8 * k));
 
     /* Write it all to a temporary file beside path, then rename. */
-    size_t plen = strlen(path);
-    tmp = malloc(plen + sizeof ".tmp.XXXXXX");
+    remove_stale_temps(path);
+    size_t tlen = strlen(path) + 32;
+    tmp = malloc(tlen);
     if (!tmp) {
         nrt_errorf(err, "%s: out of memory", path);
         goto out;
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
+    snprintf(tmp, tlen, "%s.tmp.%ld.XXXXXX", path, (long)getpid());
     int fd = mkstemp(tmp);
     if (fd < 0) {
         nrt_errorf(err, "%s: %s", path, strerror(errno));

@@ -42,11 +42,13 @@
  * Values are float32 on the wire (simple_value): a double passed in is
  * rounded to float, out-of-range ones to infinity.
  *
- * Records are assembled in a buffer owned by the writer and handed to stdio
- * whole; nothing reaches the disk before nrt_tb_flush or nrt_tb_close
- * (except what stdio writes when its buffer fills), and a write error shows
- * at the latest there.  nrt_tb_open flushes the file-version record at
- * once, so that a full disk shows at open rather than at the first flush.
+ * Records are assembled in a buffer owned by the writer, one after the
+ * other; nothing reaches the disk before nrt_tb_flush or nrt_tb_close, or
+ * before the buffer holds TB_FLUSH_AT bytes, and then the buffer goes out
+ * by nrt_append_whole: a write cut short (a full disk, a file size limit)
+ * is taken back, so the file never ends in half a record, and the error
+ * names the file.  nrt_tb_open flushes the file-version record at once, so
+ * that a full disk shows at open rather than at the first flush.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -76,12 +78,15 @@
  * (16), wall_time (9), step (11), and the summary, value and tag keys and
  * lengths and simple_value (3 x 11 + 5), rounded up. */
 #define TB_RECORD_OVERHEAD 80
+/* Buffered records are written out when they reach this many bytes. */
+#define TB_FLUSH_AT 65536
 
 struct nrt_tb {
-    FILE *f;
+    int fd;
     char *path; /* the event file, for error messages */
-    unsigned char *buf; /* one record being assembled */
-    size_t cap;
+    unsigned char *buf; /* whole records not yet written, then the one
+                           being assembled */
+    size_t used, cap;   /* bytes of whole records in buf; its size */
 };
 
 /* ------------------------------------------------------------------ CRC */
@@ -228,9 +233,13 @@ static float to_float(double v)
     return (float)v; /* NaN stays NaN */
 }
 
-/* Makes room for a record of up to need bytes in tb->buf. */
+/* Makes room for a record of up to need bytes in tb->buf after the
+ * whole records there. */
 static int reserve(nrt_tb *tb, size_t need, nrt_error *err)
 {
+    if (need > SIZE_MAX - tb->used)
+        return nrt_errorf(err, "%s: out of memory", tb->path);
+    need += tb->used;
     if (need <= tb->cap)
         return 0;
     size_t cap = tb->cap ? tb->cap : 256;
@@ -244,19 +253,43 @@ static int reserve(nrt_tb *tb, size_t need, nrt_error *err)
     return 0;
 }
 
-/* Frames the event data at tb->buf + 12 .. + 12 + n (the caller leaves 12
- * bytes for the length and its CRC in front, and 4 free behind) as a
- * record and hands it to stdio. */
+/* Where the next record's event data goes: after the whole records and
+ * the 12 bytes of its length and their CRC. */
+static unsigned char *record_data(nrt_tb *tb)
+{
+    return tb->buf + tb->used + 12;
+}
+
+/* Frames the event data at record_data(tb) .. + n (reserve left 4 bytes
+ * free behind) as a record, which joins the whole ones. */
 static int put_record(nrt_tb *tb, size_t n, nrt_error *err)
 {
-    unsigned char *b = tb->buf;
+    unsigned char *b = tb->buf + tb->used;
     put_le(b, n, 8);
     put_le(b + 8, nrt_crc32c_mask(nrt_crc32c(b, 8)), 4);
     put_le(b + 12 + n, nrt_crc32c_mask(nrt_crc32c(b + 12, n)), 4);
-    errno = 0;
-    if (fwrite(b, 1, n + 16, tb->f) != n + 16)
-        return nrt_errorf(err, "%s: %s", tb->path,
-                          errno ? strerror(errno) : "write error");
+    tb->used += n + 16;
+    return tb->used >= TB_FLUSH_AT ? nrt_tb_flush(tb, err) : 0;
+}
+
+int nrt_append_whole(int fd, const void *p, size_t n, const char *path, nrt_error *err)
+{
+    /* where the file ends now, to cut it back to (-1: not a file) */
+    off_t end = lseek(fd, 0, SEEK_END);
+    const char *s = p;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = write(fd, s + done, n - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            int e = k < 0 ? errno : EIO;
+            if (done && end >= 0)
+                (void)ftruncate(fd, end);
+            return nrt_errorf(err, "%s: cannot write: %s", path, strerror(e));
+        }
+        done += (size_t)k;
+    }
     return 0;
 }
 
@@ -320,7 +353,7 @@ static void host_name(char *buf, size_t cap)
 }
 
 /* Creates a new event file in dir, trying N = 0, 1, ... until a name is
- * free; sets tb->f and tb->path. */
+ * free; sets tb->fd and tb->path. */
 static int create_file(nrt_tb *tb, const char *dir, nrt_error *err)
 {
     char host[TB_HOST_MAX + 1];
@@ -338,7 +371,7 @@ static int create_file(nrt_tb *tb, const char *dir, nrt_error *err)
         return nrt_errorf(err, "%s: out of memory", dir);
     for (int n = 0; n < TB_MAX_TRIES; n++) {
         snprintf(path, (size_t)len + 1, fmt, dir, sep, secs, host, pid, n);
-        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd < 0 && errno == EEXIST)
             continue;
         if (fd < 0) {
@@ -346,15 +379,7 @@ static int create_file(nrt_tb *tb, const char *dir, nrt_error *err)
             free(path);
             return -1;
         }
-        FILE *f = fdopen(fd, "wb");
-        if (!f) {
-            nrt_errorf(err, "%s: %s", path, strerror(errno));
-            close(fd);
-            unlink(path);
-            free(path);
-            return -1;
-        }
-        tb->f = f;
+        tb->fd = fd;
         tb->path = path;
         return 0;
     }
@@ -385,14 +410,14 @@ int nrt_tb_open(const char *dir, nrt_tb **out, nrt_error *err)
     size_t vlen = sizeof version - 1;
     if (reserve(tb, 16 + 9 + 2 + vlen, err) != 0)
         goto fail;
-    unsigned char *b = tb->buf + 12;
+    unsigned char *b = record_data(tb);
     b = put_key(b, 1, 1);
     b = put_double(b, wall_time());
     b = put_key(b, 3, 2);
     b = put_varint(b, vlen);
     memcpy(b, version, vlen);
     b += vlen;
-    if (put_record(tb, (size_t)(b - (tb->buf + 12)), err) != 0 ||
+    if (put_record(tb, (size_t)(b - record_data(tb)), err) != 0 ||
         nrt_tb_flush(tb, err) != 0)
         goto fail;
     *out = tb;
@@ -401,7 +426,7 @@ int nrt_tb_open(const char *dir, nrt_tb **out, nrt_error *err)
 fail:
     /* The error is already in err; what is left is an empty or partial
      * file no reader wants. */
-    fclose(tb->f);
+    close(tb->fd);
     unlink(tb->path);
     free(tb->path);
     free(tb->buf);
@@ -431,7 +456,7 @@ int nrt_tb_scalar(nrt_tb *tb, const char *tag, int64_t step, double value,
      * {wall_time, step, summary}. */
     size_t vlen = 1 + varint_len(tlen) + tlen + 1 + 4;
     size_t slen = 1 + varint_len(vlen) + vlen;
-    unsigned char *start = tb->buf + 12, *b = start;
+    unsigned char *start = record_data(tb), *b = start;
     b = put_key(b, 1, 1);
     b = put_double(b, wall_time());
     if (step != 0) {
@@ -455,10 +480,9 @@ int nrt_tb_flush(nrt_tb *tb, nrt_error *err)
 {
     if (!tb)
         return nrt_errorf(err, "tensorboard: no writer");
-    errno = 0;
-    if (fflush(tb->f) != 0 || ferror(tb->f))
-        return nrt_errorf(err, "%s: %s", tb->path,
-                          errno ? strerror(errno) : "write error");
+    if (nrt_append_whole(tb->fd, tb->buf, tb->used, tb->path, err) != 0)
+        return -1; /* the records stay: a later flush tries again */
+    tb->used = 0;
     return 0;
 }
 
@@ -466,13 +490,10 @@ int nrt_tb_close(nrt_tb *tb, nrt_error *err)
 {
     if (!tb)
         return 0;
-    /* fflush first: fclose's own error would not say which of writing
-     * and closing failed, and a failed flush must still close. */
+    /* a failed flush must still close */
     int rc = nrt_tb_flush(tb, err);
-    errno = 0;
-    if (fclose(tb->f) != 0 && rc == 0)
-        rc = nrt_errorf(err, "%s: %s", tb->path,
-                        errno ? strerror(errno) : "close error");
+    if (close(tb->fd) != 0 && rc == 0)
+        rc = nrt_errorf(err, "%s: %s", tb->path, strerror(errno));
     free(tb->path);
     free(tb->buf);
     free(tb);

@@ -234,8 +234,8 @@ fi
 "$WORK/vt" --eval --load "$WORK/vt.safetensors" > "$WORK/eval.out"
 st=$?
 check "[ $st -eq 0 ]" "--eval failed"
-loss=$(sed -n 's/^test_loss \([0-9.]*\) .*/\1/p' "$WORK/eval.out")
-check "[ \"$loss\" = \"\$(printf '%.6f' \$(field '$WORK/vt3.jsonl' test_loss))\" ]" \
+loss=$(sed -n 's/^test_loss \([0-9.e+-]*\) .*/\1/p' "$WORK/eval.out")
+check "[ \"$loss\" = \"\$(printf '%.6g' \$(field '$WORK/vt3.jsonl' test_loss))\" ]" \
     "--eval: test loss '$loss', the training run's $(field "$WORK/vt3.jsonl" test_loss)"
 "$WORK/vt" --predict "$TES" --load "$WORK/vt.safetensors" -o "$WORK/pred.csv" --quiet
 st=$?
@@ -286,5 +286,243 @@ compile "$WORK/mn.net" "$WORK/mn"
 "$WORK/mn" --quiet --metrics "$WORK/mn.jsonl"
 acc=$(field "$WORK/mn.jsonl" test_accuracy)
 check "awk 'BEGIN { exit !(\"$acc\" + 0 > 0.8) }'" "mnist: test accuracy '$acc' on separable synthetic digits"
+
+# ------------------------------------ losses that are not numbers, huge ones
+# a regression whose validation targets are far off the scale (its loss
+# overflows a float) and whose test targets are large (a finite 1e18)
+awk 'BEGIN { for (i = 0; i < 40; i++) printf "%g,%g,%g\n", i % 7 / 7, i % 5 / 5, i % 3 / 3 }' > "$WORK/small.csv"
+awk 'BEGIN { for (i = 0; i < 8; i++) printf "%g,%g,1e30\n", i / 8, i / 4 }' > "$WORK/offscale.csv"
+awk 'BEGIN { for (i = 0; i < 8; i++) printf "%g,%g,1e9\n", i / 8, i / 4 }' > "$WORK/large.csv"
+cat > "$WORK/reg.net" <<NET
+model reg {
+    input  x[2]
+    target value(1)
+    linear(1)
+    loss      mse
+    optimizer sgd(lr=0.05)
+    device    $DEV
+    train     csv("$WORK/small.csv") batch 8 epochs 3 seed 1
+}
+NET
+compile "$WORK/reg.net" "$WORK/reg"
+# every line of a metrics file is whole JSON (no inf, NaN, or half a record)
+json_lines() {
+    [ -s "$1" ] && [ -z "$(tail -c 1 "$1")" ] && "$PYTHON" -c '
+import json, sys
+def refuse(c): raise ValueError(c)
+for line in open(sys.argv[1]): json.loads(line, parse_constant=refuse)' "$1"
+}
+"$WORK/reg" --valid-data "$WORK/offscale.csv" --metrics "$WORK/inf.jsonl" > "$WORK/inf.out" 2> "$WORK/inf.err"
+st=$?
+check "[ $st -eq 1 ] && grep -q 'the validation loss is infinite after step 5 (epoch 1)' '$WORK/inf.err'" \
+    "an infinite validation loss: exit $st, $(cat "$WORK/inf.err")"
+check "json_lines '$WORK/inf.jsonl'" "an infinite validation loss: the metrics are not JSON: $(cat "$WORK/inf.jsonl")"
+check "grep -q '\"valid_loss\": null, \"valid_loss_nonfinite\": \"inf\"' '$WORK/inf.jsonl'" \
+    "an infinite validation loss is not null in the metrics: $(cat "$WORK/inf.jsonl")"
+check "[ \$(grep -c '\"epoch\"' '$WORK/inf.jsonl') -eq 1 ]" "an infinite validation loss: the run went on"
+"$WORK/reg" --test-data "$WORK/large.csv" --metrics "$WORK/large.jsonl" > "$WORK/large.out"
+st=$?
+check "[ $st -eq 0 ] && grep -q '^test_loss [0-9.]*e+1[78]  (8 samples)' '$WORK/large.out'" \
+    "a loss of 1e18 not printed with %g: $(tail -n 1 "$WORK/large.out")"
+check "json_lines '$WORK/large.jsonl'" "a test loss of 1e18: the metrics are not JSON"
+
+# ------------------------------------------------- write errors of the logs
+# a full disk stops the run at once, naming the file and the reason
+"$WORK/ck" --epochs 3 --metrics /dev/full > "$WORK/full.out" 2> "$WORK/full.err"
+st=$?
+check "[ $st -eq 1 ] && grep -q '/dev/full: cannot write: No space left on device' '$WORK/full.err'" \
+    "--metrics /dev/full: exit $st, $(cat "$WORK/full.err")"
+check "! grep -q '^epoch   2' '$WORK/full.out'" "--metrics /dev/full: the run went on"
+# a file size limit (SIGXFSZ ignored: EFBIG) cuts a write short: what was
+# written of the record is taken back
+( trap '' XFSZ; ulimit -f 1; exec "$WORK/ck" --epochs 2 --quiet --log-every 1 --metrics "$WORK/fsz.jsonl" ) 2> "$WORK/fsz.err"
+st=$?
+check "[ $st -eq 1 ] && grep -q 'fsz.jsonl: cannot write: File too large' '$WORK/fsz.err'" \
+    "--metrics past the file size limit: exit $st, $(cat "$WORK/fsz.err")"
+check "json_lines '$WORK/fsz.jsonl'" "--metrics past the file size limit: a record cut: $(tail -c 100 "$WORK/fsz.jsonl")"
+( trap '' XFSZ; ulimit -f 1; exec "$WORK/ck" --epochs 2 --quiet --log-every 1 --logdir "$WORK/fsz" ) 2> "$WORK/fsz.err"
+st=$?
+check "[ $st -eq 1 ] && grep -q 'fsz/events.out.tfevents.*: cannot write: File too large' '$WORK/fsz.err'" \
+    "--logdir past the file size limit: exit $st, $(cat "$WORK/fsz.err")"
+whole_records() { # an event file's TFRecords end where it ends
+    "$PYTHON" -c '
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+i = n = 0
+while i + 12 <= len(b):
+    i += 12 + struct.unpack("<Q", b[i:i + 8])[0] + 4
+    n += 1
+sys.exit(0 if i == len(b) and n > 0 else 1)' "$1"
+}
+check "whole_records $WORK/fsz/events.out.tfevents.*" "--logdir past the file size limit: a record cut"
+
+# ------------------------------------------ a checkpoint's metadata checked
+# each value out of its flag's range is refused, naming the file and field
+"$WORK/ck" --quiet --max-steps 3 --checkpoint "$WORK/meta"
+set_meta() { # KEY VALUE: DIR meta's checkpoint with KEY = VALUE, in DIR bad
+    mkdir -p "$WORK/bad"
+    "$PYTHON" -c '
+import json, struct, sys
+src, dst, key, value = sys.argv[1:]
+b = open(src, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h["__metadata__"][key] = value
+t = json.dumps(h).encode()
+t += b" " * (-len(t) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])' \
+        "$WORK/meta/checkpoint.safetensors" "$WORK/bad/checkpoint.safetensors" "$1" "$2"
+}
+bad_meta() { # KEY VALUE EXPECTED: resuming from it fails, saying so
+    set_meta "$1" "$2"
+    expect "$WORK/bad/checkpoint.safetensors: metadata '$1' = '$2': expected $3" \
+        timeout 60 "$WORK/ck" --quiet --resume "$WORK/bad" # a batch of 0 never ends
+}
+bad_meta batch 4294967296 "a whole number from 1 to 1048576"
+bad_meta batch 2147483648 "a whole number from 1 to 1048576"
+bad_meta batch 1048577 "a whole number from 1 to 1048576"
+bad_meta shuffle 7 "a whole number from 0 to 1"
+bad_meta seed 9007199254740992 "a whole number from 0 to 9007199254740991"
+bad_meta lr -0x1p+0 "a non-negative number"
+bad_meta loss_sum inf "a finite number"
+bad_meta epochs -1 "a whole number from 0 to 2147483647"
+set_meta position 3058
+expect "$WORK/bad/checkpoint.safetensors: metadata 'position' = 3058: past the end of the training data (3058 samples)" \
+    timeout 60 "$WORK/ck" --quiet --resume "$WORK/bad"
+
+# ------------------------------- a resumed run's length and data remembered
+head -n 400 "$TRA" > "$WORK/part.csv"
+"$WORK/ck" --quiet --epochs 6 --data "$WORK/part.csv" --max-steps 3 --checkpoint "$WORK/len"
+cp -R "$WORK/len" "$WORK/len2"
+"$WORK/ck" --resume "$WORK/len" --metrics "$WORK/len.jsonl" > "$WORK/len.out"
+st=$?
+check "[ $st -eq 0 ] && [ \"\$(field '$WORK/len.jsonl' epoch)\" = 6 ]" \
+    "--epochs 6, resumed without it: last epoch $(field "$WORK/len.jsonl" epoch), not 6"
+check "grep -q ' 320 training samples' '$WORK/len.out'" \
+    "--data of 400 rows, resumed without it: $(head -n 1 "$WORK/len.out")"
+expect "the run was started with --data '$WORK/part.csv'; resume it without --data" \
+    "$WORK/ck" --resume "$WORK/len2" --data "$TRA"
+expect "the run was started without --valid-data; resume it without --valid-data" \
+    "$WORK/ck" --resume "$WORK/len2" --valid-data "$TES"
+# an explicit --epochs is the run's new length: a finished run goes on
+"$WORK/ck" --quiet --resume "$WORK/len" --epochs 7 --metrics "$WORK/len7.jsonl"
+check "[ \"\$(field '$WORK/len7.jsonl' epoch)\" = 7 ] && [ \$(grep -c '\"epoch\"' '$WORK/len7.jsonl') -eq 1 ]" \
+    "a finished run resumed with --epochs 7: $(cat "$WORK/len7.jsonl")"
+"$WORK/ck" --quiet --resume "$WORK/len2" --data "$WORK/part.csv" --max-steps 4
+check "[ $? -eq 0 ]" "resumed with the --data it was started with: refused"
+
+# ------------------------------------------ temporaries of saves killed
+# a save removes what a save of the same file killed part way left
+# (FILE.tmp.PID.XXXXXX, PID gone), and keeps the rest
+dead=$(sh -c 'echo $$')
+mkdir -p "$WORK/tmps"
+: > "$WORK/tmps/checkpoint.safetensors.tmp.$dead.Ab12Cd"
+: > "$WORK/tmps/checkpoint.safetensors.tmp.$$.Ab12Cd"
+: > "$WORK/tmps/other.tmp.$dead.Ab12Cd"
+"$WORK/ck" --quiet --max-steps 1 --checkpoint "$WORK/tmps"
+check "[ ! -e '$WORK/tmps/checkpoint.safetensors.tmp.$dead.Ab12Cd' ]" "a stale temporary was left"
+check "[ -e '$WORK/tmps/checkpoint.safetensors.tmp.$$.Ab12Cd' ] && [ -e '$WORK/tmps/other.tmp.$dead.Ab12Cd' ]" \
+    "a save removed a temporary that was not its stale one: $(ls "$WORK/tmps")"
+
+# --------------------------------------- output paths checked before training
+: > "$WORK/afile"
+early() { # MESSAGE FLAGS...: refused before training begins
+    want=$1
+    shift
+    "$WORK/ck" --epochs 2 --checkpoint "$WORK/notmade/ck" "$@" > "$WORK/early.out" 2> "$WORK/early.err"
+    st=$?
+    check "[ $st -eq 1 ] && grep -qF -- \"\$want\" '$WORK/early.err' && [ ! -s '$WORK/early.out' ]" \
+        "$*: exit $st, not refused before training: $(cat "$WORK/early.out" "$WORK/early.err")"
+}
+early "$WORK/nodir/w.safetensors: cannot write: No such file or directory" --save "$WORK/nodir/w.safetensors"
+early "$WORK/afile/ck: cannot write: Not a directory" --checkpoint "$WORK/afile/ck"
+early "$WORK/afile: not a directory" --logdir "$WORK/afile"
+early "$WORK/nodir/m.jsonl: cannot write: No such file or directory" --metrics "$WORK/nodir/m.jsonl"
+early "$WORK: cannot write: Is a directory" --save "$WORK"
+check "[ ! -e '$WORK/notmade' ] && [ -z \"\$(ls -A '$WORK' | grep netc-check)\" ]" \
+    "checking the outputs made something: $(ls -A "$WORK")"
+
+# ---------------------------------------- signals outside the training loop
+# Pipes make the timing certain: a program reading a pipe or writing to
+# one waits for the test.  Every wait is bounded (timeout).
+# During start-up, its training data a pipe the test holds back: the
+# program stops before the work begins, saying so.
+mkfifo "$WORK/slow.csv"
+timeout -k 5 60 "$WORK/vt" --epochs 1 --data "$WORK/slow.csv" --checkpoint "$WORK/early" \
+    > "$WORK/sigup.out" 2> "$WORK/sigup.err" &
+pid=$!
+# the pipe opens when the program opens it: it is then reading its data
+timeout 30 sh -c 'exec 3> "$1"; kill -TERM "$2"; cat "$3" >&3' sh "$WORK/slow.csv" $pid "$TRA"
+wait $pid
+st=$?
+check "[ $st -eq 143 ] && grep -q 'stopped by SIGTERM while starting; nothing done' '$WORK/sigup.err'" \
+    "SIGTERM during start-up: exit $st, $(cat "$WORK/sigup.err")"
+check "[ ! -s '$WORK/sigup.out' ] && [ ! -e '$WORK/early' ]" "SIGTERM during start-up: the run began"
+# After the last epoch, its metrics a pipe the test reads: a SIGTERM once
+# the last epoch's record is out lets the run save its weights (the test
+# is left out, or finished if under way) and exit 143.
+mkfifo "$WORK/late.jsonl"
+timeout -k 5 60 "$WORK/vt" --epochs 2 --quiet --metrics "$WORK/late.jsonl" \
+    --save "$WORK/late.safetensors" 2> "$WORK/late.err" &
+pid=$!
+timeout 30 sh -c 'exec < "$1"
+while read -r line; do
+    case $line in *"\"epoch\": 2,"*) kill -TERM "$2" ;; esac
+done' sh "$WORK/late.jsonl" $pid
+wait $pid
+st=$?
+check "[ $st -eq 143 ] && grep -q 'stopped by SIGTERM after the last step.*; weights saved to .*late.safetensors' '$WORK/late.err'" \
+    "SIGTERM after the last epoch: exit $st, $(cat "$WORK/late.err")"
+"$WORK/vt" --eval --quiet --load "$WORK/late.safetensors"
+check "[ $? -eq 0 ]" "SIGTERM after the last epoch: no weights saved"
+
+# ----------------------------------------------------- the live progress line
+# on a terminal (a pty): the epoch, the share and steps done, the time taken
+# and left, the pace and the loss, in one line of at most 79 columns.  The
+# program is stopped once a line has been read.
+awk '{ for (i = 0; i < 4; i++) print }' "$TRA" > "$WORK/tra4.csv"
+cat > "$WORK/wide.net" <<NET
+model wide {
+    input  x[64]
+    target class(10)
+    linear(2048)
+    relu
+    linear(10)
+    loss      cross_entropy
+    optimizer sgd(lr=0.01)
+    device    $DEV
+    train     csv("$WORK/tra4.csv", scale=0.0625) batch 1 epochs 1000
+}
+NET
+compile "$WORK/wide.net" "$WORK/wide"
+cat > "$WORK/live.py" <<'PY'
+import os, pty, re, signal, sys
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+out, line = b"", None
+while line is None:
+    try:
+        b = os.read(fd, 4096)
+    except OSError:
+        break
+    if not b:
+        break
+    out += b
+    m = re.search(rb"\r(  epoch [^\r\n]*?)\x1b\[K", out)
+    line = m and m.group(1).decode()
+os.kill(pid, signal.SIGTERM)
+try:
+    while os.read(fd, 4096):
+        pass
+except OSError:
+    pass
+os.waitpid(pid, 0)
+print(line)
+want = r"  epoch 1/1000 +\d+%  \d+/15292  \d\d:\d\d<\d\d:\d\d  \d+ samples/s  loss [0-9.e+-]+"
+sys.exit(0 if line and len(line) <= 79 and re.fullmatch(want, line) else 1)
+PY
+line=$(timeout 60 "$PYTHON" "$WORK/live.py" "$WORK/wide" --threads 1)
+check "[ $? -eq 0 ]" "the progress line: '$line'"
 
 finish

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int nchecks, nfailed;
@@ -967,6 +968,40 @@ static int mode_read(const char *path)
     return nfailed ? 1 : 0;
 }
 
+/* An empty file dir/name. */
+static void touch(const char *name)
+{
+    FILE *f = fopen(at(name), "w");
+    if (f)
+        fclose(f);
+}
+
+/* A save removes the temporaries that saves of the same file killed part
+ * way left (their process is gone), and nothing else. */
+static void test_stale_temps(void)
+{
+    pid_t dead = fork(); /* a process that has come and gone */
+    if (dead == 0)
+        _exit(0);
+    if (!CHECK(dead > 0 && waitpid(dead, NULL, 0) == dead))
+        return;
+    char stale[128], live[128], other[128], near[128];
+    snprintf(stale, sizeof stale, "w.safetensors.tmp.%ld.aB3xY9", (long)dead);
+    snprintf(live, sizeof live, "w.safetensors.tmp.%ld.aB3xY9", (long)getppid());
+    snprintf(other, sizeof other, "v.safetensors.tmp.%ld.aB3xY9", (long)dead);
+    snprintf(near, sizeof near, "w.safetensors.tmp.%ld.aB3xY", (long)dead);
+    const char *names[] = {stale, live, other, near, "w.safetensors.tmp.Qz81kf"};
+    for (int i = 0; i < 5; i++)
+        touch(names[i]);
+    nrt_error err = {{0}};
+    CHECK(nrt_safetensors_save(at("w.safetensors"), tens, 1, NULL, 0, &err) == 0);
+    CHECK(access(at(stale), F_OK) != 0);
+    for (int i = 1; i < 5; i++)
+        CHECK(access(at(names[i]), F_OK) == 0);
+    for (int i = 1; i < 5; i++)
+        unlink(at(names[i]));
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--write") == 0)
@@ -993,6 +1028,7 @@ int main(int argc, char **argv)
     test_corrupt();
     test_foreign();
     test_weights();
+    test_stale_temps();
     rmtree(dir);
     printf("test_safetensors: %d checks, %d failed\n", nchecks, nfailed);
     return nfailed ? 1 : 0;

@@ -799,7 +799,8 @@ static void test_write_error(void)
     }
     char *files[2];
     int n = event_files(dir, files, 2);
-    free_all(files, n);
+    struct stat before = {0}, after = {0};
+    int sized = n == 1 && stat(files[0], &before) == 0;
 
     static char tag[20000];
     memset(tag, 'x', sizeof tag - 1);
@@ -809,12 +810,17 @@ static void test_write_error(void)
     if (old.rlim_cur != RLIM_INFINITY && old.rlim_cur < lim.rlim_cur)
         lim.rlim_cur = old.rlim_cur;
     if (setrlimit(RLIMIT_FSIZE, &lim) == 0) {
-        rc = nrt_tb_scalar(tb, tag, 1, 1, &err); /* larger than stdio's buffer */
+        rc = nrt_tb_scalar(tb, tag, 1, 1, &err); /* past the size limit */
         if (rc == 0)
             rc = nrt_tb_flush(tb, &err);
         CHECK(rc == -1 && strstr(err.msg, dir) &&
                   strstr(err.msg, strerror(EFBIG)),
               "write past the size limit: '%s'", err.msg);
+        /* what was written of the record is taken back */
+        sized = sized && stat(files[0], &after) == 0;
+        CHECK(sized && after.st_size == before.st_size,
+              "a write past the size limit left %lld bytes, not %lld",
+              (long long)after.st_size, (long long)before.st_size);
         err.msg[0] = '\0';
         CHECK(nrt_tb_close(tb, &err) == -1 && strstr(err.msg, dir),
               "close after a failed write: '%s'", err.msg);
@@ -823,6 +829,7 @@ static void test_write_error(void)
         nrt_tb_close(tb, &err);
     }
     signal(SIGXFSZ, old_handler);
+    free_all(files, n);
     free(dir);
 }
 
