@@ -486,8 +486,18 @@ typedef struct BuildOptions {
     const char *cc;        /* NETC_CC or the configured compiler */
     const char *incdir;    /* where netrt.h is */
     const char *libdir;    /* where libnetrt.a is */
+    const char *model;     /* the model file, as #line names it */
     bool verbose;
 } BuildOptions;
+
+/* A new private temporary directory (TMPDIR or /tmp) for a build's files;
+ * from now on a stop signal stops the compiler and removes what
+ * build_temp was given.  NULL (with the error said) on failure. */
+const char *build_tempdir(Arena *a);
+/* Marks path (a file, or a directory emptied first) as temporary: removed
+ * by build_remove_temps or a stop signal, the last marked first. */
+void build_temp(const char *path);
+void build_remove_temps(void);
 
 /* Compiles the C file csrc (with cuda, its CUDA passes too) into the
  * executable out, atomically. */
