@@ -525,11 +525,20 @@ int main(int argc, char **argv)
      * NETC_CUDA=no (the test suite's cpu tests) */
     const char *env_cuda = getenv("NETC_CUDA");
     bool cuda = NETC_WITH_CUDA && !no_cuda && !(env_cuda && !strcmp(env_cuda, "no"));
+    const char *cuda_off = !NETC_WITH_CUDA ? "this netc was built without CUDA"
+                           : no_cuda       ? "CUDA is off (--no-cuda)"
+                                           : "CUDA is off (NETC_CUDA=no)";
     if (jit && !cuda) {
-        fprintf(stderr, "netc: error: --jit compiles CUDA kernels, but %s\n",
-                NETC_WITH_CUDA ? "CUDA is off (--no-cuda or NETC_CUDA=no)"
-                               : "this netc was built without CUDA");
+        fprintf(stderr, "netc: error: --jit compiles CUDA kernels, but %s\n", cuda_off);
         goto done;
+    }
+    /* a program (or its C) that will refuse the model's own device */
+    if (!cuda && p->device_stmt && !strncmp(p->device, "cuda", 4) &&
+        (!emit || kind == EMIT_C || kind == EMIT_LIB)) {
+        diag_warning(&d, p->device_stmt->name_loc, "device %s, but %s", p->device, cuda_off);
+        diag_note(&d, p->device_stmt->name_loc, "the program will refuse to run unless given "
+                  "--device cpu; 'device auto' falls back to the cpu");
+        diag_flush(&d);
     }
     EmitOptions eo = {.source = source_name(model_path), .lines = lines, .cuda = cuda};
     const char *targets[3] = {out};

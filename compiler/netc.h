@@ -73,6 +73,9 @@ void diag_error(Diag *d, Loc loc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void diag_note(Diag *d, Loc loc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* As an error, with its line and caret, but the output is still made. */
+void diag_warning(Diag *d, Loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* An error about the file as a whole (no line). */
 void diag_file_error(Diag *d, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -327,6 +330,7 @@ struct Program {
     const Stmt *loss_stmt;
     nrt_optim optim;
     const char *device;
+    const Stmt *device_stmt; /* NULL: the model names no device */
     nrt_source train, valid, test;
     nrt_schedule schedule;
     nrt_transforms transforms;

@@ -414,6 +414,7 @@ static void check_train(Program *p, const Stmt *s)
 
 static void check_device(Program *p, const Stmt *s)
 {
+    p->device_stmt = s;
     if (!strcmp(s->name, "cuda") && s->device_index >= 0) {
         p->device = arena_printf(p->arena, "cuda:%d", s->device_index);
         return;

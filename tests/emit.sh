@@ -143,6 +143,14 @@ check "cmp '$WORK/same1' '$WORK/same2'" "two builds of one model differ"
 left() { find "$WORK/t1" "$WORK/t2" "$WORK" -mindepth 1 -maxdepth 1 -name '*netc*' | sed 's,.*/,,'; }
 check "[ -z \"\$(left)\" ]" "a build left temporary files: $(left)"
 
+# a device the program will refuse is a warning, on the device's line
+printf 'model m {\n    input x[3]\n    target class(2)\n    linear(2)\n    loss cross_entropy\n    optimizer sgd\n    device cuda:1\n}\n' \
+    > "$WORK/dev.net"
+(cd "$WORK" && "$NETC" --no-cuda dev.net -o dev 2> err)
+check "[ $? -eq 0 ] && [ -x '$WORK/dev' ] &&
+       [ \"\$(sed -n 1p '$WORK/err')\" = 'dev.net:7:12: warning: device cuda:1, but CUDA is off (--no-cuda)' ] &&
+       [ \"\$(sed -n 3p '$WORK/err')\" = '      |            ^~~~~~' ]" "device cuda with --no-cuda: $(cat "$WORK/err")"
+
 # a compiler's failure is told for what it is: its own messages, then
 # whether they are about the code netc generated (a bug in netc) or not
 fake_cc() { # NAME SCRIPT: $WORK/NAME, a C compiler that runs SCRIPT

@@ -35,7 +35,7 @@ expect_error "--epochs expects a whole number" --epochs many
 expect_error "--lr expects a non-negative number, got '-1'" --lr -1
 expect_error "--data needs a value" --data
 expect_error "no training data: the model names none; give --data PATH"
-expect_error "this program was built without CUDA" --device cuda --data "$WORK/ok.csv"
+expect_error "this program was built without CUDA (netc --no-cuda, or a netc without CUDA)" --device cuda --data "$WORK/ok.csv"
 expect_error "unknown device 'tpu'" --device tpu --data "$WORK/ok.csv"
 expect_error "$WORK/none.csv: cannot open" --data "$WORK/none.csv"
 
