@@ -1,6 +1,7 @@
 # tests/flags.sh — the generated program's flags and its errors: each bad
 # flag, bad data file and bad weights file gives one clear message naming
-# the thing, exit status non-zero, and no crash.
+# the thing, exit status non-zero, and no crash.  The running program keeps
+# its name, and its OpenMP threads wait passively.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 
 cat > "$WORK/m.net" <<'NET'
@@ -85,4 +86,29 @@ check "grep -q '\"lr\": 0.5' '$WORK/m.jsonl'" "--lr 0.5 is not in the metrics"
 check "[ \$(grep -c '\"step\"' '$WORK/s.jsonl') -eq 4 ]" "--max-steps 4 did not stop after 4 steps"
 "$p" --data "$WORK/ok.csv" --quiet > "$WORK/q.out"
 check "[ ! -s '$WORK/q.out' ]" "--quiet printed: $(cat "$WORK/q.out")"
+
+# the program keeps its name while it runs, though it executes itself again
+# to make OpenMP's threads wait passively: pgrep finds it by name, once
+# the policy is in its environment (no OpenMP: no policy, nothing to wait
+# for)
+name=np$$
+cp "$p" "$WORK/$name"
+"$WORK/$name" --data "$WORK/ok.csv" --epochs 100000000 > /dev/null 2>&1 &
+pid=$!
+if grep -q OMP_WAIT_POLICY "$p"; then
+    i=0
+    until tr '\0' '\n' < /proc/$pid/environ 2> /dev/null | grep -qx OMP_WAIT_POLICY=passive ||
+        [ $i -ge 100 ]; do sleep 0.1; i=$((i + 1)); done
+    check "[ $i -lt 100 ]" "OMP_WAIT_POLICY=passive is not in the running program's environment"
+fi
+check "pgrep -x $name | grep -qx $pid" "pgrep -x $name does not find it: it is '$(cat /proc/$pid/comm)'"
+kill $pid
+wait $pid
+# under a debugger it does not: gdb would stop at the exec
+if command -v gdb > /dev/null 2>&1 && command -v timeout > /dev/null 2>&1; then
+    timeout 60 gdb -q -batch -ex run --args "$p" --data "$WORK/ok.csv" --max-steps 1 --quiet \
+        > "$WORK/gdb.out" 2>&1
+    check "grep -q 'exited normally' '$WORK/gdb.out' && ! grep -q 'executing new program' '$WORK/gdb.out'" \
+        "under gdb: $(cat "$WORK/gdb.out")"
+fi
 finish
