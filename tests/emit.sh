@@ -4,7 +4,10 @@
 # of generated C (with CUDA too: its host passes) send every line of a
 # layer's passes to that layer's model line and every other line to the
 # output's own.  The kernel source has none: NVRTC and nvcc name its own
-# lines, and the kernel.
+# lines, and the kernel.  Building: the same model gives the same program
+# wherever TMPDIR is; a compiler's failure is told for what it is (fake
+# compilers); SIGINT or SIGTERM during a build leaves nothing behind; a
+# device the program will refuse is a warning.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 
 models="$SRC/models/*.net $SRC/tests/gradcheck/*.net"
