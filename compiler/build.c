@@ -12,10 +12,20 @@
  * kernels are either compiled ahead of time — nvcc turns the kernel
  * source into a fatbin (build_fatbin), which the C file embeds — or (--jit)
  * carried as source and compiled by NVRTC when the program first runs.
+ *
+ * The sources go in a private temporary directory under names taken from
+ * the model ("digits_cnn.c"), so that the same model and flags give the
+ * same program: a compiler writes its input's name into the program.  A
+ * compiler's output is passed on to stderr and read on the way, to tell an
+ * error in the code netc generated (a bug in netc) from any other failure
+ * (a full disk, a missing library).  If netc is stopped by SIGINT, SIGTERM
+ * or SIGHUP, it stops the compiler and removes its temporary files first.
  */
 #include "netc.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,9 +61,169 @@ static void add(Cmd *c, const char *word)
         c->argv[c->argc++] = word;
 }
 
-/* Runs c; what names the tool in messages ("the C compiler"), hint says
- * which variable chooses it. */
-static int run(const Cmd *c0, bool verbose, const char *what, const char *hint)
+/* ------------------------------------------------------ what a stop leaves */
+
+/* What an interrupted netc must not leave behind: its temporary files and
+ * directory, and a compiler still running.  A signal handler can read
+ * only static storage, hence this state. */
+#define MAX_TEMPS 8
+static char temps[MAX_TEMPS][PATH_MAX];
+static volatile sig_atomic_t ntemps;
+static volatile sig_atomic_t running; /* the compiler's process group, or 0 */
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+
+void build_remove_temps(void)
+{
+    /* last first: the directory after the files in it; unlink and rmdir
+     * because a signal handler may not call remove */
+    while (ntemps > 0) {
+        const char *path = temps[--ntemps];
+        if (unlink(path) != 0)
+            rmdir(path);
+    }
+}
+
+/* Stops the compiler (it is in a process group of its own: the driver and
+ * the cc1, as or ld it started), waits for it so that nothing writes after
+ * the files are removed, removes them, and dies of sig as if not caught. */
+static void on_stop_signal(int sig)
+{
+    pid_t pg = running;
+    if (pg > 0) {
+        kill(-pg, sig);
+        while (waitpid(pg, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    build_remove_temps();
+    raise(sig); /* SA_RESETHAND: the default action, once this returns */
+}
+
+/* Catches the stop signals, those not ignored (nohup, a script's
+ * background job) from the start: those stay ignored. */
+static void catch_stop_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof stop_signals / sizeof *stop_signals; i++)
+        sigaddset(&sa.sa_mask, stop_signals[i]);
+    for (size_t i = 0; i < sizeof stop_signals / sizeof *stop_signals; i++) {
+        struct sigaction old;
+        if (sigaction(stop_signals[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(stop_signals[i], &sa, NULL);
+    }
+}
+
+void build_temp(const char *path)
+{
+    if (ntemps < MAX_TEMPS && strlen(path) < PATH_MAX) {
+        strcpy(temps[ntemps], path);
+        ntemps++; /* only now may the handler read it */
+    }
+}
+
+const char *build_tempdir(Arena *a)
+{
+    const char *tmpdir = getenv("TMPDIR");
+    if (!tmpdir || !*tmpdir)
+        tmpdir = "/tmp";
+    char *dir = arena_printf(a, "%s/netc-XXXXXX", tmpdir);
+    catch_stop_signals();
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "netc: error: cannot create a temporary directory in '%s': %s\n", tmpdir,
+                strerror(errno));
+        return NULL;
+    }
+    build_temp(dir);
+    return dir;
+}
+
+/* ------------------------------------------------------ running a compiler */
+
+/* Whether line is an error the compiler found in one of files (gcc and
+ * clang: "FILE:LINE:COL: error: ...", nvcc: "FILE(LINE): error: ...").
+ * "fatal error:" is not one: a missing header, a file it cannot write. */
+static bool error_in(const char *line, const char *const *files)
+{
+    for (; *files; files++) {
+        size_t n = strlen(*files);
+        if (!strncmp(line, *files, n) && (line[n] == ':' || line[n] == '(') &&
+            line[n + 1] >= '0' && line[n + 1] <= '9' && strstr(line + n, ": error:"))
+            return true;
+    }
+    return false;
+}
+
+/* Passes the compiler's output on to stderr up to its end; *said: whether
+ * there was any.  Returns whether a line of it is an error in files. */
+static bool pass_on(int fd, const char *const *files, bool *said)
+{
+    char buf[4096], line[2 * PATH_MAX];
+    size_t len = 0;
+    bool blamed = false;
+    *said = false;
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        for (ssize_t i = 0; i < n; i++) {
+            if (buf[i] == '\n') {
+                line[len] = '\0';
+                blamed = blamed || error_in(line, files);
+                len = 0;
+            } else if (len < sizeof line - 1) {
+                line[len++] = buf[i];
+            }
+        }
+        if (n <= 0)
+            break;
+        fwrite(buf, 1, (size_t)n, stderr);
+        *said = true;
+    }
+    line[len] = '\0';
+    return blamed || error_in(line, files);
+}
+
+/* Starts c in a process group of its own, with its stdout and stderr into
+ * a pipe (*out), the stop signals blocked until running names it. */
+static int spawn(const Cmd *c, pid_t *pid, int *out)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return errno;
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDERR_FILENO);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_addclose(&fa, fds[1]);
+    posix_spawnattr_init(&attr);
+    sigset_t stops, old;
+    sigemptyset(&stops);
+    for (size_t i = 0; i < sizeof stop_signals / sizeof *stop_signals; i++)
+        sigaddset(&stops, stop_signals[i]);
+    sigprocmask(SIG_BLOCK, &stops, &old);
+    posix_spawnattr_setsigmask(&attr, &old);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
+    int rc = posix_spawnp(pid, c->argv[0], &fa, &attr, (char *const *)c->argv, environ);
+    if (rc == 0)
+        running = *pid;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    posix_spawnattr_destroy(&attr);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (rc != 0)
+        close(fds[0]);
+    *out = fds[0];
+    return rc;
+}
+
+/* Runs c on src (a file netc wrote; model: the model file, which its
+ * #line directives name); what names the tool in messages ("the C
+ * compiler"), hint says which variable chooses it. */
+static int run(const Cmd *c0, bool verbose, const char *what, const char *hint, const char *src,
+               const char *model)
 {
     Cmd c = *c0;
     c.argv[c.argc] = NULL;
@@ -63,25 +233,39 @@ static int run(const Cmd *c0, bool verbose, const char *what, const char *hint)
         fputc('\n', stderr);
     }
     pid_t pid;
-    int rc = posix_spawnp(&pid, c.argv[0], NULL, NULL, (char *const *)c.argv, environ);
+    int out = -1;
+    int rc = spawn(&c, &pid, &out);
     if (rc != 0) {
         fprintf(stderr, "netc: error: cannot run %s '%s': %s\n", what, c.argv[0], strerror(rc));
         fprintf(stderr, "netc: note: %s\n", hint);
         return -1;
     }
+    const char *base = strrchr(src, '/');
+    const char *ours[] = {src, base ? base + 1 : src, model, NULL};
+    bool said;
+    bool blamed = pass_on(out, ours, &said);
+    close(out);
     int status;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) {
             status = -1;
             break;
         }
-    if (status == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    running = 0;
+    if (status == -1)
+        fprintf(stderr, "netc: error: lost %s: %s\n", what, strerror(errno));
+    else if (WIFSIGNALED(status))
+        fprintf(stderr, "netc: error: %s was killed by signal %d (%s)\n", what, WTERMSIG(status),
+                strsignal(WTERMSIG(status)));
+    else if (WEXITSTATUS(status) == 0)
         return 0;
-    if (status != -1 && WIFSIGNALED(status))
-        fprintf(stderr, "netc: error: %s was killed by signal %d\n", what, WTERMSIG(status));
-    else
-        fprintf(stderr, "netc: error: %s failed on the generated code (exit status %d)\n", what,
-                status == -1 ? -1 : WEXITSTATUS(status));
+    else if (blamed) {
+        fprintf(stderr, "netc: error: %s rejected the code netc generated (exit status %d)\n", what,
+                WEXITSTATUS(status));
+        fprintf(stderr, "netc: note: this is a bug in netc: please report it, with the model\n");
+    } else
+        fprintf(stderr, "netc: error: %s failed (exit status %d)%s\n", what, WEXITSTATUS(status),
+                said ? "; its messages above say why" : " and said nothing");
     return -1;
 }
 
@@ -115,7 +299,8 @@ int build_fatbin(const BuildOptions *o, const char *cusrc, unsigned char **bytes
     add(&cu, cusrc);
     add(&cu, "-o");
     add(&cu, fatbin);
-    int rc = run(&cu, o->verbose, "nvcc", NVCC_HINT);
+    build_temp(fatbin);
+    int rc = run(&cu, o->verbose, "nvcc", NVCC_HINT, cusrc, o->model);
     *bytes = NULL;
     if (rc == 0) {
         FILE *f = fopen(fatbin, "rb");
@@ -157,7 +342,8 @@ int build_program(const BuildOptions *o, const char *csrc, bool cuda, const char
     add_words(a, &c, NETC_LINK);
     add(&c, "-o");
     add(&c, tmp);
-    int rc = run(&c, o->verbose, "the C compiler", CC_HINT);
+    build_temp(tmp);
+    int rc = run(&c, o->verbose, "the C compiler", CC_HINT, csrc, o->model);
     if (rc != 0) {
         unlink(tmp);
         arena_free(a);

@@ -212,6 +212,14 @@ void diag_error(Diag *d, Loc loc, const char *fmt, ...)
     }
 }
 
+void diag_warning(Diag *d, Loc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    add(d, true, loc.first_line, loc, true, "warning", fmt, ap);
+    va_end(ap);
+}
+
 void diag_note(Diag *d, Loc loc, const char *fmt, ...)
 {
     va_list ap;

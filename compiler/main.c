@@ -286,21 +286,43 @@ static int write_lib(const Program *p, const EmitOptions *o0, const char *out, A
     return write_files(p, &o, a, 2, paths, kinds);
 }
 
-/* A temporary file TMPDIR/netc-XXXXXX.SUFFIX holding one output kind;
- * NULL (with the error said) on failure. */
-static char *write_temp(const Program *p, const EmitOptions *o0, Arena *a, int kind, const char *suffix)
+/* A temporary file DIR/STEM.SUFFIX holding one output kind, and named so
+ * by its #line directives: the same wherever DIR is, so that the program
+ * is too.  NULL (with the error said) on failure. */
+static char *write_temp(const Program *p, const EmitOptions *o0, Arena *a, const char *dir,
+                        const char *stem, int kind, const char *suffix)
 {
-    const char *tmpdir = getenv("TMPDIR");
-    char *path = arena_printf(a, "%s/netc-XXXXXX%s", tmpdir && *tmpdir ? tmpdir : "/tmp", suffix);
-    FILE *f = open_unique(path, (int)strlen(suffix));
+    char *path = arena_printf(a, "%s/%s%s", dir, stem, suffix);
+    build_temp(path);
+    FILE *f = fopen(path, "wx");
     if (!f) {
-        fprintf(stderr, "netc: error: cannot create a temporary file: %s\n", strerror(errno));
+        fprintf(stderr, "netc: error: cannot create '%s': %s\n", path, strerror(errno));
         return NULL;
     }
     EmitOptions o = *o0;
-    o.out_name = path;
+    o.out_name = path + strlen(dir) + 1;
     emit_kind(f, p, &o, a, kind);
     return finish_file(f, path, path) ? NULL : path;
+}
+
+/* Writes the program's sources into dir, named after the model, and
+ * builds the program out from them (with eo->cuda, its kernels compiled by
+ * nvcc unless jit).  0 or -1, the error said. */
+static int build(const Program *p, EmitOptions *eo, const BuildOptions *bo, Arena *a,
+                 const char *dir, const char *model_path, bool jit, const char *out)
+{
+    const char *stem = default_output(a, source_name(model_path));
+    unsigned char *fatbin = NULL;
+    int rc = 0;
+    if (eo->cuda && !jit) { /* ahead of time: nvcc compiles the kernels, the C embeds them */
+        char *cusrc = write_temp(p, eo, a, dir, stem, EMIT_CUDA, ".cu");
+        rc = cusrc ? build_fatbin(bo, cusrc, &fatbin, &eo->fatbin_size) : -1;
+        eo->fatbin = fatbin;
+    }
+    char *csrc = rc ? NULL : write_temp(p, eo, a, dir, stem, eo->cuda ? EMIT_C_FOR_CUDA : EMIT_C, ".c");
+    rc = csrc ? build_program(bo, csrc, eo->cuda, out) : -1;
+    free(fatbin);
+    return rc;
 }
 
 /* -MD, -MF, -MP, -MT: make dependencies of the output, as gcc writes them. */
@@ -503,11 +525,20 @@ int main(int argc, char **argv)
      * NETC_CUDA=no (the test suite's cpu tests) */
     const char *env_cuda = getenv("NETC_CUDA");
     bool cuda = NETC_WITH_CUDA && !no_cuda && !(env_cuda && !strcmp(env_cuda, "no"));
+    const char *cuda_off = !NETC_WITH_CUDA ? "this netc was built without CUDA"
+                           : no_cuda       ? "CUDA is off (--no-cuda)"
+                                           : "CUDA is off (NETC_CUDA=no)";
     if (jit && !cuda) {
-        fprintf(stderr, "netc: error: --jit compiles CUDA kernels, but %s\n",
-                NETC_WITH_CUDA ? "CUDA is off (--no-cuda or NETC_CUDA=no)"
-                               : "this netc was built without CUDA");
+        fprintf(stderr, "netc: error: --jit compiles CUDA kernels, but %s\n", cuda_off);
         goto done;
+    }
+    /* a program (or its C) that will refuse the model's own device */
+    if (!cuda && p->device_stmt && !strncmp(p->device, "cuda", 4) &&
+        (!emit || kind == EMIT_C || kind == EMIT_LIB)) {
+        diag_warning(&d, p->device_stmt->name_loc, "device %s, but %s", p->device, cuda_off);
+        diag_note(&d, p->device_stmt->name_loc, "the program will refuse to run unless given "
+                  "--device cpu; 'device auto' falls back to the cpu");
+        diag_flush(&d);
     }
     EmitOptions eo = {.source = source_name(model_path), .lines = lines, .cuda = cuda};
     const char *targets[3] = {out};
@@ -549,23 +580,11 @@ int main(int argc, char **argv)
         prereqs[nprereqs++] = arena_printf(arena, "%s/netrt_blocks.h", cudainc);
         prereqs[nprereqs++] = arena_printf(arena, "%s/libnetrt_cuda.a", bo.libdir);
     }
-    /* ahead of time: nvcc compiles the kernel source, the C file embeds it */
-    unsigned char *fatbin = NULL;
-    if (cuda && !jit) {
-        char *cusrc = write_temp(p, &eo, arena, EMIT_CUDA, ".cu");
-        int rc = cusrc ? build_fatbin(&bo, cusrc, &fatbin, &eo.fatbin_size) : -1;
-        if (cusrc)
-            unlink(cusrc);
-        if (rc)
-            goto deps;
-        eo.fatbin = fatbin;
-    }
-    char *csrc = write_temp(p, &eo, arena, cuda ? EMIT_C_FOR_CUDA : EMIT_C, ".c");
-    if (csrc) {
-        status = build_program(&bo, csrc, cuda, out) == 0 ? 0 : 1;
-        unlink(csrc);
-    }
-    free(fatbin);
+    bo.model = eo.source;
+    const char *tmpdir = build_tempdir(arena);
+    if (tmpdir)
+        status = build(p, &eo, &bo, arena, tmpdir, model_path, jit, out) == 0 ? 0 : 1;
+    build_remove_temps();
 
 deps:
     if (status == 0 && deps.on) {

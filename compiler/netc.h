@@ -73,6 +73,9 @@ void diag_error(Diag *d, Loc loc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void diag_note(Diag *d, Loc loc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* As an error, with its line and caret, but the output is still made. */
+void diag_warning(Diag *d, Loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* An error about the file as a whole (no line). */
 void diag_file_error(Diag *d, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -327,6 +330,7 @@ struct Program {
     const Stmt *loss_stmt;
     nrt_optim optim;
     const char *device;
+    const Stmt *device_stmt; /* NULL: the model names no device */
     nrt_source train, valid, test;
     nrt_schedule schedule;
     nrt_transforms transforms;
@@ -486,8 +490,18 @@ typedef struct BuildOptions {
     const char *cc;        /* NETC_CC or the configured compiler */
     const char *incdir;    /* where netrt.h is */
     const char *libdir;    /* where libnetrt.a is */
+    const char *model;     /* the model file, as #line names it */
     bool verbose;
 } BuildOptions;
+
+/* A new private temporary directory (TMPDIR or /tmp) for a build's files;
+ * from now on a stop signal stops the compiler and removes what
+ * build_temp was given.  NULL (with the error said) on failure. */
+const char *build_tempdir(Arena *a);
+/* Marks path (a file, or a directory emptied first) as temporary: removed
+ * by build_remove_temps or a stop signal, the last marked first. */
+void build_temp(const char *path);
+void build_remove_temps(void);
 
 /* Compiles the C file csrc (with cuda, its CUDA passes too) into the
  * executable out, atomically. */

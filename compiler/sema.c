@@ -41,6 +41,13 @@ static void once(Program *p, const Stmt **slot, const Stmt *s)
     *slot = s;
 }
 
+/* The plural of the nouns unknown() is given: "losses", "layers". */
+static const char *plural(Arena *a, const char *noun)
+{
+    size_t n = strlen(noun);
+    return arena_printf(a, "%s%s", noun, n && noun[n - 1] == 's' ? "es" : "s");
+}
+
 static void unknown(Program *p, Loc loc, const char *what, const char *name,
                     const char *const *names, int n, const char *list)
 {
@@ -49,7 +56,7 @@ static void unknown(Program *p, Loc loc, const char *what, const char *name,
     if (near)
         diag_note(p->diag, loc, "did you mean '%s'?", near);
     else
-        diag_note(p->diag, loc, "%ss: %s", what, list);
+        diag_note(p->diag, loc, "%s: %s", plural(p->arena, what), list);
 }
 
 /* Looks up call->text in a signature table, reporting unknown names. */
@@ -407,6 +414,7 @@ static void check_train(Program *p, const Stmt *s)
 
 static void check_device(Program *p, const Stmt *s)
 {
+    p->device_stmt = s;
     if (!strcmp(s->name, "cuda") && s->device_index >= 0) {
         p->device = arena_printf(p->arena, "cuda:%d", s->device_index);
         return;

@@ -391,8 +391,8 @@ int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *
     int is_cuda = kind == NRT_DEVICE_CUDA;
     if (!m->cuda) {
         if (is_cuda)
-            return nrt_errorf(err, "device %s: this program was built without CUDA "
-                              "(netc was configured without it); use cpu or auto", dev);
+            return nrt_errorf(err, "device %s: this program was built without CUDA (netc "
+                              "--no-cuda, or a netc without CUDA); use cpu or auto", dev);
         snprintf(note, note_len, "cpu (auto: this program was built without CUDA)");
         return nrt_cpu_open(m, &rc, be, err);
     }

@@ -1135,14 +1135,40 @@ static int jit_info(const nrt_model *m, const Options *o, nrt_error *err)
 /* OpenMP threads that wait for work by spinning (libgomp's default) are
  * fast on an idle machine and disastrous on a busy one: a spinning thread
  * holds a core the thread it waits for needs, and a step gets 5-50 times
- * slower.  libgomp reads OMP_WAIT_POLICY once, before main, so the program
- * sets it to passive and starts itself again, unless the user chose. */
+ * slower.  libgomp reads OMP_WAIT_POLICY once, in its initialiser, before
+ * anything of the program runs (even .preinit_array, before libc has set
+ * up the environment), so the program sets it to passive and executes
+ * itself again, unless the user chose.  By its file's path, not
+ * /proc/self/exe: the kernel names a process after the file it executes,
+ * and ps and pgrep must see the program's name, not "exe".  Not under a
+ * debugger, which would stop at the exec: there, spinning does no harm. */
+#if defined(_OPENMP) && defined(__linux__)
+static int being_traced(void)
+{
+    char line[256];
+    int tracer = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "TracerPid:", 10))
+            tracer = atoi(line + 10);
+    if (f)
+        fclose(f);
+    return tracer != 0;
+}
+#endif
+
 static void prefer_passive_waits(char **argv)
 {
 #if defined(_OPENMP) && defined(__linux__)
-    if (getenv("OMP_WAIT_POLICY") || setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
+    char self[4096];
+    ssize_t n;
+    if (getenv("OMP_WAIT_POLICY") || being_traced() ||
+        (n = readlink("/proc/self/exe", self, sizeof self)) <= 0 || n == (ssize_t)sizeof self)
         return;
-    execv("/proc/self/exe", argv);
+    self[n] = '\0'; /* "PATH (deleted)" if the file was removed: execv fails */
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
+        return;
+    execv(self, argv);
     unsetenv("OMP_WAIT_POLICY"); /* no exec: go on as we are */
 #else
     (void)argv;

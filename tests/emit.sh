@@ -4,7 +4,10 @@
 # of generated C (with CUDA too: its host passes) send every line of a
 # layer's passes to that layer's model line and every other line to the
 # output's own.  The kernel source has none: NVRTC and nvcc name its own
-# lines, and the kernel.
+# lines, and the kernel.  Building: the same model gives the same program
+# wherever TMPDIR is; a compiler's failure is told for what it is (fake
+# compilers); SIGINT or SIGTERM during a build leaves nothing behind; a
+# device the program will refuse is a warning.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 
 models="$SRC/models/*.net $SRC/tests/gradcheck/*.net"
@@ -131,6 +134,75 @@ check "[ $? -eq 2 ] && grep -q 'MD needs an output file' '$WORK/err'" "-MD to st
 printf 'model bad {\n    input x[3]\n    linear(0)\n}\n' > "$WORK/bad.net"
 (cd "$WORK" && "$NETC" -MD bad.net -o bad 2> /dev/null)
 check "[ ! -e '$WORK/bad.d' ] && [ ! -e '$WORK/bad' ]" "a bad model left bad.d or bad behind"
+
+# ---------------------------------------------------------------- building
+
+# the same model and flags give the same program, whatever TMPDIR is, and
+# leave nothing in it
+mkdir "$WORK/t1" "$WORK/t2"
+TMPDIR=$WORK/t1 "$NETC" "$SRC/models/digits_mlp.net" -o "$WORK/same1"
+TMPDIR=$WORK/t2 "$NETC" "$SRC/models/digits_mlp.net" -o "$WORK/same2"
+check "cmp '$WORK/same1' '$WORK/same2'" "two builds of one model differ"
+left() { find "$WORK/t1" "$WORK/t2" "$WORK" -mindepth 1 -maxdepth 1 -name '*netc*' | sed 's,.*/,,'; }
+check "[ -z \"\$(left)\" ]" "a build left temporary files: $(left)"
+
+# a device the program will refuse is a warning, on the device's line
+printf 'model m {\n    input x[3]\n    target class(2)\n    linear(2)\n    loss cross_entropy\n    optimizer sgd\n    device cuda:1\n}\n' \
+    > "$WORK/dev.net"
+(cd "$WORK" && "$NETC" --no-cuda dev.net -o dev 2> err)
+check "[ $? -eq 0 ] && [ -x '$WORK/dev' ] &&
+       [ \"\$(sed -n 1p '$WORK/err')\" = 'dev.net:7:12: warning: device cuda:1, but CUDA is off (--no-cuda)' ] &&
+       [ \"\$(sed -n 3p '$WORK/err')\" = '      |            ^~~~~~' ]" "device cuda with --no-cuda: $(cat "$WORK/err")"
+
+# a compiler's failure is told for what it is: its own messages, then
+# whether they are about the code netc generated (a bug in netc) or not
+fake_cc() { # NAME SCRIPT: $WORK/NAME, a C compiler that runs SCRIPT
+    printf '#!/bin/sh\n%s\n' "$2" > "$WORK/$1" && chmod +x "$WORK/$1"
+}
+build_with() { # NAME: netc builds with that compiler; stderr in $WORK/err
+    TMPDIR=$WORK/t1 NETC_CC=$WORK/$1 "$NETC" "$SRC/models/digits_mlp.net" -o "$WORK/fail" 2> "$WORK/err"
+}
+fake_cc ld_full 'echo "/usr/bin/ld: final link failed: No space left on device" >&2; exit 1'
+build_with ld_full
+check "[ $? -eq 1 ] && grep -q '^/usr/bin/ld: final link failed: No space left on device$' '$WORK/err' &&
+       grep -q 'the C compiler failed (exit status 1); its messages above say why' '$WORK/err' &&
+       ! grep -q generated '$WORK/err'" "a full disk: $(cat "$WORK/err")"
+fake_cc rejects 'for a; do case $a in *.c) src=${a##*/} ;; esac; done
+echo "$src:12:5: error: expected expression" >&2; exit 1'
+build_with rejects
+check "[ $? -eq 1 ] && grep -q 'error: the C compiler rejected the code netc generated' '$WORK/err' &&
+       grep -q 'note: this is a bug in netc' '$WORK/err'" "an error in the generated C: $(cat "$WORK/err")"
+fake_cc killed 'kill -9 $$'
+build_with killed
+check "[ $? -eq 1 ] && grep -q 'the C compiler was killed by signal 9' '$WORK/err'" \
+    "a killed compiler: $(cat "$WORK/err")"
+check "[ -z \"\$(left)\" ]" "a failed build left files: $(left)"
+
+# stopped by a signal while the compiler runs, netc stops it, removes its
+# temporary files and dies of the signal (exit status 128 + N).  A
+# non-interactive shell starts background jobs with SIGINT ignored, which
+# netc then respects: env gives it back.
+fake_cc slow "echo \$\$ > '$WORK/cc.pid'; exec sleep 20"
+for sig_status in INT:130 TERM:143; do
+    sig=${sig_status%:*} want=${sig_status#*:}
+    rm -f "$WORK/cc.pid"
+    TMPDIR=$WORK/t1 NETC_CC=$WORK/slow env --default-signal=$sig "$NETC" \
+        "$SRC/models/digits_mlp.net" -o "$WORK/slow" 2> /dev/null &
+    pid=$!
+    i=0
+    while [ ! -s "$WORK/cc.pid" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -$sig $pid
+    i=0
+    while kill -0 $pid 2> /dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -KILL $pid 2> /dev/null
+    wait $pid
+    rc=$?
+    check "[ $rc -eq $want ]" "SIG$sig while the compiler runs: exit status $rc, not $want"
+    check "[ -z \"\$(left)\" ]" "SIG$sig while the compiler runs left files: $(left)"
+    cc=$(cat "$WORK/cc.pid")
+    check "! kill -0 $cc 2> /dev/null" "SIG$sig while the compiler runs left it running"
+    kill $cc 2> /dev/null
+done
 
 # bad kinds are refused
 "$NETC" --emit=asm "$SRC/models/digits_cnn.net" > "$WORK/out" 2> "$WORK/err"

@@ -1,6 +1,7 @@
 # tests/flags.sh — the generated program's flags and its errors: each bad
 # flag, bad data file and bad weights file gives one clear message naming
-# the thing, exit status non-zero, and no crash.
+# the thing, exit status non-zero, and no crash.  The running program keeps
+# its name, and its OpenMP threads wait passively.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 
 cat > "$WORK/m.net" <<'NET'
@@ -35,7 +36,7 @@ expect_error "--epochs expects a whole number" --epochs many
 expect_error "--lr expects a non-negative number, got '-1'" --lr -1
 expect_error "--data needs a value" --data
 expect_error "no training data: the model names none; give --data PATH"
-expect_error "this program was built without CUDA" --device cuda --data "$WORK/ok.csv"
+expect_error "this program was built without CUDA (netc --no-cuda, or a netc without CUDA)" --device cuda --data "$WORK/ok.csv"
 expect_error "unknown device 'tpu'" --device tpu --data "$WORK/ok.csv"
 expect_error "$WORK/none.csv: cannot open" --data "$WORK/none.csv"
 
@@ -156,4 +157,29 @@ expect_error "ok.csv: not a safetensors file (it begins with text, '0.1,0.2,', n
 printf 'a,b,c,label\n0.1,0.2,0.3,1\n' > "$WORK/head.csv"
 expect_error "head.csv:1:1: not a number: 'a'; the line looks like a header: skip it with header=1 in the source, as csv(\"$WORK/head.csv\", header=1)" \
     --data "$WORK/head.csv"
+
+# the program keeps its name while it runs, though it executes itself again
+# to make OpenMP's threads wait passively: pgrep finds it by name, once
+# the policy is in its environment (no OpenMP: no policy, nothing to wait
+# for)
+name=np$$
+cp "$p" "$WORK/$name"
+"$WORK/$name" --data "$WORK/ok.csv" --epochs 100000000 > /dev/null 2>&1 &
+pid=$!
+if grep -q OMP_WAIT_POLICY "$p"; then
+    i=0
+    until tr '\0' '\n' < /proc/$pid/environ 2> /dev/null | grep -qx OMP_WAIT_POLICY=passive ||
+        [ $i -ge 100 ]; do sleep 0.1; i=$((i + 1)); done
+    check "[ $i -lt 100 ]" "OMP_WAIT_POLICY=passive is not in the running program's environment"
+fi
+check "pgrep -x $name | grep -qx $pid" "pgrep -x $name does not find it: it is '$(cat /proc/$pid/comm)'"
+kill $pid
+wait $pid
+# under a debugger it does not: gdb would stop at the exec
+if command -v gdb > /dev/null 2>&1 && command -v timeout > /dev/null 2>&1; then
+    timeout 60 gdb -q -batch -ex run --args "$p" --data "$WORK/ok.csv" --max-steps 1 --quiet \
+        > "$WORK/gdb.out" 2>&1
+    check "grep -q 'exited normally' '$WORK/gdb.out' && ! grep -q 'executing new program' '$WORK/gdb.out'" \
+        "under gdb: $(cat "$WORK/gdb.out")"
+fi
 finish

@@ -507,12 +507,11 @@ int nrt_jit_cache_dir(char *buf, size_t len)
         n = snprintf(buf, len, "%s/netc", xdg);
     else if (home && *home)
         n = snprintf(buf, len, "%s/.cache/netc", home);
-    if (n < 0 || (size_t)n >= len) {
-        if (len)
-            buf[0] = '\0';
-        return -1;
-    }
-    return 0;
+    if (n >= 0 && (size_t)n < len)
+        return 0;
+    if (len)
+        buf[0] = '\0';
+    return n < 0 ? -1 : -2;
 }
 
 /* The key of one compile: everything that decides NVRTC's output. */
@@ -576,7 +575,8 @@ static int read_entry(const char *path, int kind, const unsigned char key[16],
                       void **image, size_t *size, char *why, size_t cap,
                       nrt_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO there would block the open until a writer came */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return ENTRY_ABSENT;
     int rc = ENTRY_CORRUPT;
@@ -707,9 +707,15 @@ static void entry_path(const unsigned char key[16], int is_ptx, char *dir,
     char hex[33];
     for (int i = 0; i < 16; i++)
         snprintf(hex + 2 * i, 3, "%02x", key[i]);
-    if (nrt_jit_cache_dir(dir, cap) != 0) {
+    int rc = nrt_jit_cache_dir(dir, cap);
+    if (rc == -1) {
         textf(info->note, sizeof info->note, "no cache directory: NETC_CACHE_DIR, "
               "XDG_CACHE_HOME and HOME are unset or empty");
+        return;
+    }
+    if (rc != 0) {
+        textf(info->note, sizeof info->note, "no cache directory: the one NETC_CACHE_DIR, "
+              "XDG_CACHE_HOME or HOME names is longer than %zu bytes", cap - 1);
         return;
     }
     int n = snprintf(info->cache_file, sizeof info->cache_file, "%s/%s.%s", dir,

@@ -72,8 +72,8 @@ int nrt_jit_compile(const nrt_jit_source *src, int arch, void **image,
                     nrt_error *err);
 
 /* The cache directory, into buf: $NETC_CACHE_DIR, else $XDG_CACHE_HOME/netc,
- * else $HOME/.cache/netc (an empty variable counts as unset).  Returns 0, or
- * -1 (buf "") when none can be named: no HOME, or a path longer than len. */
+ * else $HOME/.cache/netc (an empty variable counts as unset).  Returns 0;
+ * or, with buf "", -1 when none is set, -2 when it is longer than len - 1. */
 int nrt_jit_cache_dir(char *buf, size_t len);
 
 #ifdef __cplusplus

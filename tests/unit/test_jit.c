@@ -234,8 +234,8 @@ static void test_cache_dir(void)
           strcmp(buf, "/c/.cache/netc") == 0,
           "cache dir: then HOME/.cache/netc (an empty XDG_CACHE_HOME is unset)");
     unsetenv("XDG_CACHE_HOME");
-    CHECK(nrt_jit_cache_dir(buf, 8) == -1 && buf[0] == '\0',
-          "cache dir: a path too long for the buffer is none");
+    CHECK(nrt_jit_cache_dir(buf, 8) == -2 && buf[0] == '\0',
+          "cache dir: a path too long for the buffer is none, and said to be");
     unsetenv("HOME");
     CHECK(nrt_jit_cache_dir(buf, sizeof buf) == -1 && buf[0] == '\0',
           "cache dir: none without HOME");
@@ -248,8 +248,8 @@ static void test_corrupt(Result *r, const char *file, const void *image,
 {
     static const char *const ways[] = {
         "emptied", "cut in the header", "cut by one byte", "a payload byte flipped",
-        "a key byte flipped", "the magic flipped", "a byte appended"};
-    for (int w = 0; w < 7; w++) {
+        "a key byte flipped", "the magic flipped", "a byte appended", "a FIFO"};
+    for (int w = 0; w < 8; w++) {
         long n = file_size(file);
         switch (w) {
         case 0: truncate(file, 0); break;
@@ -259,6 +259,7 @@ static void test_corrupt(Result *r, const char *file, const void *image,
         case 4: flip_byte(file, 40); break;
         case 5: flip_byte(file, 0); break;
         case 6: append_byte(file); break;
+        case 7: unlink(file), mkfifo(file, 0600); break; /* no hang (main's alarm) */
         }
         char what[128], note[4200];
         snprintf(note, sizeof note, "corrupt cache entry %s rebuilt", file);
@@ -364,6 +365,19 @@ static void test_no_cache(void)
           "cache directory under a regular file: uncached, with a note");
     printf("# %s\n", r.info.note);
 
+    char *lengthy = malloc(5001);
+    if (lengthy) {
+        memset(lengthy, 'x', 5000);
+        lengthy[0] = '/', lengthy[5000] = '\0';
+        setenv("NETC_CACHE_DIR", lengthy, 1);
+        free(lengthy);
+        jit(&r, &good, 90);
+        CHECK(is_elf(&r) && r.info.cache == NRT_JIT_UNCACHED && r.info.cache_file[0] == '\0' &&
+              strstr(r.info.note, "longer than 4095 bytes") && !strstr(r.info.note, "unset"),
+              "a cache directory too long: uncached, with a note that says so");
+        printf("# %s\n", r.info.note);
+    }
+
     unsetenv("NETC_CACHE_DIR");
     unsetenv("XDG_CACHE_HOME");
     unsetenv("HOME");
@@ -430,6 +444,7 @@ static void test_compile_error(void)
 
 int main(void)
 {
+    alarm(120); /* a hang (a FIFO in the cache) fails, by SIGALRM */
     const char *base = getenv("TMPDIR");
     snprintf(tmp, sizeof tmp, "%s/test_jit.XXXXXX", base && *base ? base : "/tmp");
     if (!mkdtemp(tmp)) {
