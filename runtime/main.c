@@ -619,16 +619,16 @@ static int interrupted(Run *r, int64_t epoch, size_t position)
     if (!r->o->quiet && isatty(2))
         fputs("\r\033[K", stderr);
     if (!r->o->checkpoint) {
-        fprintf(stderr, "%s: stopped by %s in epoch %lld after %lld steps; nothing saved "
+        fprintf(stderr, "%s: stopped by %s in epoch %lld after %lld step%s; nothing saved "
                 "(--checkpoint DIR keeps the run's state)\n", r->prog, name, (long long)epoch,
-                r->steps);
+                r->steps, r->steps == 1 ? "" : "s");
         return 128 + stop_signal;
     }
     if (save_checkpoint(r, epoch, position))
         return -1;
-    fprintf(stderr, "%s: stopped by %s in epoch %lld after %lld steps; saved to %s/%s "
+    fprintf(stderr, "%s: stopped by %s in epoch %lld after %lld step%s; saved to %s/%s "
             "(--resume %s goes on)\n", r->prog, name, (long long)epoch, r->steps,
-            r->o->checkpoint, NRT_CHECKPOINT_FILE, r->o->checkpoint);
+            r->steps == 1 ? "" : "s", r->o->checkpoint, NRT_CHECKPOINT_FILE, r->o->checkpoint);
     return 128 + stop_signal;
 }
 
@@ -799,8 +799,9 @@ static int train(Run *r)
     }
     double secs = now() - t0;
     if (!o->quiet && epochs_done > 0)
-        printf("trained %d epoch%s (%lld steps) in %.2f s: %.0f samples/s\n", epochs_done,
-               epochs_done == 1 ? "" : "s", r->steps, secs, total_samples / secs);
+        printf("trained %d epoch%s (%lld step%s) in %.2f s: %.0f samples/s\n", epochs_done,
+               epochs_done == 1 ? "" : "s", r->steps, r->steps == 1 ? "" : "s", secs,
+               total_samples / secs);
     return 0;
 }
 
