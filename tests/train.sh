@@ -439,6 +439,8 @@ early "$WORK/afile/ck: cannot write: Not a directory" --checkpoint "$WORK/afile/
 early "$WORK/afile: not a directory" --logdir "$WORK/afile"
 early "$WORK/nodir/m.jsonl: cannot write: No such file or directory" --metrics "$WORK/nodir/m.jsonl"
 early "$WORK: cannot write: Is a directory" --save "$WORK"
+early "/dev/null: not a regular file" --save /dev/null
+check "[ -c /dev/null ]" "/dev/null is no longer a device"
 check "[ ! -e '$WORK/notmade' ] && [ -z \"\$(ls -A '$WORK' | grep netc-check)\" ]" \
     "checking the outputs made something: $(ls -A "$WORK")"
 
