@@ -250,6 +250,10 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
             fail(prog, "--lr expects a non-negative number, got '%s'", lr);
             return -1;
         }
+        if (o->lr != 0 && (float)o->lr == 0) { /* as the model's numbers: sgd steps in float */
+            fail(prog, "--lr %s is too small: it would be 0 as a float", lr);
+            return -1;
+        }
     }
     o->epochs = (int)epochs;
     o->batch = (int)batch;

@@ -34,6 +34,8 @@ expect_error "unknown option '--bogus'" --bogus
 expect_error "--batch expects a whole number from 1 to 1048576, got '0'" --batch 0
 expect_error "--epochs expects a whole number" --epochs many
 expect_error "--lr expects a non-negative number, got '-1'" --lr -1
+expect_error "--lr 1e-50 is too small: it would be 0 as a float" --lr 1e-50
+expect_error "--lr expects a non-negative number, got '1e-400'" --lr 1e-400
 expect_error "--data needs a value" --data
 expect_error "no training data: the model names none; give --data PATH"
 expect_error "this program was built without CUDA (netc --no-cuda, or a netc without CUDA)" --device cuda --data "$WORK/ok.csv"
