@@ -38,7 +38,7 @@
 #include <string.h>
 
 #define FORMAT "2" /* 2: the epochs and the data */
-#define MAX_META 21
+#define MAX_META 23
 
 int nrt_lr_valid(double lr)
 {
@@ -102,6 +102,7 @@ int nrt_checkpoint_save(const char *dir, const nrt_model *m, const nrt_optim *h,
     nrt_tensor *t = calloc((size_t)n + 1, sizeof *t);
     char **names = calloc((size_t)n + 1, sizeof *names);
     char *path = file_path(dir, err);
+    char *stats_text[2] = {NULL, NULL};
     int rc = -1;
     if (!t || !names || !path) {
         if (path)
@@ -150,8 +151,16 @@ int nrt_checkpoint_save(const char *dir, const nrt_model *m, const nrt_optim *h,
     put(&mt, "schedule_best", "%a", c->sched.best);
     put(&mt, "schedule_bad_epochs", "%" PRId64, c->sched.bad_epochs);
     put(&mt, "schedule_cooldown", "%" PRId64, c->sched.cooldown_left);
+    if (c->stats.dim) {
+        if (nrt_stats_meta(&c->stats, stats_text, err))
+            goto out;
+        put_str(&mt, "standardize_mean", stats_text[0]);
+        put_str(&mt, "standardize_std", stats_text[1]);
+    }
     rc = nrt_safetensors_save(path, t, n, mt.kv, mt.n, err);
 out:
+    free(stats_text[0]);
+    free(stats_text[1]);
     for (int i = 0; names && i < n; i++)
         free(names[i]);
     free(names);
@@ -275,6 +284,7 @@ int nrt_checkpoint_load(const char *dir, const nrt_model *m, const nrt_optim *h,
                         nrt_checkpoint *c, nrt_error *err)
 {
     c->text = NULL;
+    c->stats = (nrt_stats){0};
     char *path = file_path(dir, err);
     if (!path)
         return -1;
@@ -322,7 +332,8 @@ int nrt_checkpoint_load(const char *dir, const nrt_model *m, const nrt_optim *h,
     c->sched.best = get_double(&r, "schedule_best", not_nan, "a number");
     c->sched.bad_epochs = get_int(&r, "schedule_bad_epochs", 0, NRT_EPOCHS_MAX + 1);
     c->sched.cooldown_left = get_int(&r, "schedule_cooldown", 0, NRT_EPOCHS_MAX + 1);
-    if (r.failed || get_paths(&r, c) || read_slots(&r, m, h, c))
+    if (r.failed || get_paths(&r, c) || read_slots(&r, m, h, c) ||
+        nrt_stats_read(f, path, m->in_size, &c->stats, err))
         goto out;
     nrt_safetensors_close(f);
     f = NULL;
@@ -332,6 +343,7 @@ out:
     if (rc) {
         free(c->text);
         c->text = NULL;
+        nrt_stats_free(&c->stats);
     }
     nrt_safetensors_close(f);
     free(path);

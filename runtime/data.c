@@ -1230,17 +1230,73 @@ void nrt_dataset_stats(const nrt_dataset *d, float *mean, float *std)
     }
 }
 
-void nrt_dataset_standardize(nrt_dataset *d, const float *mean,
+/* The n rows of dim features at x, standardized in place. */
+static void standardize_rows(float *x, size_t n, size_t dim, const float *mean,
                              const float *std)
 {
-    size_t dim = d->dim;
-    for (size_t i = 0; i < d->n; i++) {
-        float *row = d->x + i * dim;
+    for (size_t i = 0; i < n; i++) {
+        float *row = x + i * dim;
         for (size_t j = 0; j < dim; j++) {
             float s = std[j] < 1e-12f ? 1.0f : std[j]; /* constant feature */
             row[j] = (row[j] - mean[j]) / s;
         }
     }
+}
+
+void nrt_dataset_standardize(nrt_dataset *d, const float *mean,
+                             const float *std)
+{
+    standardize_rows(d->x, d->n, d->dim, mean, std);
+}
+
+static int stats_alloc(nrt_stats *s, size_t dim, nrt_error *err)
+{
+    s->dim = 0;
+    s->mean = malloc(2 * sizeof(float) * (dim ? dim : 1));
+    s->std = s->mean ? s->mean + dim : NULL;
+    if (!s->mean)
+        return nrt_errorf(err, "out of memory");
+    s->dim = dim;
+    return 0;
+}
+
+int nrt_stats_compute(const nrt_dataset *d, nrt_stats *s, nrt_error *err)
+{
+    if (stats_alloc(s, d->dim, err))
+        return -1;
+    nrt_dataset_stats(d, s->mean, s->std);
+    return 0;
+}
+
+int nrt_stats_set(nrt_stats *s, size_t dim, const float *mean, const float *std,
+                  const char *what, nrt_error *err)
+{
+    for (size_t j = 0; j < dim; j++)
+        if (!isfinite(mean[j]) || !isfinite(std[j]) || std[j] < 0)
+            return nrt_errorf(err, "%s: the standardization's %s of feature %zu is %g: "
+                              "expected a finite number%s", what,
+                              isfinite(mean[j]) ? "std" : "mean", j,
+                              (double)(isfinite(mean[j]) ? std[j] : mean[j]),
+                              isfinite(mean[j]) ? ", not negative" : "");
+    nrt_stats t;
+    if (stats_alloc(&t, dim, err))
+        return -1;
+    memcpy(t.mean, mean, sizeof(float) * dim);
+    memcpy(t.std, std, sizeof(float) * dim);
+    nrt_stats_free(s);
+    *s = t;
+    return 0;
+}
+
+void nrt_stats_apply(const nrt_stats *s, float *x, size_t n)
+{
+    standardize_rows(x, n, s->dim, s->mean, s->std);
+}
+
+void nrt_stats_free(nrt_stats *s)
+{
+    free(s->mean);
+    *s = (nrt_stats){0};
 }
 
 void nrt_dataset_gather(const nrt_dataset *d, const uint32_t *idx, size_t n,

@@ -45,6 +45,7 @@
 #endif
 
 typedef struct Options {
+    const char *prog;       /* argv[0], for messages */
     const char *device, *data, *valid_data, *test_data, *save, *load, *metrics;
     const char *logdir;     /* --logdir: TensorBoard event files */
     const char *checkpoint; /* --checkpoint DIR (and --resume's) */
@@ -171,7 +172,8 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
 {
     const char *prog = argv[0];
     *o = (Options){.device = m->device, .data = m->train.path, .epochs = m->epochs,
-                   .batch = m->batch, .shuffle = 1, .max_steps = -1, .lr = -1, .seed = m->seed};
+                   .batch = m->batch, .shuffle = 1, .max_steps = -1, .lr = -1, .seed = m->seed,
+                   .prog = prog};
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long long epochs = o->epochs, batch = o->batch, seed = (long long)o->seed, log_every = 0,
               threads = 0, gradcheck = 0, max_steps = -1,
@@ -376,64 +378,90 @@ static int load_eval_set(const nrt_model *m, const Options *o, const nrt_source 
     return 0;
 }
 
+/* The preprocessing that depends on the training data, given a set read
+ * through read_set (which applied the source's scale and, for images, the
+ * transforms in evaluation mode): training, validation, --eval and
+ * --predict all go through here, and the C API through the same
+ * nrt_stats_apply (session.c), so that they cannot drift apart. */
+static void preprocess(const nrt_model *m, const nrt_stats *stats, nrt_dataset *d)
+{
+    if (m->train.standardize && stats->dim)
+        nrt_stats_apply(stats, d->x, d->n);
+}
+
 /* The data the run needs: training data to train or check gradients (or
  * to hold a part of out), validation data to train, test data to train
- * or --eval.  Standardization uses the training set's statistics. */
-static int load_data(const nrt_model *m, const Options *o, Data *d, nrt_error *err)
+ * or --eval.  Standardization uses the statistics that came with the
+ * weights (--resume's checkpoint, --load's file) or else those of the rows
+ * training trains on, the held-out parts split off as training splits
+ * them, so that --eval and --predict of weights saved without statistics
+ * compute the very values training used.  *stats: those, or dim 0. */
+static int load_data(const nrt_model *m, const Options *o, nrt_stats *stats, Data *d,
+                     nrt_error *err)
 {
     *d = (Data){0};
     nrt_source src = m->train;
     src.path = o->data;
     if (!src.kind)
         src.kind = "csv";
-    const int train = !o->eval && (o->max_steps != 0 || o->gradcheck > 0);
-    if (!train && !o->eval)
+    const int train = !o->eval && !o->predict && (o->max_steps != 0 || o->gradcheck > 0);
+    const int compute = src.standardize && !stats->dim && !o->gradcheck &&
+                        (train || o->eval || o->predict);
+    if (!train && !o->eval && !compute)
         return 0;
-    const int holdout = (!o->test_data && is_holdout(&m->test)) ||
-                        (train && !o->valid_data && is_holdout(&m->valid));
-    if (train || holdout || src.standardize) {
+    const int held_test = !o->test_data && is_holdout(&m->test);
+    const int held_valid = !o->valid_data && is_holdout(&m->valid);
+    if (train || compute || (o->eval && held_test)) {
         if (!src.path)
-            return nrt_errorf(err, "no training data: the model names none; give --data PATH");
+            return compute ? nrt_errorf(err, "the model standardizes its features with the "
+                                        "statistics of its training data, and %s%s holds none: "
+                                        "give the training data with --data PATH",
+                                        o->load ? "" : "no --load file", o->load ? o->load : "")
+                           : nrt_errorf(err, "no training data: the model names none; give "
+                                        "--data PATH");
         /* A training set of images is decoded as the first epoch runs,
          * unless it must be whole first: --skip-bad's count, a part held
          * out, or no training. */
-        const int stream = train && !o->gradcheck && !o->skip_bad && !holdout;
+        const int stream = train && !o->gradcheck && !o->skip_bad && !held_test && !held_valid;
         if (read_set(m, o, &src, m->target_kind, 0, stream, d, &d->train, NULL, err))
             return -1;
         d->has_train = 1;
     }
     if (o->gradcheck > 0)
         return 0;
-    if ((train || o->eval) &&
+    if ((train || o->eval || (compute && held_test)) &&
         load_eval_set(m, o, &m->test, o->test_data, &src, d, o->seed, &d->test, &d->has_test, err))
         return -1;
     if (o->eval && !d->has_test)
         return nrt_errorf(err, "--eval: no test data: the model names none; give --test-data PATH");
-    if (train && load_eval_set(m, o, &m->valid, o->valid_data, &src, d,
-                               nrt_stream_key(o->seed, NRT_STREAM_VALID), &d->valid,
-                               &d->has_valid, err))
+    if ((train || (compute && held_valid)) &&
+        load_eval_set(m, o, &m->valid, o->valid_data, &src, d,
+                      nrt_stream_key(o->seed, NRT_STREAM_VALID), &d->valid, &d->has_valid, err))
         return -1;
-    if (src.standardize) {
-        size_t dim = d->train.dim;
-        float *mean = malloc(sizeof(float) * dim), *std = malloc(sizeof(float) * dim);
-        if (!mean || !std) {
-            free(mean);
-            free(std);
-            return nrt_errorf(err, "out of memory");
-        }
-        nrt_dataset_stats(&d->train, mean, std);
-        nrt_dataset_standardize(&d->train, mean, std);
+    if (compute) {
+        if (nrt_stats_compute(&d->train, stats, err))
+            return -1;
+        if (o->load && !o->quiet)
+            fprintf(stderr, "%s: warning: %s holds no standardization statistics (weights "
+                    "saved by PyTorch, or without training data); computed them from %s, as "
+                    "training does\n", o->prog, o->load, src.path);
+    }
+    if (!train) { /* read for the test set's sake, or for the statistics only */
+        if (d->has_train)
+            nrt_dataset_free(&d->train);
         if (d->has_valid)
-            nrt_dataset_standardize(&d->valid, mean, std);
-        if (d->has_test)
-            nrt_dataset_standardize(&d->test, mean, std);
-        free(mean);
-        free(std);
+            nrt_dataset_free(&d->valid);
+        if (d->has_test && !o->eval)
+            nrt_dataset_free(&d->test);
+        d->has_train = d->has_valid = 0;
+        d->has_test &= o->eval;
     }
-    if (!train && !holdout && d->has_train) { /* read for its statistics only */
-        nrt_dataset_free(&d->train);
-        d->has_train = 0;
-    }
+    if (d->has_train)
+        preprocess(m, stats, &d->train);
+    if (d->has_valid)
+        preprocess(m, stats, &d->valid);
+    if (d->has_test)
+        preprocess(m, stats, &d->test);
     return 0;
 }
 
@@ -487,6 +515,7 @@ typedef struct Run {
     float *param;      /* the weights on the host: initial, loaded, saved */
     void *buffers;     /* and the model's buffers (running statistics) */
     float *opt_m, *opt_v; /* the optimizer's state on the host (checkpoints) */
+    nrt_stats stats;   /* the standardization's, kept with the weights (dim 0: none) */
     Data data;
     nrt_loader *loader;  /* training batches made on threads (images: flips, the first
                             epoch's decoding), or NULL */
@@ -607,7 +636,7 @@ static int save_checkpoint(Run *r, int64_t epoch, size_t position)
                         .data = o->data, .valid_data = o->valid_data,
                         .test_data = o->test_data, .sched = r->sched,
                         .param = r->param, .m = r->opt_m, .v = r->opt_v,
-                        .buffers = r->buffers};
+                        .buffers = r->buffers, .stats = r->stats};
     return r->be.get_params(r->be.ctx, r->param, r->buffers, &r->err) ||
                    r->be.get_state(r->be.ctx, r->opt_m, r->opt_v, &c.step, &c.loss_sum,
                                    &r->err) ||
@@ -868,6 +897,7 @@ static int read_checkpoint(Run *r, Options *o)
     if (nrt_checkpoint_load(o->resume, r->m, &r->m->optim, &c, err))
         return -1;
     r->resumed_paths = c.text;
+    r->stats = c.stats; /* this run's from its start (none if the model does not standardize) */
     if (resume_path(o, "--data", &o->data, o->given_data, c.data, err) ||
         resume_path(o, "--valid-data", &o->valid_data, o->valid_data != NULL, c.valid_data,
                     err) ||
@@ -984,6 +1014,7 @@ static int predict(Run *r)
     char **paths;
     if (load_input(m, r->o, &r->data, &d, &paths, &r->err))
         return -1;
+    preprocess(m, &r->stats, &d);
     float *out = malloc(sizeof(float) * (d.n ? d.n : 1) * (size_t)m->n_out);
     char *tmp = path ? malloc(strlen(path) + 32) : NULL;
     FILE *f = stdout;
@@ -997,7 +1028,7 @@ static int predict(Run *r)
     if (path) {
         snprintf(tmp, strlen(path) + 32, "%s.tmp.%ld", path, (long)getpid());
         if (!(f = fopen(tmp, "w"))) {
-            nrt_errorf(&r->err, "%s: cannot write: %s", tmp, strerror(errno));
+            nrt_errorf(&r->err, "%s: cannot write: %s", path, strerror(errno));
             goto out;
         }
     }
@@ -1341,7 +1372,10 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         goto fail;
     if (!o.gradcheck && check_outputs(&o, err))
         goto fail;
-    if (!o.predict && load_data(m, &o, &r.data, err))
+    if (!o.resume && o.load && m->train.standardize &&
+        nrt_weights_stats(o.load, m->in_size, &r.stats, err))
+        goto fail;
+    if (load_data(m, &o, &r.stats, &r.data, err))
         goto fail;
     if (stop_signal) {
         status = stopped_early(prog);
@@ -1400,7 +1434,7 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         }
     }
     if (o.save && (r.be.get_params(r.be.ctx, r.param, r.buffers, err) ||
-                   nrt_weights_save(m, r.param, r.buffers, o.save, err)))
+                   nrt_weights_save(m, r.param, r.buffers, &r.stats, o.save, err)))
         goto fail;
     if (close_logs(&r))
         goto fail;
@@ -1420,6 +1454,7 @@ done:
     free(r.opt_m);
     free(r.opt_v);
     free(r.resumed_paths);
+    nrt_stats_free(&r.stats);
     nrt_loader_close(r.loader);
     report_skipped(prog, &r.data);
     data_free(&r.data);

@@ -31,7 +31,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 10
+#define NETRT_ABI 11
 
 #ifdef __cplusplus
 extern "C" {
@@ -143,6 +143,30 @@ int nrt_dataset_split(nrt_dataset *d, double fraction, uint64_t seed,
 void nrt_dataset_stats(const nrt_dataset *d, float *mean, float *std);
 void nrt_dataset_standardize(nrt_dataset *d, const float *mean,
                              const float *std);
+
+/* The standardization of a model whose training source says
+ * standardize=true, the one preprocessing step that depends on the data
+ * rather than on the model file: feature j becomes (x - mean[j]) / std[j],
+ * a std below 1e-12 (a constant feature) counting as 1.  mean and std are
+ * the population statistics (ddof=0) of the rows training trains on (the
+ * held-out parts left out).  They belong with the weights: saved in a
+ * safetensors file's metadata (nrt_weights_save, checkpoints), read back
+ * with them, and applied by training, --eval, --predict and the C API
+ * alike through nrt_stats_apply. */
+typedef struct nrt_stats {
+    size_t dim;  /* 0: none */
+    float *mean; /* dim each, in one allocation with mean */
+    float *std;
+} nrt_stats;
+/* s = the statistics of d's features (allocated; nrt_stats_free). */
+int nrt_stats_compute(const nrt_dataset *d, nrt_stats *s, nrt_error *err);
+/* s = a copy of dim values each of mean and std, which must be finite (std
+ * not negative); what is wrong is said of `what` (a file's name). */
+int nrt_stats_set(nrt_stats *s, size_t dim, const float *mean, const float *std,
+                  const char *what, nrt_error *err);
+/* Standardizes the n rows of s->dim features at x, in place. */
+void nrt_stats_apply(const nrt_stats *s, float *x, size_t n);
+void nrt_stats_free(nrt_stats *s);
 
 /* Copies the samples idx[0..n) of d into x (n * dim floats) and label or y
  * (whichever d has). */
@@ -294,7 +318,19 @@ struct nrt_model;
 int nrt_weights_load(const struct nrt_model *m, float *param, void *buffers, const char *path,
                      nrt_error *err);
 int nrt_weights_save(const struct nrt_model *m, const float *param, const void *buffers,
-                     const char *path, nrt_error *err);
+                     const nrt_stats *stats, const char *path, nrt_error *err);
+/* The standardization statistics in a weights file's metadata, keys
+ * "standardize_mean" and "standardize_std", each a JSON array of dim
+ * float32 values to 9 significant digits (which read back exactly):
+ * nrt_stats_meta makes the two texts (allocated, in text[0] and text[1]),
+ * nrt_stats_read reads them into s (s->dim 0 if the file has none); a
+ * wrong count, a value that is not a finite number, or a negative std is
+ * an error naming the file and the key. */
+int nrt_stats_meta(const nrt_stats *s, char *text[2], nrt_error *err);
+int nrt_stats_read(const nrt_st_file *f, const char *path, size_t dim, nrt_stats *s,
+                   nrt_error *err);
+/* Reads just the statistics of the weights file at path. */
+int nrt_weights_stats(const char *path, size_t dim, nrt_stats *s, nrt_error *err);
 /* 0 if the F32 tensor t (read from path) holds only finite numbers, or if it
  * is not F32; else -1, err naming path, the tensor, the first NaN or
  * infinity's index and how many there are.  Loading refuses such weights:
@@ -794,6 +830,8 @@ typedef struct nrt_checkpoint {
     float *param;           /* param_count floats each; m and v NULL */
     float *m, *v;           /* where the optimizer keeps none */
     void *buffers;          /* buffer_bytes (NULL: the model has none) */
+    nrt_stats stats;        /* the standardization's (dim 0: none); load: allocated,
+                               the caller frees it */
 } nrt_checkpoint;
 
 /* The optimizer state tensors h keeps: 0 (sgd), 1 (sgd with momentum: m)
@@ -861,6 +899,15 @@ int nrt_session_predict(nrt_session *s, const float *x, size_t n, float *out,
  * NULL).  *loss (if loss is not NULL) receives the batch's mean loss. */
 int nrt_session_train_step(nrt_session *s, const float *x, const int32_t *label,
                            const float *y, int n, float *loss, nrt_error *err);
+/* The standardization statistics of a model whose source says
+ * standardize=true (netrt.h: nrt_stats): predict and train_step apply them
+ * to the caller's rows, which are features as the data file holds them
+ * (times the source's scale, as nrt_dataset_load gives them).  They come
+ * with nrt_session_load's file, or from set_stats (in_size values each);
+ * nrt_session_save writes them.  nrt_session_stats: their count (0: none
+ * yet), and where they are in *mean and *std (either may be NULL). */
+size_t nrt_session_stats(const nrt_session *s, const float **mean, const float **std);
+int nrt_session_set_stats(nrt_session *s, const float *mean, const float *std, nrt_error *err);
 void nrt_session_close(nrt_session *s);
 
 /* ------------------------------------------------------------ gradcheck.c */

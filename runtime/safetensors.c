@@ -1608,14 +1608,107 @@ int nrt_weights_load(const nrt_model *m, float *param, void *buffers, const char
 }
 
 int nrt_weights_save(const nrt_model *m, const float *param, const void *buffers,
-                     const char *path, nrt_error *err)
+                     const nrt_stats *stats, const char *path, nrt_error *err)
 {
     nrt_tensor *t = calloc((size_t)(m->n_params + m->n_buffers) + 1, sizeof *t);
-    if (!t)
-        return nrt_errorf(err, "out of memory");
+    char *text[2] = {NULL, NULL};
+    const int with_stats = stats && stats->dim;
+    if (!t || (with_stats && nrt_stats_meta(stats, text, err))) {
+        free(t);
+        return t ? -1 : nrt_errorf(err, "out of memory");
+    }
     const int n = nrt_weights_tensors(m, param, buffers, t);
-    const char *meta[] = {"format", "pt", "netc_model", m->name};
-    int rc = nrt_safetensors_save(path, t, n, meta, 2, err);
+    const char *meta[] = {"format", "pt", "netc_model", m->name,
+                          "standardize_mean", text[0], "standardize_std", text[1]};
+    int rc = nrt_safetensors_save(path, t, n, meta, with_stats ? 4 : 2, err);
+    free(text[0]);
+    free(text[1]);
     free(t);
+    return rc;
+}
+
+/* ------------------------------------------------ standardization statistics */
+
+static const char *const stats_keys[2] = {"standardize_mean", "standardize_std"};
+
+int nrt_stats_meta(const nrt_stats *s, char *text[2], nrt_error *err)
+{
+    const float *v[2] = {s->mean, s->std};
+    for (int k = 0; k < 2; k++) {
+        size_t cap = 2 + 18 * (s->dim ? s->dim : 1), len = 0; /* "-1.23456789e-38, " */
+        char *t = text[k] = malloc(cap);
+        if (!t) {
+            free(text[0]);
+            text[0] = text[1] = NULL;
+            return nrt_errorf(err, "out of memory");
+        }
+        t[len++] = '[';
+        for (size_t j = 0; j < s->dim; j++)
+            len += (size_t)snprintf(t + len, cap - len, "%s%.9g", j ? ", " : "", (double)v[k][j]);
+        snprintf(t + len, cap - len, "]");
+    }
+    return 0;
+}
+
+/* The dim numbers of the JSON array text into out; -1 if it is not one. */
+static int parse_floats(const char *text, size_t dim, float *out)
+{
+    const char *p = text;
+    while (isspace((unsigned char)*p))
+        p++;
+    if (*p++ != '[')
+        return -1;
+    for (size_t j = 0; j < dim; j++) {
+        char *end;
+        errno = 0;
+        out[j] = strtof(p, &end);
+        if (end == p || errno == ERANGE)
+            return -1;
+        p = end;
+        while (isspace((unsigned char)*p))
+            p++;
+        if (*p != (j + 1 < dim ? ',' : ']'))
+            return -1;
+        p++;
+    }
+    while (isspace((unsigned char)*p))
+        p++;
+    return *p ? -1 : 0;
+}
+
+int nrt_stats_read(const nrt_st_file *f, const char *path, size_t dim, nrt_stats *s,
+                   nrt_error *err)
+{
+    const char *text[2] = {nrt_safetensors_meta(f, stats_keys[0]),
+                           nrt_safetensors_meta(f, stats_keys[1])};
+    s->dim = 0;
+    if (!text[0] && !text[1])
+        return 0;
+    float *v = malloc(2 * sizeof(float) * (dim ? dim : 1));
+    if (!v)
+        return nrt_errorf(err, "out of memory");
+    int rc = 0;
+    for (int k = 0; k < 2 && rc == 0; k++)
+        if (!text[k] || parse_floats(text[k], dim, v + (size_t)k * dim))
+            rc = nrt_errorf(err, "%s: metadata '%s' %s: expected a JSON array of %zu numbers, "
+                            "one a feature", path, stats_keys[k],
+                            text[k] ? "is not one" : "is missing", dim);
+    if (rc == 0) {
+        nrt_stats t = {0};
+        rc = nrt_stats_set(&t, dim, v, v + dim, path, err);
+        *s = t;
+    }
+    free(v);
+    return rc;
+}
+
+int nrt_weights_stats(const char *path, size_t dim, nrt_stats *s, nrt_error *err)
+{
+    nrt_st_file *f;
+    s->dim = 0;
+    if (nrt_safetensors_open(path, &f, err))
+        return -1;
+    int rc = nrt_stats_read(f, path, dim, s, err);
+    nrt_safetensors_close(f);
     return rc;
 }

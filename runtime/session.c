@@ -7,6 +7,13 @@
  * cpu's or a GPU's, as backend.c chooses) with the host's copy of the
  * weights; everything the caller passes is checked here, so a backend never
  * sees a label out of range or a batch larger than its buffers.
+ *
+ * A model whose training source standardizes its features keeps the
+ * statistics with its weights (netrt.h: nrt_stats): they come with a
+ * weights file (nrt_session_load) or from the caller
+ * (nrt_session_set_stats), and predict and train_step standardize the
+ * caller's rows with them, as the generated program does; without any,
+ * those calls are refused rather than fed rows on the wrong scale.
  */
 #include "netrt.h"
 
@@ -18,6 +25,8 @@ struct nrt_session {
     nrt_backend be;
     float *param; /* the host's copy, for load and save */
     void *buffers; /* likewise: the model's buffers */
+    nrt_stats stats; /* the standardization's (dim 0: none yet) */
+    float *x;      /* cap rows: the caller's, standardized */
     int cap;
 };
 
@@ -38,7 +47,8 @@ int nrt_session_open(const nrt_model *m, const char *dev, int cap, nrt_session *
     s->cap = cap ? cap : m->batch;
     s->param = calloc(m->param_count ? m->param_count : 1, sizeof(float));
     s->buffers = calloc(m->buffer_bytes ? m->buffer_bytes : 1, 1);
-    if (!s->param || !s->buffers) {
+    s->x = m->train.standardize ? malloc(sizeof(float) * m->in_size * (size_t)s->cap) : NULL;
+    if (!s->param || !s->buffers || (m->train.standardize && !s->x)) {
         nrt_session_close(s);
         return nrt_errorf(err, "out of memory");
     }
@@ -68,13 +78,22 @@ int nrt_session_load(nrt_session *s, const char *path, nrt_error *err)
     /* into the host copy first: a bad file changes nothing */
     float *p = malloc(sizeof(float) * (s->m->param_count ? s->m->param_count : 1));
     void *b = malloc(s->m->buffer_bytes ? s->m->buffer_bytes : 1);
+    nrt_stats st = {0};
     int rc = p && b ? nrt_weights_load(s->m, p, b, path, err) : nrt_errorf(err, "out of memory");
+    if (rc == 0 && s->m->train.standardize)
+        rc = nrt_weights_stats(path, s->m->in_size, &st, err);
     if (rc == 0)
         rc = s->be.set_params(s->be.ctx, p, b, err);
     if (rc == 0) {
         memcpy(s->param, p, sizeof(float) * s->m->param_count);
         memcpy(s->buffers, b, s->m->buffer_bytes);
+        if (st.dim) { /* a file without them leaves those set before */
+            nrt_stats_free(&s->stats);
+            s->stats = st;
+            st = (nrt_stats){0};
+        }
     }
+    nrt_stats_free(&st);
     free(p);
     free(b);
     return rc;
@@ -84,7 +103,46 @@ int nrt_session_save(nrt_session *s, const char *path, nrt_error *err)
 {
     if (s->be.get_params(s->be.ctx, s->param, s->buffers, err))
         return -1;
-    return nrt_weights_save(s->m, s->param, s->buffers, path, err);
+    return nrt_weights_save(s->m, s->param, s->buffers, &s->stats, path, err);
+}
+
+size_t nrt_session_stats(const nrt_session *s, const float **mean, const float **std)
+{
+    if (mean)
+        *mean = s->stats.mean;
+    if (std)
+        *std = s->stats.std;
+    return s->stats.dim;
+}
+
+int nrt_session_set_stats(nrt_session *s, const float *mean, const float *std, nrt_error *err)
+{
+    if (!s->m->train.standardize)
+        return nrt_errorf(err, "set_stats: model '%s' does not standardize its features",
+                          s->m->name);
+    if (!mean || !std)
+        return nrt_errorf(err, "set_stats: mean and std must not be NULL");
+    return nrt_stats_set(&s->stats, s->m->in_size, mean, std, "set_stats", err);
+}
+
+/* The caller's n rows x as the model takes them: standardized into s->x
+ * (n at most cap) if the model standardizes; NULL if it has no statistics
+ * to do it with. */
+static const float *prepared(nrt_session *s, const float *x, size_t n, const char *call,
+                             nrt_error *err)
+{
+    const nrt_model *m = s->m;
+    if (!m->train.standardize)
+        return x;
+    if (!s->stats.dim) {
+        nrt_errorf(err, "%s: model '%s' standardizes its features, and the session has no "
+                   "statistics: load weights saved with them, or set them (set_stats)", call,
+                   m->name);
+        return NULL;
+    }
+    memcpy(s->x, x, sizeof(float) * m->in_size * n);
+    nrt_stats_apply(&s->stats, s->x, n);
+    return s->x;
 }
 
 int nrt_session_predict(nrt_session *s, const float *x, size_t n, float *out, nrt_error *err)
@@ -93,7 +151,17 @@ int nrt_session_predict(nrt_session *s, const float *x, size_t n, float *out, nr
         return 0;
     if (!x || !out)
         return nrt_errorf(err, "predict: x and out must not be NULL");
-    return s->be.predict(s->be.ctx, x, n, out, err);
+    if (!s->m->train.standardize)
+        return s->be.predict(s->be.ctx, x, n, out, err);
+    /* through s->x, cap rows at a time */
+    const size_t k = s->m->in_size, cap = (size_t)s->cap, nout = (size_t)s->m->n_out;
+    for (size_t i = 0; i < n; i += cap) {
+        size_t c = n - i < cap ? n - i : cap;
+        const float *xs = prepared(s, x + i * k, c, "predict", err);
+        if (!xs || s->be.predict(s->be.ctx, xs, c, out + i * nout, err))
+            return -1;
+    }
+    return 0;
 }
 
 int nrt_session_train_step(nrt_session *s, const float *x, const int32_t *label, const float *y,
@@ -114,7 +182,10 @@ int nrt_session_train_step(nrt_session *s, const float *x, const int32_t *label,
         if (label[i] < 0 || label[i] >= m->n_out)
             return nrt_errorf(err, "train_step: sample %d has label %d, outside [0, %d)", i,
                               (int)label[i], m->n_out);
-    nrt_batch b = {n, x, cls ? label : NULL, cls ? NULL : y};
+    const float *xs = prepared(s, x, (size_t)n, "train_step", err);
+    if (!xs)
+        return -1;
+    nrt_batch b = {n, xs, cls ? label : NULL, cls ? NULL : y};
     return s->be.train_batch(s->be.ctx, &b, loss, err);
 }
 
@@ -126,5 +197,7 @@ void nrt_session_close(nrt_session *s)
         s->be.close(s->be.ctx);
     free(s->param);
     free(s->buffers);
+    free(s->x);
+    nrt_stats_free(&s->stats);
     free(s);
 }

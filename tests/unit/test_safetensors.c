@@ -632,7 +632,7 @@ static void test_weights(void)
     memcpy(area, running_var, sizeof running_var);
     const char *p = at("weights.safetensors");
     nrt_error err = {{0}};
-    CHECK(nrt_weights_save(&wmodel, param, area, p, &err) == 0);
+    CHECK(nrt_weights_save(&wmodel, param, area, NULL, p, &err) == 0);
     CHECK(nrt_weights_load(&wmodel, got, got_area, p, &err) == 0);
     CHECK(!memcmp(got, param, sizeof param) && !memcmp(got_area, area, sizeof area));
 
