@@ -213,6 +213,16 @@ static void emit_lib_functions(Emit *e)
                   arena_printf(a, "return nrt_session_train_step((nrt_session *)m, x, %s, n, loss, err);",
                                cls ? "label, NULL" : "NULL, y"));
     emit_blank(e);
+    if (e->p->train.standardize) {
+        emit_function(e, arena_printf(a, "size_t %s_stats(const %s *m, const float **mean, "
+                                      "const float **std)", m, m),
+                      "return nrt_session_stats((const nrt_session *)m, mean, std);");
+        emit_blank(e);
+        emit_function(e, arena_printf(a, "int %s_set_stats(%s *m, const float *mean, "
+                                      "const float *std, nrt_error *err)", m, m),
+                      "return nrt_session_set_stats((nrt_session *)m, mean, std, err);");
+        emit_blank(e);
+    }
     emit_function(e, arena_printf(a, "void %s_destroy(%s *m)", m, m),
                   "nrt_session_close((nrt_session *)m);");
 }
@@ -288,6 +298,17 @@ void emit_lib_header(FILE *out, const Program *p, const EmitOptions *o, Arena *a
     emitf(e, " * is not NULL) receives the batch's mean %s before the update. */", p->loss->name);
     emitf(e, "int %s_train_step(%s *m, const float *x, %s, int n, float *loss, nrt_error *err);", m, m,
           target_param(p));
+    if (p->train.standardize) {
+        emitf(e, "/* The model standardizes its features (standardize=true): predict and");
+        emitf(e, " * train_step take them as the data file holds them and apply");
+        emitf(e, " * (x - mean[j]) / std[j] (a std below 1e-12 counting as 1), with the");
+        emitf(e, " * statistics of the training rows (population std) that load reads with");
+        emitf(e, " * the weights, or set_stats sets (%s_INPUT_SIZE values each); without", up);
+        emitf(e, " * any, they fail.  save writes them.  stats: their count (0: none yet). */");
+        emitf(e, "size_t %s_stats(const %s *m, const float **mean, const float **std);", m, m);
+        emitf(e, "int %s_set_stats(%s *m, const float *mean, const float *std, nrt_error *err);",
+              m, m);
+    }
     emitf(e, "void %s_destroy(%s *m);", m, m);
     emitf(e, "/* The model descriptor, for the rest of netrt.h. */");
     emitf(e, "const nrt_model *%s_model(void);", m);
