@@ -613,7 +613,7 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
     p->batch = 32;
     p->epochs = 10;
     p->seed = 0;
-    p->train = p->valid = p->test = (nrt_source){NULL, NULL, -1, 0, 1.0f, 0, 0, NULL};
+    p->train = p->valid = p->test = (nrt_source){NULL, NULL, -1, 0, 1.0f, 0, 0, NULL, 0};
 
     Seen seen = {0};
     int nlayers = 0, ninits = 0;

@@ -144,6 +144,7 @@ void nrt_dataset_free(nrt_dataset *d)
     free(d->x);
     free(d->label);
     free(d->y);
+    free(d->line);
     memset(d, 0, sizeof *d);
 }
 
@@ -243,6 +244,7 @@ typedef struct text_spec {
     size_t ncols;     /* dim + ntarget */
     size_t tcol;      /* first target column */
     double scale;
+    int lines;        /* keep each sample's line number */
 } text_spec;
 
 static int is_space(char c)
@@ -399,7 +401,7 @@ static int parse_text(const text_spec *sp, int header, const char *buf,
     const char *p = buf, *end = buf + len;
     if (len >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0)
         p += 3; /* UTF-8 byte order mark */
-    size_t cap = 0, lineno = 0;
+    size_t cap = 0, lineno = 0, line_cap = 0;
     int rc = 0;
     while (p < end && rc == 0) {
         lineno++;
@@ -414,7 +416,7 @@ static int parse_text(const text_spec *sp, int header, const char *buf,
                             sp->path, lineno, MAX_LINE);
             break;
         }
-        if (lineno <= (size_t)header)
+        if (header > 0 && lineno <= (size_t)header)
             continue;
         size_t k = 0;
         while (k < n && is_space(line[k]))
@@ -426,6 +428,18 @@ static int parse_text(const text_spec *sp, int header, const char *buf,
         int header_like = d->n == 0 &&
                           looks_like_header(f, cols < sp->ncols ? cols
                                                                 : sp->ncols);
+        if (header < 0 && header_like)
+            continue; /* header=-1: a header line, before the first row */
+        if (sp->lines && d->n + 1 > line_cap) {
+            size_t *l = realloc(d->line, (line_cap = 2 * d->n + 256) * sizeof *l);
+            if (!l) {
+                rc = oom(err);
+                break;
+            }
+            d->line = l;
+        }
+        if (sp->lines)
+            d->line[d->n] = lineno;
         if (cols != sp->ncols)
             rc = nrt_errorf(err, "%s:%zu: expected %zu columns, found %zu",
                             sp->path, lineno, sp->ncols, cols);
@@ -457,6 +471,7 @@ static int load_text(const nrt_source *src, int csv, int target_kind,
                    : target_kind == NRT_TARGET_VALUE ? (size_t)ncls
                                                      : 0,
         .scale = scale,
+        .lines = src->lines,
     };
     sp.ncols = dim + sp.ntarget;
 
@@ -469,7 +484,7 @@ static int load_text(const nrt_source *src, int csv, int target_kind,
         return nrt_errorf(err, "%s: label column %d is outside the %zu "
                           "columns of a row", src->path, src->label, sp.ncols);
     sp.tcol = (size_t)first;
-    if (src->header < 0)
+    if (src->header < -1)
         return nrt_errorf(err, "%s: header line count %d is negative",
                           src->path, src->header);
 

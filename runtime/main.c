@@ -928,9 +928,13 @@ static int read_checkpoint(Run *r, Options *o)
 
 /* ----------------------------------------------------------------- predict */
 
-/* The samples of --predict's INPUT: read as the training data is, with
- * its targets if its rows have them (which are then ignored), else
- * features alone. */
+/* The samples of --predict's INPUT: read as the training data is, but a
+ * text file's header is told by its content, not by the model's header=:
+ * the lines before the first that holds a number are a header (so a file
+ * with a header line and one without both read whole).  A row holds the
+ * features and the targets, which are ignored, or the features alone: the
+ * number of columns tells which.  Each text sample keeps its line number,
+ * which its prediction carries. */
 static int load_input(const nrt_model *m, const Options *o, Data *data, nrt_dataset *d,
                       char ***paths, nrt_error *err)
 {
@@ -941,6 +945,8 @@ static int load_input(const nrt_model *m, const Options *o, Data *data, nrt_data
         s.kind = "csv";
     if (is_images(&s))
         return read_set(m, o, &s, NRT_TARGET_NONE, 1, 0, data, d, paths, err);
+    s.header = -1;
+    s.lines = 1;
     nrt_error first;
     if (nrt_dataset_load(&s, m->target_kind, m->in_size, m->n_out, 1, d, &first) == 0)
         return 0;
@@ -967,14 +973,16 @@ static void put_csv_field(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* One CSV line a sample: for images the file first, then the class and
- * each class's probability (the softmax of the logits), or the predicted
- * values. */
-static void write_predictions(FILE *f, const nrt_model *m, const float *out, size_t n,
-                              char *const *paths)
+/* One CSV line a sample: first what it is in the input (for images the
+ * file; for text its line number; else its number, from 1), then the
+ * class and each class's probability (the softmax of the logits), or the
+ * predicted values. */
+static void write_predictions(FILE *f, const nrt_model *m, const float *out,
+                              const nrt_dataset *d, char *const *paths)
 {
     const int k = m->n_out, cls = m->target_kind == NRT_TARGET_CLASS;
-    fputs(paths ? "path," : "", f);
+    const size_t n = d->n;
+    fputs(paths ? "path," : d->line ? "line," : "sample,", f);
     fputs(cls ? "class" : "value_0", f);
     for (int j = cls ? 0 : 1; j < k; j++)
         fprintf(f, cls ? ",p%d" : ",value_%d", j);
@@ -984,6 +992,8 @@ static void write_predictions(FILE *f, const nrt_model *m, const float *out, siz
         if (paths) {
             put_csv_field(f, paths[i]);
             fputc(',', f);
+        } else {
+            fprintf(f, "%zu,", d->line ? d->line[i] : i + 1);
         }
         if (!cls) {
             for (int j = 0; j < k; j++)
@@ -1032,7 +1042,7 @@ static int predict(Run *r)
             goto out;
         }
     }
-    write_predictions(f, m, out, d.n, paths);
+    write_predictions(f, m, out, &d, paths);
     if (path) {
         int bad = ferror(f);
         if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {

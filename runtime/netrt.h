@@ -94,13 +94,16 @@ typedef struct nrt_source {
                           directory */
     int label;         /* column of the (first) target value; negative
                           counts from the end: -1 is the last column */
-    int header;        /* lines to skip at the top of a text file */
+    int header;        /* lines to skip at the top of a text file; -1:
+                          those before the first that holds a number (a
+                          header, if there is one: --predict's input) */
     float scale;       /* features are multiplied by this (1 = unchanged) */
     int standardize;   /* 1: features scaled to zero mean, unit variance
                           with the training set's statistics */
     double fraction;   /* holdout: the part of the training set */
     const char *root;  /* images: the directory relative paths start
                           from (NULL: the list's own directory) */
+    int lines;         /* text: keep each sample's line number (.line) */
 } nrt_source;
 
 /* A whole dataset in memory. */
@@ -111,6 +114,8 @@ typedef struct nrt_dataset {
     int32_t *label; /* n class labels (NRT_TARGET_CLASS), else NULL */
     float *y;      /* n * ydim values (NRT_TARGET_VALUE), else NULL */
     size_t ydim;
+    size_t *line;  /* n line numbers in the file, from 1 (text sources read
+                      with .lines), else NULL */
 } nrt_dataset;
 
 /* Reads a dataset.  dim is the number of features the model expects per

@@ -135,6 +135,25 @@ check "[ $? -eq 1 ] && grep -q \"neg.safetensors: the standardization's std of f
 check "cmp -s '$WORK/w.safetensors' '$WORK/resumed.safetensors'" \
     "a resumed run saves other weights or statistics"
 
+# --predict's input: a header is told by the content, not by the model's
+# header= (airline_rnn's is 1); the label column may be there or not; each
+# row carries its line number
+compile "$SRC/models/airline_rnn.net" "$WORK/air"
+(cd "$SRC" && "$WORK/air" --quiet --max-steps 0 --save "$WORK/air.safetensors")
+sed -n 2,3p "$SRC/data/airline_test.csv" > "$WORK/two.csv"
+sed -n 2p "$SRC/data/airline_test.csv" > "$WORK/one.csv"
+sed -n 1,3p "$SRC/data/airline_test.csv" | cut -d, -f1-12 > "$WORK/features.csv"
+for f in two one features; do
+    "$WORK/air" --load "$WORK/air.safetensors" --predict "$WORK/$f.csv" > "$WORK/$f.out" 2> "$WORK/$f.err"
+done
+check "[ \"\$(cut -d, -f1 '$WORK/two.out' | tr '\n' ' ')\" = 'line 1 2 ' ]" \
+    "2 rows without a header: $(cat "$WORK/two.out" "$WORK/two.err")"
+check "[ \"\$(cut -d, -f1 '$WORK/one.out' | tr '\n' ' ')\" = 'line 1 ' ]" \
+    "1 row without a header: $(cat "$WORK/one.out" "$WORK/one.err")"
+check "[ \"\$(cut -d, -f1 '$WORK/features.out' | tr '\n' ' ')\" = 'line 2 3 ' ] &&
+    [ \"\$(tail -n +2 '$WORK/features.out' | cut -d, -f2)\" = \"\$(tail -n +2 '$WORK/two.out' | cut -d, -f2)\" ]" \
+    "a header and features alone: $(cat "$WORK/features.out" "$WORK/features.err")"
+
 # the C API: the same predictions
 CC=${NETC_CC:-cc}
 mkdir -p "$WORK/bos_lib"
@@ -146,7 +165,7 @@ $CC -std=c11 -O2 -Wall -Wextra -Werror -I"$SRC/runtime" -I"$WORK/bos_lib" \
 check "[ $? -eq 0 ]" "predict_boston does not build: $(head -5 "$WORK/cc.err")"
 "$WORK/predict_boston" "$WORK/w.safetensors" "$WORK/rows.data" > "$WORK/lib.out" 2> "$WORK/lib.err"
 check "[ $? -eq 0 ]" "predict_boston: $(cat "$WORK/lib.err")"
-tail -n +2 "$WORK/pred.csv" > "$WORK/pred.values"
+tail -n +2 "$WORK/pred.csv" | cut -d, -f2 > "$WORK/pred.values"
 check "cmp -s '$WORK/lib.out' '$WORK/pred.values'" \
     "the C API predicts $(tr '\n' ' ' < "$WORK/lib.out"), --predict $(tr '\n' ' ' < "$WORK/pred.values")"
 

@@ -240,14 +240,29 @@ check "[ \"$loss\" = \"\$(printf '%.6g' \$(field '$WORK/vt3.jsonl' test_loss))\"
 "$WORK/vt" --predict "$TES" --load "$WORK/vt.safetensors" -o "$WORK/pred.csv" --quiet
 st=$?
 check "[ $st -eq 0 ] && [ \$(wc -l < '$WORK/pred.csv') -eq 1798 ]" "--predict: not a header and 1797 rows"
-check "head -n 1 '$WORK/pred.csv' | grep -q '^class,p0,p1,.*,p9\$'" "--predict: header $(head -n 1 "$WORK/pred.csv")"
-acc=$(tail -n +2 "$WORK/pred.csv" | cut -d, -f1 | paste -d, - "$TES" | awk -F, '$1 == $66 { c++ } END { printf "%.9g", c / NR }')
+check "head -n 1 '$WORK/pred.csv' | grep -q '^line,class,p0,p1,.*,p9\$'" "--predict: header $(head -n 1 "$WORK/pred.csv")"
+acc=$(tail -n +2 "$WORK/pred.csv" | cut -d, -f2 | paste -d, - "$TES" | awk -F, '$1 == $66 { c++ } END { printf "%.9g", c / NR }')
 check "[ \"$acc\" = \"\$(printf '%.9g' \$(field '$WORK/vt3.jsonl' test_accuracy))\" ]" \
     "--predict's classes: accuracy $acc, the training run's $(field "$WORK/vt3.jsonl" test_accuracy)"
 # features alone (no label column) give the same predictions, to stdout
 cut -d, -f1-64 "$TES" > "$WORK/features.csv"
 "$WORK/vt" --predict "$WORK/features.csv" --load "$WORK/vt.safetensors" > "$WORK/pred2.csv"
 check "cmp -s '$WORK/pred.csv' '$WORK/pred2.csv'" "--predict of features alone differs"
+# a header line is told by its content, whatever the model's header=; each
+# prediction names its line: with a header, a blank line, 1 and 2 rows
+{ printf 'f%d,' $(seq 1 63); echo f64; head -n 1 "$WORK/features.csv"; echo;
+  sed -n 2p "$WORK/features.csv"; } > "$WORK/head.csv"
+"$WORK/vt" --predict "$WORK/head.csv" --load "$WORK/vt.safetensors" > "$WORK/head.out"
+check "[ \"\$(cut -d, -f1 '$WORK/head.out' | tr '\n' ' ')\" = 'line 2 4 ' ]" \
+    "--predict of a file with a header and a blank line: $(cut -d, -f1-2 "$WORK/head.out" | tr '\n' ' ')"
+check "[ \"\$(sed -n 2p '$WORK/head.out' | cut -d, -f2-)\" = \"\$(sed -n 2p '$WORK/pred.csv' | cut -d, -f2-)\" ]" \
+    "--predict of a file with a header predicts otherwise"
+head -n 2 "$TES" > "$WORK/two.csv"
+head -n 1 "$TES" > "$WORK/one.csv"
+"$WORK/vt" --predict "$WORK/two.csv" --load "$WORK/vt.safetensors" > "$WORK/two.out"
+"$WORK/vt" --predict "$WORK/one.csv" --load "$WORK/vt.safetensors" > "$WORK/one.out"
+check "[ \$(wc -l < '$WORK/two.out') -eq 3 ] && [ \$(wc -l < '$WORK/one.out') -eq 2 ]" \
+    "--predict of 2 rows and of 1: $(cat "$WORK/two.out" "$WORK/one.out")"
 expect "cannot write" "$WORK/vt" --predict "$TES" -o "$WORK/no/such/dir/p.csv"
 check "[ ! -e '$WORK/no' ]" "a failed --predict left something"
 expect "--eval: no test data" "$WORK/ck" --eval
