@@ -64,7 +64,7 @@ def main():
           f"{rmse([series[t - 1] * math.exp(change[t - 12]) for t in test], test, series):.2f}")
     if a.predictions:
         with open(a.predictions) as f:
-            z = [float(r[0]) for r in list(csv.reader(f))[1:]]
+            z = [float(r["value_0"]) for r in csv.DictReader(f)]
         assert len(z) == len(test), f"{len(z)} predictions for {len(test)} test months"
         pred = [series[t - 1] * math.exp(v * std) for v, t in zip(z, test)]
         print(f"model: test RMSE {rmse(pred, test, series):.2f} thousand passengers")
