@@ -175,8 +175,7 @@ if grep -q OMP_WAIT_POLICY "$p"; then
     check "[ $i -lt 100 ]" "OMP_WAIT_POLICY=passive is not in the running program's environment"
 fi
 check "pgrep -x $name | grep -qx $pid" "pgrep -x $name does not find it: it is '$(cat /proc/$pid/comm)'"
-kill $pid
-wait $pid
+stop $pid TERM
 # under a debugger it does not: gdb would stop at the exec
 if command -v gdb > /dev/null 2>&1 && command -v timeout > /dev/null 2>&1; then
     timeout 60 gdb -q -batch -ex run --args "$p" --data "$WORK/ok.csv" --max-steps 1 --quiet \

@@ -6,6 +6,8 @@
 #   check COND MESSAGE      count a failed check (the test goes on)
 #   finish                  exit 0 if every check passed, 1 otherwise
 #   skip REASON             exit 77 (Automake's "skipped")
+#   stop PID SIG            signal a background job, wait (bounded) for it
+#   $default_signals CMD... run CMD with SIGINT and SIGTERM not ignored
 # Run by hand from the build tree: NETC=./netc NETC_TOP_SRCDIR=. sh tests/x.sh
 set -u
 SRC=${NETC_TOP_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -33,6 +35,25 @@ check() {
         failures=$((failures + 1))
     fi
 }
+
+# stop PID SIG: sends SIG to PID, a background job of this shell, and
+# waits for it to end, at most 30 s (then it is killed: a test never
+# hangs on a program that does not stop); returns its exit status.
+stop() {
+    kill -"$2" "$1" 2> /dev/null
+    _i=0
+    while kill -0 "$1" 2> /dev/null && [ $_i -lt 300 ]; do sleep 0.1; _i=$((_i + 1)); done
+    kill -KILL "$1" 2> /dev/null
+    wait "$1"
+}
+
+# A background job of a script starts with SIGINT ignored (POSIX), and so
+# does everything under nohup; a program keeps a signal it was started
+# with ignored.  $default_signals CMD... runs CMD with SIGINT and SIGTERM
+# back to their defaults (coreutils' env, 8.31 or later, which then execs
+# CMD: a background job's $! is CMD's pid); empty where env cannot.
+default_signals=
+env --default-signal=INT true 2> /dev/null && default_signals="env --default-signal=INT,TERM"
 
 finish() {
     echo "$test_name: $checks checks, $failures failed"
