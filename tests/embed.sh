@@ -20,6 +20,7 @@ check "[ $? -eq 0 ]" "the embedding program does not build: $(head -5 "$WORK/cc.
     > "$WORK/out" 2> "$WORK/err"
 check "[ $? -eq 0 ] && grep -q '^ok$' '$WORK/out'" "train_digits: $(cat "$WORK/err")"
 acc=$(sed -n 's/^accuracy //p' "$WORK/out")
+grep -E "^(no GPU|cuda)" "$WORK/out" | sed "s/^/embed.sh: /"
 check "awk 'BEGIN { exit !(\"$acc\" + 0 >= 60) }'" "train_digits: test accuracy '$acc' after an epoch"
 
 # the program from the same model, one epoch in file order: the same weights

@@ -101,9 +101,11 @@ int main(int argc, char **argv)
     double acc = accuracy(&test, out);
     printf("accuracy %.2f\n", acc);
 
-    /* a second instance, with another capacity, from the saved weights */
-    digits *m2 = digits_create(NULL, 7, &err);
-    EXPECT(m2 != NULL, "digits_create(NULL, 7): %s", err.msg);
+    /* a second instance, with another capacity, from the saved weights:
+     * on the cpu too (the model's "auto" would take a GPU where there is
+     * one), bit for bit */
+    digits *m2 = digits_create("cpu", 7, &err);
+    EXPECT(m2 != NULL, "digits_create(\"cpu\", 7): %s", err.msg);
     if (m2) {
         EXPECT(digits_load(m2, argv[3], &err) == 0, "digits_load: %s", err.msg);
         EXPECT(digits_predict(m2, test.x, test.n, out2, &err) == 0, "digits_predict: %s",
@@ -111,6 +113,25 @@ int main(int argc, char **argv)
         EXPECT(!memcmp(out, out2, sizeof(float) * test.n * DIGITS_OUTPUT_SIZE),
                "the loaded copy predicts otherwise");
     }
+
+    /* on a GPU, where there is one and the library has CUDA: the same
+     * predictions within float rounding (other summation orders) */
+    digits *m3 = digits_create("cuda", 0, &err);
+    if (m3 && !strncmp(digits_device(m3), "cuda", 4)) {
+        EXPECT(digits_load(m3, argv[3], &err) == 0 &&
+                   digits_predict(m3, test.x, test.n, out2, &err) == 0,
+               "on %s: %s", digits_device(m3), err.msg);
+        double worst = 0;
+        for (size_t i = 0; i < test.n * DIGITS_OUTPUT_SIZE; i++) {
+            double d = fabs((double)out2[i] - (double)out[i]) / (1 + fabs((double)out[i]));
+            worst = d > worst ? d : worst;
+        }
+        EXPECT(worst <= 1e-4, "%s predicts otherwise than the cpu: %g", digits_device(m3), worst);
+        printf("%s: within %.2g of the cpu\n", digits_device(m3), worst);
+    } else {
+        printf("no GPU (%s): the comparison with the cpu is skipped\n", m3 ? "" : err.msg);
+    }
+    digits_destroy(m3);
 
     /* bad calls: a message, and nothing changed */
     int32_t bad_label[2] = {3, 10};
