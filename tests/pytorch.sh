@@ -33,6 +33,15 @@ rc=$?
 # results at all is a failure of its own
 check '[ "$rc" -le 1 ] && [ -s "$WORK/results" ]' \
     "pytorch_check.py did not finish (exit $rc)"
+# a check whose optional module is missing is skipped, with how to have
+# it: torchvision hidden here, the image model's check says so and passes
+mkdir -p "$WORK/hide/torchvision"
+echo 'raise ImportError("hidden by tests/pytorch.sh")' > "$WORK/hide/torchvision/__init__.py"
+PYTHONPATH="$WORK/hide${PYTHONPATH:+:$PYTHONPATH}" "$py" "$SRC/tests/pytorch_check.py" \
+    --netc "$NETC" --src "$SRC" --work "$WORK" --only cnn101 > "$WORK/hidden.out" 2>&1
+rc=$?
+check '[ "$rc" -eq 0 ] && grep -q "SKIP: cnn101: needs the Python module torchvision" "$WORK/hidden.out"' \
+    "without torchvision: exit $rc, $(tail -n 3 "$WORK/hidden.out")"
 if [ -f "$WORK/results" ]; then
     while IFS='	' read -r status what; do
         check '[ "$status" = PASS ]' "$what"

@@ -253,13 +253,24 @@ class Spec:
 
     def __init__(self, name, twin, optim, loss, data, net=None, seed_model=None,
                  layers=None, optimizer=None, batch=16, epochs=2, bad_files=False, flags=(),
-                 default_init=True):
+                 default_init=True, needs=()):
         self.name, self.twin, self.optim, self.loss, self.data = name, twin, optim, loss, data
         self.flags = list(flags)  # more flags for the training runs
         self.net, self.seed_model = net, seed_model
         self.layers, self.optimizer = layers, optimizer  # expected lines of a seed model
         self.batch, self.epochs, self.bad_files = batch, epochs, bad_files
         self.default_init = default_init  # False: the model has init statements
+        self.needs = needs  # Python modules the check needs beyond torch
+
+
+def missing_module(names):
+    """The first of the modules names that cannot be imported, or None."""
+    for name in names:
+        try:
+            __import__(name)
+        except ImportError:
+            return name
+    return None
 
 
 def synthetic_data(shape, n, kind, nout, seed, ntest=0):
@@ -667,7 +678,8 @@ SPECS = [
                           nn.Linear(2304, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
                           nn.Linear(128, 101)),
          flags=["--seed", "3", "--valid-data", "test.csv"], default_init=False,
-         optim=sgd(lr=1e-2, momentum=0.9, dampening=0.1), data=image_data(3, 0.5)),
+         optim=sgd(lr=1e-2, momentum=0.9, dampening=0.1), data=image_data(3, 0.5),
+         needs=("PIL", "torchvision")),
 ]
 
 STMT_WORDS = ("input", "target", "loss", "optimizer", "device", "train", "valid", "test", "init",
@@ -1132,6 +1144,11 @@ def main():
     only = set(a.only.split(",")) if a.only else None
     for spec in SPECS:
         if only and spec.name not in only:
+            continue
+        gone = missing_module(spec.needs)
+        if gone:  # an optional dependency: skipped, with how to have it
+            print(f"SKIP: {spec.name}: needs the Python module {gone} (Debian: "
+                  f"sh scripts/install-deps.sh --with-torch)")
             continue
         try:
             check_model(check, spec, os.path.abspath(a.netc), os.path.abspath(a.src),
