@@ -105,7 +105,9 @@ void emit_driver(Emit *e, bool cuda)
         emit_blank(e);
     }
     const nrt_optim *o = &p->optim;
-    emitf(e, "static const nrt_model model = {");
+    /* not "model": a library's API may be named so (-o model), its
+     * handle's type with it */
+    emitf(e, "static const nrt_model netc_model = {");
     e->indent++;
     emitf(e, ".abi = NETRT_ABI,");
     emitf(e, ".name = %s,", c_string(e->arena, p->name));
@@ -159,7 +161,7 @@ void emit_driver(Emit *e, bool cuda)
     }
     emitf(e, "int main(int argc, char **argv)");
     emitf(e, "{");
-    emitf(e, "    return nrt_main(&model, argc, argv);");
+    emitf(e, "    return nrt_main(&netc_model, argc, argv);");
     emitf(e, "}");
 }
 
@@ -187,12 +189,12 @@ static void emit_lib_functions(Emit *e)
     Arena *a = e->arena;
     bool cls = e->p->target_kind == NRT_TARGET_CLASS;
     emitf(e, "/* The C API of %s.h: a %s is an nrt_session of this model. */", m, m);
-    emit_function(e, arena_printf(a, "const nrt_model *%s_model(void)", m), "return &model;");
+    emit_function(e, arena_printf(a, "const nrt_model *%s_model(void)", m), "return &netc_model;");
     emit_blank(e);
     emitf(e, "%s *%s_create(const char *device, int batch, nrt_error *err)", m, m);
     emitf(e, "{");
     emitf(e, "    nrt_session *s;");
-    emitf(e, "    return nrt_session_open(&model, device, batch, &s, err) ? NULL : (%s *)s;", m);
+    emitf(e, "    return nrt_session_open(&netc_model, device, batch, &s, err) ? NULL : (%s *)s;", m);
     emitf(e, "}");
     emit_blank(e);
     emit_function(e, arena_printf(a, "const char *%s_device(const %s *m)", m, m),

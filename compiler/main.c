@@ -58,7 +58,8 @@ static void usage(FILE *out)
           "Environment: NETC_CC (C compiler), NETC_CFLAGS (default -O3 -fno-math-errno),\n"
           "NETC_INCLUDE_DIR and NETC_LIB_DIR (where netrt.h and libnetrt.a are),\n"
           "NETC_NVCC (CUDA's compiler), NETC_CUDA=no (as --no-cuda).\n"
-          "The language and the generated program's flags are described in README.md.\n",
+          "The language and the generated program's flags are described in README.md,\n"
+          "installed as " NETC_DOCDIR "/README.md (and in netc(1)).\n",
           out);
 }
 

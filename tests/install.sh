@@ -14,7 +14,7 @@ prefix=$(sed -n "s/^prefix = //p" "$BUILD/Makefile")
 P=$STAGE$prefix
 for f in bin/netc include/netc/netrt.h include/netc/philox.h lib/libnetrt.a \
     lib/pkgconfig/netrt.pc share/aclocal/netc.m4 lib/cmake/netc/netcConfig.cmake \
-    lib/cmake/netc/netcConfigVersion.cmake share/man/man1/netc.1; do
+    lib/cmake/netc/netcConfigVersion.cmake share/man/man1/netc.1 share/doc/netc/README.md; do
     check "[ -f '$P/$f' ]" "not installed: $prefix/$f"
 done
 if command -v man > /dev/null 2>&1; then
@@ -24,6 +24,26 @@ fi
 export PATH="$P/bin:$PATH" PKG_CONFIG_PATH="$P/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$STAGE"
 unset NETC_INCLUDE_DIR NETC_LIB_DIR NETC_CUDA
 check "[ \"\$(command -v netc)\" = '$P/bin/netc' ]" "the staged netc is not first on PATH"
+
+# netc --help and the man page point at the README where it is installed
+check "netc --help | grep -qF '$prefix/share/doc/netc/README.md'" \
+    "netc --help does not say where README.md is: $(netc --help | tail -n 2)"
+
+# the man page's commands for a library, as written there: with --no-cuda
+# and netrt, and (netc with CUDA) without it and netrt-cuda
+if command -v pkg-config > /dev/null 2>&1; then
+    mkdir -p "$WORK/man"
+    printf '#include "model.h"\nint main(void) { model *m = model_create("cpu", 0, NULL); model_destroy(m); return !m; }\n' \
+        > "$WORK/man/prog.c"
+    (cd "$WORK/man" && netc --emit=lib --no-cuda "$SRC/models/digits_mlp.net" -o model &&
+        cc prog.c model.c $(pkg-config --cflags --libs netrt) && ./a.out) > "$WORK/man.log" 2>&1
+    check "[ $? -eq 0 ]" "netc.1's netrt command: $(tail -n 5 "$WORK/man.log")"
+    if [ "${NETC_HAVE_CUDA:-no}" = yes ]; then
+        (cd "$WORK/man" && rm -f a.out && netc --emit=lib "$SRC/models/digits_mlp.net" -o model &&
+            cc prog.c model.c $(pkg-config --cflags --libs netrt-cuda) && ./a.out) > "$WORK/man.log" 2>&1
+        check "[ $? -eq 0 ]" "netc.1's netrt-cuda command: $(tail -n 5 "$WORK/man.log")"
+    fi
+fi
 
 # plain make: netc -MD builds the program, which learns XOR
 cp -r "$SRC/examples/make" "$WORK/make"
@@ -47,12 +67,12 @@ fi
 # CMake: find_package(netc), netc_add_model
 if command -v cmake > /dev/null 2>&1; then
     (cmake -S "$SRC/examples/cmake" -B "$WORK/cm" -DCMAKE_PREFIX_PATH="$P" &&
-        cmake --build "$WORK/cm" && cd "$WORK/cm" && ./fit) > "$WORK/cm.log" 2>&1
-    check "[ $? -eq 0 ] && grep -q 'the reloaded copy agrees' '$WORK/cm.log'" \
-        "examples/cmake: $(tail -5 "$WORK/cm.log")"
+        cmake --build "$WORK/cm" && cd "$WORK/cm" && ./fit && ./fit_cpu) > "$WORK/cm.log" 2>&1
+    check "[ $? -eq 0 ] && [ \$(grep -c 'the reloaded copy agrees' '$WORK/cm.log') -eq 2 ]" \
+        "examples/cmake (one model in two targets): $(tail -5 "$WORK/cm.log")"
     # with CUDA, the model got the GPU backend, built without nvcc
     if [ "${NETC_HAVE_CUDA:-no}" = yes ]; then
-        check "grep -q 'kernel_source' '$WORK/cm/sine.c' && ! grep -q nvcc '$WORK/cm/CMakeCache.txt'" \
+        check "grep -q 'kernel_source' '$WORK/cm/netc_fit/sine.c' && ! grep -q kernel_source '$WORK/cm/netc_fit_cpu/sine.c' && ! grep -q nvcc '$WORK/cm/CMakeCache.txt'" \
             "examples/cmake: sine.c has no CUDA kernels, or CMake found nvcc"
     fi
     # a version newer than this netc is refused
