@@ -122,7 +122,8 @@ for k in $THREADS; do
                 --threads "$k" --epochs "$ne" --seed 1 $(data_flags "$m") \
                 --metrics "$work/$m.$k.jsonl" >"$work/$m.$k.out"
             s1=$(snap)
-            # "model NAME: P parameters; N training samples"
+            # "model NAME: P parameters; N training samples"; the batch, from --help
+            nbatch=$("$work/$m" --help | sed -n 's/.*--batch N.*(default: \([0-9]*\)).*/\1/p')
             read -r params ntrain < <(sed -n \
                 's/^model [^:]*: \([0-9]*\) parameters; \([0-9]*\) training samples.*/\1 \2/p' \
                 "$work/$m.$k.out")
@@ -130,13 +131,15 @@ for k in $THREADS; do
                 --threads "$k" --epochs "$te" --warmup 1 --seed 1 --data "$(torch_data "$m")" \
                 --n-train "$ntrain" >"$work/$m.$k.torch.json"
             s2=$(snap)
-            "$PYTHON" - "$m" "$k" "$rep" "$params" "$ntrain" "$work/$m.$k.jsonl" \
+            "$PYTHON" - "$m" "$k" "$rep" "$params" "$ntrain" "$nbatch" "$work/$m.$k.jsonl" \
                 "$work/$m.$k.torch.json" "$(others "$s0" "$s1")" "$(others "$s1" "$s2")" \
                 >>"$results" <<'EOF'
 import json, statistics, sys
-m, k, rep, params, ntrain, metrics, torch_json, o_netc, o_torch = sys.argv[1:]
+m, k, rep, params, ntrain, nbatch, metrics, torch_json, o_netc, o_torch = sys.argv[1:]
 t = json.load(open(torch_json))
 batch = t["batch"]
+if int(nbatch) != batch:
+    sys.exit(f"run.sh: {m}: netc trains in batches of {nbatch}, torch_models.py of {batch}")
 steps = -(-int(ntrain) // batch)
 # An epoch's seconds = samples / samples_per_sec: the "seconds" field is
 # rounded to the microsecond, samples_per_sec carries the full precision.
@@ -170,8 +173,8 @@ print(f"machine: {cpu}, {os.cpu_count()} CPUs; torch {rows[0]['torch_version'] i
       f"measured in {elapsed} s; load average before {load_before}, after {load_after}")
 print()
 print("Method: both sides train on data already in memory; per epoch the clock covers the "
-      "training steps only (batch gather, zero_grad, forward, loss, backward, optimizer step), "
-      "not the shuffle, the test-set evaluation or start-up. netc: each --metrics record's "
+      "whole training loop: the epoch's shuffle and its steps (batch gather, zero_grad, "
+      "forward, loss, backward, optimizer step), not the test-set evaluation or start-up. netc: each --metrics record's "
       "samples_per_sec (epoch seconds = samples / samples_per_sec); PyTorch: time.perf_counter "
       "around the same loop. A run's step time = median over its epochs after the first "
       "(warm-up) of epoch seconds / steps in the epoch; the table shows the median over "

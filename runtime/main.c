@@ -754,6 +754,7 @@ static int train(Run *r)
     for (int64_t epoch = r->start_epoch; epoch <= o->epochs; epoch++, start = 0) {
         if (o->max_steps >= 0 && r->steps >= o->max_steps)
             break;
+        double te = now(); /* the epoch's seconds: the shuffle and the steps */
         nrt_order order;
         nrt_order_init(&order, shuffle_key, (uint64_t)epoch, d->n, o->shuffle);
         if (r->data.decoding && epoch == r->start_epoch && /* in the order trained on */
@@ -763,7 +764,7 @@ static int train(Run *r)
             nrt_loader_epoch(r->loader, &order, (uint64_t)epoch, start, o->batch);
         else if (be->set_order(be->ctx, &order, start, err))
             return -1;
-        double te = now(), shown_sum = 0, last_shown = te;
+        double shown_sum = 0, last_shown = te;
         size_t seen = 0, shown = 0, s = start;
         for (; s < d->n; s += (size_t)o->batch) {
             if (stop_signal)
