@@ -292,6 +292,13 @@ static int names_add(Names *d, char *s, nrt_error *err)
     return 0;
 }
 
+/* Sorts d by cmp (qsort must not be given the NULL of an empty d). */
+static void names_sort(Names *d, int (*cmp)(const void *, const void *))
+{
+    if (d->n > 1)
+        qsort(d->v, d->n, sizeof *d->v, cmp);
+}
+
 static int by_name(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -313,7 +320,7 @@ static int read_names(const char *dir, Names *out, nrt_error *err)
         names_free(out);
         return -1;
     }
-    qsort(out->v, out->n, sizeof *out->v, by_name);
+    names_sort(out, by_name);
     return 0;
 }
 
@@ -387,7 +394,7 @@ static int list_folder(const char *root, int target_kind, int ncls, List *l, nrt
         if (rc == 0 && found.n == 0)
             rc = nrt_errorf(err, "%s: no image files in the class folder (.png, .jpg, ...)",
                             dir);
-        qsort(found.v, found.n, sizeof *found.v, by_place);
+        names_sort(&found, by_place);
         for (size_t i = 0; i < found.n; i++) { /* the paths go to the list */
             if (rc == 0)
                 rc = add_row(l, found.v[i], 0, (int32_t)c, err);

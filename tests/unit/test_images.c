@@ -14,7 +14,9 @@
  * PIL's grey conversion and its rounding, the grey-to-RGB and alpha
  * cases, to_tensor and normalize, resize to the same size as a copy, the
  * order of a list and its labels, --skip-bad's count and the first bad
- * line, the loader's batches (every sample once an epoch, in the order's
+ * line, folders with nothing in them (an error naming the folder: under
+ * test_images_ubsan, built with -fsanitize=undefined, also no undefined
+ * behaviour on the way, such as qsort of no names), the loader's batches (every sample once an epoch, in the order's
  * order, flipped exactly where nrt_flip says, the same for 1 and 5
  * workers, and a resumed epoch's batches those of an unbroken one).
  *
@@ -28,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef NETRT_HAVE_STB
@@ -167,6 +170,30 @@ static void bad_files(void)
         nrt_dataset_free(&d);
 }
 
+/* A folder of class folders with none in it, and a class folder with only
+ * an empty folder below it: an error naming the folder, no crash. */
+static void empty_folders(void)
+{
+    nrt_transforms raw = {0};
+    nrt_images_opts o = {1, 2, 3, &raw, 1, 0};
+    nrt_source src = {.kind = "images", .path = path("empty")};
+    nrt_dataset d;
+    size_t skipped;
+    nrt_error first, err;
+    mkdir(path("empty"), 0700);
+    int rc = nrt_images_load(&src, &o, NRT_TARGET_CLASS, 10, &d, &skipped, &first, NULL, &err);
+    CHECK(rc != 0 && strstr(err.msg, "needs a folder for each class, and it has none"),
+          "a folder with nothing in it: '%s'", rc ? err.msg : "loaded");
+    mkdir(path("empty/c0"), 0700);
+    mkdir(path("empty/c0/sub"), 0700);
+    rc = nrt_images_load(&src, &o, NRT_TARGET_CLASS, 10, &d, &skipped, &first, NULL, &err);
+    CHECK(rc != 0 && strstr(err.msg, "empty/c0: no image files in the class folder"),
+          "a class folder with only an empty folder: '%s'", rc ? err.msg : "loaded");
+    rmdir(path("empty/c0/sub"));
+    rmdir(path("empty/c0"));
+    rmdir(path("empty"));
+}
+
 /* Decoding as training runs: the samples, in any order waited for, are
  * those an eager load gives; a bad image fails the wait, naming it. */
 static void streaming(void)
@@ -286,6 +313,7 @@ int main(int argc, char **argv)
     }
     conversions();
     bad_files();
+    empty_folders();
     streaming();
     loader();
     const char *names[] = {"rgb.png", "grey.png", "rgba.png", "junk.png", "l.csv", "b.csv"};
