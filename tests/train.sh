@@ -463,11 +463,14 @@ check "[ ! -e '$WORK/notmade' ] && [ -z \"\$(ls -A '$WORK' | grep netc-check)\" 
 
 # ---------------------------------------- signals outside the training loop
 # Pipes make the timing certain: a program reading a pipe or writing to
-# one waits for the test.  Every wait is bounded (timeout).
+# one waits for the test.  Every wait is bounded (timeout, --foreground: a
+# timeout that is sent SIGTERM passes it on to the program alone, where it
+# would otherwise also send it to its process group, the program a second
+# time, and the second SIGTERM stops at once).
 # During start-up, its training data a pipe the test holds back: the
 # program stops before the work begins, saying so.
 mkfifo "$WORK/slow.csv"
-timeout -k 5 60 "$WORK/vt" --epochs 1 --data "$WORK/slow.csv" --checkpoint "$WORK/early" \
+timeout --foreground -k 5 60 "$WORK/vt" --epochs 1 --data "$WORK/slow.csv" --checkpoint "$WORK/early" \
     > "$WORK/sigup.out" 2> "$WORK/sigup.err" &
 pid=$!
 # the pipe opens when the program opens it: it is then reading its data
@@ -479,10 +482,14 @@ check "[ $st -eq 143 ] && grep -q 'stopped by SIGTERM while starting; nothing do
 check "[ ! -s '$WORK/sigup.out' ] && [ ! -e '$WORK/early' ]" "SIGTERM during start-up: the run began"
 # After the last epoch, its metrics a pipe the test reads: a SIGTERM once
 # the last epoch's record is out lets the run save its weights (the test
-# is left out, or finished if under way) and exit 143.
+# is left out, or finished if under way) and exit 143.  The test set is
+# made large (60 copies), so that the signal lands while the program is
+# still at work even on a loaded machine.
+i=0
+while [ $i -lt 60 ]; do cat "$TES"; i=$((i + 1)); done > "$WORK/bigtest.csv"
 mkfifo "$WORK/late.jsonl"
-timeout -k 5 60 "$WORK/vt" --epochs 2 --quiet --metrics "$WORK/late.jsonl" \
-    --save "$WORK/late.safetensors" 2> "$WORK/late.err" &
+timeout --foreground -k 5 60 "$WORK/vt" --epochs 2 --quiet --metrics "$WORK/late.jsonl" \
+    --test-data "$WORK/bigtest.csv" --save "$WORK/late.safetensors" 2> "$WORK/late.err" &
 pid=$!
 timeout 30 sh -c 'exec < "$1"
 while read -r line; do
