@@ -180,8 +180,7 @@ static int cpu_set_order(void *ctx, const nrt_order *order, size_t start, nrt_er
     if (!c->train || order->n > c->train->n)
         return nrt_errorf(err, "internal error: an order of %u samples for %zu", order->n,
                           c->train ? c->train->n : 0);
-    for (uint32_t i = 0; i < order->n; i++)
-        c->order[i] = nrt_order_at(order, i);
+    nrt_order_fill(order, 0, order->n, c->order);
     return 0;
 }
 

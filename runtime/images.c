@@ -799,8 +799,14 @@ int nrt_images_open(const nrt_source *src, const nrt_images_opts *o, int target_
 int nrt_images_start(nrt_images *j, const nrt_order *order, size_t start, nrt_error *err)
 {
     const size_t n = j->list.n;
-    for (size_t k = 0; k < n; k++) /* order from start, then what lies before it */
-        j->sched[k] = order ? nrt_order_at(order, (uint32_t)((start + k) % n)) : (uint32_t)k;
+    if (order) { /* order from start, then what lies before it */
+        start = n ? start % n : 0;
+        nrt_order_fill(order, start, n - start, j->sched);
+        nrt_order_fill(order, 0, start, j->sched + (n - start));
+    } else {
+        for (size_t k = 0; k < n; k++)
+            j->sched[k] = (uint32_t)k;
+    }
     const int nt = (size_t)j->o.workers > n ? (int)n : j->o.workers > 1 ? j->o.workers : 1;
     while (j->nthreads < nt)
         if (pthread_create(&j->thread[j->nthreads], NULL, worker, j) == 0)

@@ -30,6 +30,7 @@
 typedef struct Slot {
     float *x, *y;
     int32_t *label;
+    uint32_t *idx;   /* the batch's samples */
     int n;
     int failed;      /* an image could not be decoded: why in err */
     nrt_error err;
@@ -74,8 +75,9 @@ static void fill(const nrt_loader *l, const nrt_order *order, uint64_t epoch, si
     const size_t n = d->n - first < (size_t)batch ? d->n - first : (size_t)batch;
     const size_t w = (size_t)l->w, rows = (size_t)l->c * (size_t)l->h;
     s->failed = 0;
+    nrt_order_fill(order, first, n, s->idx);
     for (size_t k = 0; k < n; k++) {
-        const uint32_t i = nrt_order_at(order, (uint32_t)(first + k));
+        const uint32_t i = s->idx[k];
         if (l->images && nrt_images_wait(l->images, i, &s->err)) {
             s->failed = 1;
             break;
@@ -155,7 +157,8 @@ int nrt_loader_open(const nrt_dataset *d, nrt_images *images, int c, int h, int 
         s->x = malloc(sizeof(float) * d->dim * (size_t)cap);
         s->label = d->label ? malloc(sizeof(int32_t) * (size_t)cap) : NULL;
         s->y = d->y ? malloc(sizeof(float) * d->ydim * (size_t)cap + 1) : NULL;
-        ok = s->x && (!d->label || s->label) && (!d->y || s->y);
+        s->idx = malloc(sizeof(uint32_t) * (size_t)cap);
+        ok = s->x && (!d->label || s->label) && (!d->y || s->y) && s->idx;
     }
     while (ok && l->nthreads < nthreads)
         if (pthread_create(&l->thread[l->nthreads], NULL, work, l) == 0)
@@ -227,6 +230,7 @@ void nrt_loader_close(nrt_loader *l)
         free(l->slot[i].x);
         free(l->slot[i].label);
         free(l->slot[i].y);
+        free(l->slot[i].idx);
     }
     free(l->slot);
     free(l->thread);

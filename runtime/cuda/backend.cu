@@ -248,8 +248,7 @@ static int stage_batch(Ctx *c, size_t start, int n, nrt_error *err)
     c->slot ^= 1;
     if (NRT_CUDA(cudaEventSynchronize(c->staged[k]), err))
         return -1;
-    for (int i = 0; i < n; i++)
-        c->host_idx[i] = nrt_order_at(&c->host->order, (uint32_t)(start + (size_t)i));
+    nrt_order_fill(&c->host->order, start, (size_t)n, c->host_idx);
     nrt_dataset_gather(&c->train, c->host_idx, (size_t)n, c->pin_x[k], c->pin_label[k],
                        c->pin_y[k]);
     if (to_batch(c, c->pin_x[k], c->pin_label[k], c->pin_y[k], (size_t)n,

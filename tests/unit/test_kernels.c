@@ -997,6 +997,36 @@ static void test_order(void)
     printf("order: %zu sizes checked\n", sizeof ns / sizeof *ns);
 }
 
+/* nrt_order_fill gives nrt_order_at's samples, over whole epochs and
+ * ranges that start and end anywhere (across its chunks of 512), for
+ * every n up to 2100 and some larger, with and without shuffling. */
+static void test_order_fill(void)
+{
+    uint32_t *got = malloc(sizeof *got * 300000);
+    size_t sizes = 0, ranges = 0, bad = 0;
+    nrt_rng r;
+    nrt_rng_seed(&r, 11);
+    for (size_t n = 0; n <= 300000; n = n < 2100 ? n + 1 : n * 3 + 1, sizes++)
+        for (int shuffle = 0; shuffle < 2; shuffle++) {
+            nrt_order o;
+            nrt_order_init(&o, 5 + n, n & 7, n, shuffle);
+            for (int t = 0; t < 4; t++, ranges++) {
+                size_t first = t ? nrt_rng_below(&r, (uint32_t)n + 1) : 0;
+                size_t count = t ? nrt_rng_below(&r, (uint32_t)(n - first) + 1) : n;
+                if (t == 3 && n > first + 1100)
+                    count = 1100; /* three chunks, the last partial */
+                got[count] = 0xdeadbeef;
+                nrt_order_fill(&o, first, count, got);
+                for (size_t k = 0; k < count; k++)
+                    bad += got[k] != nrt_order_at(&o, (uint32_t)(first + k));
+                bad += got[count] != 0xdeadbeef; /* nothing written past count */
+            }
+        }
+    CHECK(bad == 0, "order fill: %zu samples differ from nrt_order_at", bad);
+    free(got);
+    printf("order fill: %zu sizes, %zu ranges checked\n", sizes, ranges);
+}
+
 /* ------------------------------------------------- maxpool 2x2 fast path */
 
 static uint32_t float_bits(float f)
@@ -1788,6 +1818,7 @@ int main(int argc, char **argv)
     test_philox();
     test_dropout();
     test_order();
+    test_order_fill();
     test_maxpool_fast();
     test_avgpool_fast();
     test_losses();
