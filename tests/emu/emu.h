@@ -1,0 +1,272 @@
+/*
+ * emu.h — what CUDA C++ device code sees on netc's emulated device: the
+ * built-in variables, __syncthreads, warp shuffles, the intrinsics the
+ * kernels use, and the launch and registration of kernels.  The emulated
+ * nvcc (tests/emu/nvcc) and NVRTC (nvrtc.cc) compile every CUDA source with
+ * the host C++ compiler and this header included first; the device itself
+ * (threads as fibers, memory, streams) is libcudart.so in this folder
+ * (device.cc, cudart.cc).  See tests/emu/README.md.
+ *
+ * Device code runs on one host thread at a time, so the current CUDA
+ * thread is a plain global (netc_emu_cur), not thread-local.
+ */
+#ifndef NETC_EMU_H
+#define NETC_EMU_H
+
+#include <cuda_runtime.h> /* the host's vector types, dim3, error codes */
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+/* ----------------------------------------------- the current CUDA thread */
+
+struct netc_emu_thread {
+    uint3 tid;   /* threadIdx */
+    uint3 bid;   /* blockIdx */
+    dim3 bdim;   /* blockDim */
+    dim3 gdim;   /* gridDim */
+};
+
+extern "C" {
+extern struct netc_emu_thread *netc_emu_cur;
+void netc_emu_syncthreads(const char *file, int line);
+/* A warp-wide exchange: every lane of mask deposits size bytes at mine and
+ * waits for the others; all[32 * size] then holds every lane's bytes. */
+void netc_emu_warp_exchange(unsigned mask, const void *mine, size_t size, void *all,
+                            const char *file, int line);
+/* A kernel's parameters as the registry keeps them. */
+typedef void (*netc_emu_trampoline)(void *fn, void **args);
+void netc_emu_register(const char *name, void *fn, netc_emu_trampoline call, int nparams,
+                       const size_t *size, const size_t *align, const unsigned char *is_pointer,
+                       int max_threads);
+void netc_emu_add_shared(char *begin, char *end);
+cudaError_t netc_emu_launch_fn(void *fn, netc_emu_trampoline call, int nparams,
+                               const size_t *size, const size_t *align,
+                               const unsigned char *is_pointer, int max_threads,
+                               const char *name, dim3 grid, dim3 block, void **args,
+                               size_t shared, cudaStream_t stream);
+}
+
+#define threadIdx (netc_emu_cur->tid)
+#define blockIdx (netc_emu_cur->bid)
+#define blockDim (netc_emu_cur->bdim)
+#define gridDim (netc_emu_cur->gdim)
+static constexpr int warpSize = 32;
+
+/* ---------------------------------------------------------- qualifiers */
+
+/* the CUDA headers' host definitions give way to the emulated ones */
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __align__
+#undef __launch_bounds__
+#undef __shared__
+#undef __constant__
+
+#define __global__ __attribute__((netc_global))
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __restrict__ __restrict
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...) [[netc::launch_bounds(__VA_ARGS__)]]
+/* A block's shared arrays: statics in a section of their own, which the
+ * device fills with NaN bytes before each block (blocks run one at a time). */
+#define __shared__ static __attribute__((section("netc_emu_shared")))
+#define __constant__ static
+
+extern "C" char __start_netc_emu_shared[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_netc_emu_shared[] __attribute__((weak, visibility("hidden")));
+__attribute__((constructor)) static void netc_emu_shared_here(void)
+{
+    if (__start_netc_emu_shared)
+        netc_emu_add_shared(__start_netc_emu_shared, __stop_netc_emu_shared);
+}
+
+/* ------------------------------------------------------------- barriers */
+
+#define __syncthreads() netc_emu_syncthreads(__FILE__, __LINE__)
+
+/* ---------------------------------------------------------- warp level */
+
+static inline unsigned netc_emu_lane(void)
+{
+    const netc_emu_thread *t = netc_emu_cur;
+    return (t->tid.x + t->bdim.x * (t->tid.y + t->bdim.y * t->tid.z)) & 31;
+}
+
+template <class T> static inline T netc_emu_shfl(unsigned mask, T v, int src, const char *f, int l)
+{
+    T all[32];
+    netc_emu_warp_exchange(mask, &v, sizeof v, all, f, l);
+    return all[src & 31];
+}
+
+/* width: lanes in segments of width, as CUDA's. */
+#define __shfl_sync(m, v, src, ...) netc_emu_shfl_sync(m, v, src, __FILE__, __LINE__, ##__VA_ARGS__)
+#define __shfl_xor_sync(m, v, x, ...) netc_emu_shfl_xor_sync(m, v, x, __FILE__, __LINE__, ##__VA_ARGS__)
+#define __shfl_down_sync(m, v, d, ...) netc_emu_shfl_down_sync(m, v, d, __FILE__, __LINE__, ##__VA_ARGS__)
+#define __shfl_up_sync(m, v, d, ...) netc_emu_shfl_up_sync(m, v, d, __FILE__, __LINE__, ##__VA_ARGS__)
+
+template <class T>
+static inline T netc_emu_shfl_sync(unsigned m, T v, int src, const char *f, int l, int w = 32)
+{
+    const int lane = (int)netc_emu_lane();
+    return netc_emu_shfl(m, v, (lane & ~(w - 1)) + (src & (w - 1)), f, l);
+}
+template <class T>
+static inline T netc_emu_shfl_xor_sync(unsigned m, T v, int x, const char *f, int l, int w = 32)
+{
+    const int lane = (int)netc_emu_lane();
+    const int to = lane ^ x;
+    return netc_emu_shfl(m, v, (to & ~(w - 1)) == (lane & ~(w - 1)) ? to : lane, f, l);
+}
+template <class T>
+static inline T netc_emu_shfl_down_sync(unsigned m, T v, unsigned d, const char *f, int l,
+                                        int w = 32)
+{
+    const int lane = (int)netc_emu_lane(), to = lane + (int)d;
+    return netc_emu_shfl(m, v, (to & ~(w - 1)) == (lane & ~(w - 1)) ? to : lane, f, l);
+}
+template <class T>
+static inline T netc_emu_shfl_up_sync(unsigned m, T v, unsigned d, const char *f, int l,
+                                      int w = 32)
+{
+    const int lane = (int)netc_emu_lane(), to = lane - (int)d;
+    return netc_emu_shfl(m, v, to >= (lane & ~(w - 1)) ? to : lane, f, l);
+}
+
+static inline unsigned netc_emu_ballot(unsigned m, int p, const char *f, int l)
+{
+    int all[32];
+    netc_emu_warp_exchange(m, &p, sizeof p, all, f, l);
+    unsigned b = 0;
+    for (int i = 0; i < 32; i++)
+        if ((m >> i & 1) && all[i])
+            b |= 1u << i;
+    return b;
+}
+#define __ballot_sync(m, p) netc_emu_ballot(m, (p) != 0, __FILE__, __LINE__)
+#define __any_sync(m, p) (netc_emu_ballot(m, (p) != 0, __FILE__, __LINE__) != 0)
+#define __all_sync(m, p) (netc_emu_ballot(m, (p) != 0, __FILE__, __LINE__) == (m))
+#define __syncwarp(...) ((void)netc_emu_ballot(0xffffffffu, 1, __FILE__, __LINE__))
+
+/* ----------------------------------------------------------- intrinsics */
+
+/* Rounded to nearest, as written: the host's IEEE operations. */
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsqrt_rn(float a) { return sqrtf(a); }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dsub_rn(double a, double b) { return a - b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __ddiv_rn(double a, double b) { return a / b; }
+static inline double __dsqrt_rn(double a) { return sqrt(a); }
+static inline float __double2float_rn(double a) { return (float)a; }
+static inline float __int_as_float(int v) { float f; memcpy(&f, &v, 4); return f; }
+static inline int __float_as_int(float f) { int v; memcpy(&v, &f, 4); return v; }
+static inline unsigned __float_as_uint(float f) { unsigned v; memcpy(&v, &f, 4); return v; }
+static inline float __uint_as_float(unsigned v) { float f; memcpy(&f, &v, 4); return f; }
+static inline double __longlong_as_double(long long v) { double d; memcpy(&d, &v, 8); return d; }
+static inline long long __double_as_longlong(double d) { long long v; memcpy(&v, &d, 8); return v; }
+#define __expf(x) expf(x)
+#define __logf(x) logf(x)
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+template <class T> static inline T __ldg(const T *p) { return *p; }
+
+/* Atomics: device code runs on one host thread, one CUDA thread at a time
+ * between switches, so a read-modify-write is atomic as it stands. */
+template <class T> static inline T atomicAdd(T *p, T v) { T o = *p; *p = o + v; return o; }
+template <class T> static inline T atomicMax(T *p, T v) { T o = *p; *p = o > v ? o : v; return o; }
+template <class T> static inline T atomicMin(T *p, T v) { T o = *p; *p = o < v ? o : v; return o; }
+template <class T> static inline T atomicExch(T *p, T v) { T o = *p; *p = v; return o; }
+template <class T> static inline T atomicCAS(T *p, T c, T v) { T o = *p; if (o == c) *p = v; return o; }
+
+/* ---------------------------------------------- kernels: launch, registry */
+
+namespace netc_emu {
+
+template <class F> struct Params;
+template <class... A> struct Params<void (*)(A...)> {
+    static constexpr int n = (int)sizeof...(A);
+    static constexpr size_t size[sizeof...(A) + 1] = {sizeof(std::decay_t<A>)..., 0};
+    static constexpr size_t align[sizeof...(A) + 1] = {alignof(std::decay_t<A>)..., 0};
+    static constexpr unsigned char is_pointer[sizeof...(A) + 1] = {
+        (unsigned char)std::is_pointer<std::decay_t<A>>::value..., 0};
+    template <size_t... I> static void call(void *fn, void **args, std::index_sequence<I...>)
+    {
+        ((void (*)(A...))fn)(*(std::decay_t<A> *)args[I]...);
+    }
+    static void trampoline(void *fn, void **args)
+    {
+        call(fn, args, std::index_sequence_for<A...>{});
+    }
+};
+
+/* kernel<<<grid, block, shared, stream>>>(args), as the emulated nvcc
+ * rewrites it: launch(kernel, grid, block, shared, stream)(args). */
+template <class F> struct Launch {
+    F fn;
+    const char *name;
+    dim3 grid, block;
+    size_t shared;
+    cudaStream_t stream;
+    template <class... B> void operator()(B &&...b) const
+    {
+        using P = Params<F>;
+        static_assert(sizeof...(B) == P::n, "a kernel launched with the wrong number of arguments");
+        launch_with(std::index_sequence_for<B...>{}, std::forward<B>(b)...);
+    }
+    template <size_t... I, class... B> void launch_with(std::index_sequence<I...>, B &&...b) const;
+};
+
+template <class F> struct Converted;
+template <class... A> struct Converted<void (*)(A...)> {
+    template <size_t I> using T = std::decay_t<std::tuple_element_t<I, std::tuple<A...>>>;
+};
+
+template <class F>
+template <size_t... I, class... B>
+void Launch<F>::launch_with(std::index_sequence<I...>, B &&...b) const
+{
+    using P = Params<F>;
+    /* each argument converted to its parameter's type, as a call would */
+    std::tuple<typename Converted<F>::template T<I>...> conv(std::forward<B>(b)...);
+    void *args[sizeof...(I) + 1] = {(void *)&std::get<I>(conv)..., nullptr};
+    netc_emu_launch_fn((void *)fn, &P::trampoline, P::n, P::size, P::align, P::is_pointer, 0,
+                       name, grid, block, args, shared, stream);
+}
+
+template <class F>
+static inline Launch<F> launch(F fn, const char *name, dim3 grid, dim3 block, size_t shared = 0,
+                               cudaStream_t stream = 0)
+{
+    return Launch<F>{fn, name, grid, block, shared, stream};
+}
+
+/* The emulated nvcc appends one of these to a source for each __global__
+ * function it defines. */
+template <class F> struct Registrar {
+    Registrar(F fn, const char *name, int max_threads)
+    {
+        using P = Params<F>;
+        netc_emu_register(name, (void *)fn, &P::trampoline, P::n, P::size, P::align,
+                          P::is_pointer, max_threads);
+    }
+};
+
+} /* namespace netc_emu */
+
+#endif /* NETC_EMU_H */

@@ -1,0 +1,137 @@
+/*
+ * selftest.cu — the emulated device catches what it is there to catch.
+ * Each mode (the first argument) runs one small program with one bug, or
+ * none; tests/emu.sh runs them and reads the messages.
+ *
+ *   ok          a correct reduction: the block's sum, in every order
+ *   race        the reduction without its barrier: a wrong sum in some order
+ *   divergent   a barrier inside a branch not all threads take
+ *   hostread    the host reads device memory
+ *   overflow    a kernel writes one element past its allocation
+ *   stale       the host reads a pinned result before the stream is waited for
+ *   capture     cudaStreamSynchronize while the stream is captured
+ *   lda         cublasSgemm with lda smaller than the rows
+ *   hostptr     a kernel given a pageable host pointer
+ *   bounds      a kernel launched with more threads than its __launch_bounds__
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N 256
+
+__global__ void __launch_bounds__(N) block_sum(const float *x, float *out, int barrier)
+{
+    __shared__ float s[N];
+    s[threadIdx.x] = x[threadIdx.x];
+    __syncthreads();
+    for (int w = N / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w)
+            s[threadIdx.x] += s[threadIdx.x + w];
+        if (barrier)
+            __syncthreads();
+    }
+    float v = threadIdx.x < 32 ? s[threadIdx.x] : 0.0f; /* lane sums, by shuffles */
+    for (int o = 16; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x == 0)
+        out[0] = s[0], out[1] = v;
+}
+
+__global__ void divergent(float *out)
+{
+    if (threadIdx.x < 16)
+        __syncthreads();
+    out[threadIdx.x] = 1.0f;
+}
+
+__global__ void fill(float *out, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i <= n) /* the bug: <= */
+        out[i] = 2.0f;
+}
+
+static int fail(const char *what, cudaError_t e)
+{
+    printf("%s: %s\n", what, cudaGetErrorString(e));
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "ok";
+    float h[N], *x, *out, r[2];
+    for (int i = 0; i < N; i++)
+        h[i] = (float)i;
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaMalloc((void **)&x, sizeof h);
+    cudaMalloc((void **)&out, N * sizeof(float));
+    cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice);
+    if (!strcmp(mode, "ok") || !strcmp(mode, "race")) {
+        block_sum<<<1, N, 0, s>>>(x, out, !strcmp(mode, "ok"));
+        cudaError_t e = cudaMemcpyAsync(r, out, sizeof r, cudaMemcpyDeviceToHost, s);
+        if (e != cudaSuccess)
+            return fail("copy", e);
+        /* 0 + ... + 255, and the 32 lane sums s[0..31] after the reduction */
+        printf("sum %g lanes %g\n", r[0], r[1]);
+        return r[0] == 32640.0f ? 0 : 1;
+    }
+    if (!strcmp(mode, "divergent")) {
+        divergent<<<1, 32, 0, s>>>(out);
+        return fail("sync", cudaStreamSynchronize(s));
+    }
+    if (!strcmp(mode, "hostread")) {
+        printf("%g\n", x[3]);
+        return 0;
+    }
+    if (!strcmp(mode, "overflow")) {
+        fill<<<2, N, 0, s>>>(out, N); /* out has N floats */
+        return fail("sync", cudaStreamSynchronize(s));
+    }
+    if (!strcmp(mode, "stale")) {
+        float *pinned;
+        cudaMallocHost((void **)&pinned, sizeof(float));
+        pinned[0] = -1.0f;
+        block_sum<<<1, N, 0, s>>>(x, out, 1);
+        cudaMemcpyAsync(pinned, out, sizeof(float), cudaMemcpyDeviceToHost, s);
+        printf("before the wait: %g\n", pinned[0]); /* the bug: no wait */
+        cudaStreamSynchronize(s);
+        printf("after the wait: %g\n", pinned[0]);
+        return 0;
+    }
+    if (!strcmp(mode, "capture")) {
+        cudaGraph_t g;
+        cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+        block_sum<<<1, N, 0, s>>>(x, out, 1);
+        cudaError_t e = cudaStreamSynchronize(s);
+        printf("sync in capture: %s\n", cudaGetErrorName(e));
+        e = cudaStreamEndCapture(s, &g);
+        printf("end capture: %s\n", cudaGetErrorName(e));
+        return 0;
+    }
+    if (!strcmp(mode, "lda")) {
+        cublasHandle_t b;
+        float one = 1.0f, zero = 0.0f;
+        cublasCreate(&b);
+        /* C[8 x 8] = A[8 x 8] B[8 x 8], A's leading dimension 4 */
+        cublasStatus_t st = cublasSgemm(b, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, x, 4, x, 8,
+                                        &zero, out, 8);
+        printf("sgemm: %s\n", cublasGetStatusName(st));
+        return 0;
+    }
+    if (!strcmp(mode, "hostptr")) {
+        block_sum<<<1, N, 0, s>>>(h, out, 1);
+        return fail("launch", cudaGetLastError());
+    }
+    if (!strcmp(mode, "bounds")) {
+        block_sum<<<1, 2 * N, 0, s>>>(x, out, 1);
+        return fail("launch", cudaGetLastError());
+    }
+    printf("no mode %s\n", mode);
+    return 2;
+}
