@@ -41,7 +41,7 @@ nvcc() { "$PYTHON" "$EMU/nvcc.py" "$@"; }
 nvcc -O2 "$EMU/selftest.cu" -o "$WORK/selftest" > "$WORK/self.log" 2>&1
 check "[ $? -eq 0 ]" "selftest.cu does not build: $(head -20 "$WORK/self.log")"
 self() { # mode, order: the output and the status in $WORK/self.out, $self_rc
-    NETC_EMU_ORDER=$2 "$WORK/selftest" "$1" > "$WORK/self.out" 2>&1
+    (NETC_EMU_ORDER=$2 exec "$WORK/selftest" "$1") > "$WORK/self.out" 2>&1
     self_rc=$?
 }
 for order in shuffle forward reverse; do
@@ -55,30 +55,32 @@ for order in shuffle forward reverse; do
     [ $self_rc -ne 0 ] && races=$((races + 1))
 done
 check "[ $races -ge 1 ]" "a reduction without its barrier gave the right sum in every order"
-self divergent shuffle
-check "grep -q 'returned while 16 threads wait at the __syncthreads at .*selftest.cu:' '$WORK/self.out' && grep -q 'unspecified launch failure' '$WORK/self.out'" \
-    "a barrier in divergent code is not reported: $(cat "$WORK/self.out")"
-self hostread shuffle
-check "[ $self_rc -ne 0 ] && grep -q 'the host touched device memory at .* (byte 12 of a 1024-byte cudaMalloc)' '$WORK/self.out'" \
-    "a host read of device memory is not reported: $(cat "$WORK/self.out")"
-self overflow shuffle
-check "[ $self_rc -ne 0 ] && grep -q '0 bytes past the end of a 1024-byte device allocation' '$WORK/self.out'" \
-    "a write past an allocation is not reported: $(cat "$WORK/self.out")"
-self stale shuffle
-check "grep -q '^before the wait: -1$' '$WORK/self.out' && grep -q '^after the wait: 32640$' '$WORK/self.out'" \
-    "a pinned copy is not lazy: $(cat "$WORK/self.out")"
-self capture shuffle
-check "grep -q '^sync in capture: cudaErrorStreamCaptureUnsupported$' '$WORK/self.out' && grep -q '^end capture: cudaErrorStreamCaptureInvalidated$' '$WORK/self.out'" \
-    "a synchronisation in a capture is not refused: $(cat "$WORK/self.out")"
-self lda shuffle
-check "grep -q '^sgemm: CUBLAS_STATUS_INVALID_VALUE$' '$WORK/self.out'" \
-    "cublasSgemm takes lda < m: $(cat "$WORK/self.out")"
-self hostptr shuffle
-check "grep -q 'argument 1 is .*neither device memory nor pinned host memory' '$WORK/self.out' && grep -q '^launch: invalid argument$' '$WORK/self.out'" \
-    "a host pointer given to a kernel is not refused: $(cat "$WORK/self.out")"
-self bounds shuffle
-check "grep -q 'more than its __launch_bounds__(256)' '$WORK/self.out' && grep -q '^launch: too many resources requested for launch$' '$WORK/self.out'" \
-    "a launch beyond __launch_bounds__ is not refused: $(cat "$WORK/self.out")"
+# expect MODE PATTERN... WHAT: every pattern (grep -e) is in MODE's output
+expect() {
+    _mode=$1
+    shift
+    self "$_mode" shuffle
+    _ok=1
+    while [ $# -gt 1 ]; do
+        grep -q -e "$1" "$WORK/self.out" || _ok=0
+        shift
+    done
+    check "[ $_ok = 1 ]" "$1 is not caught: $(cat "$WORK/self.out")"
+}
+expect divergent 'returned while 16 threads wait at the __syncthreads at .*selftest.cu:' \
+    'unspecified launch failure' "a barrier in divergent code"
+expect hostread 'the host touched device memory at .* (byte 12 of a 1024-byte cudaMalloc)' \
+    "a host read of device memory"
+expect overflow '0 bytes past the end of a 1024-byte device allocation' 'in kernel fill, block' \
+    "a write past an allocation"
+expect stale '^before the wait: -1$' '^after the wait: 32640$' "a pinned result read before the wait"
+expect capture '^sync in capture: cudaErrorStreamCaptureUnsupported$' \
+    '^end capture: cudaErrorStreamCaptureInvalidated$' "a synchronisation in a capture"
+expect lda '^sgemm: CUBLAS_STATUS_INVALID_VALUE$' "cublasSgemm with lda < m"
+expect hostptr 'argument 1 is .*neither device memory nor pinned host memory' \
+    '^launch: invalid argument$' "a host pointer given to a kernel"
+expect bounds 'more than its __launch_bounds__(256)' \
+    '^launch: too many resources requested for launch$' "a launch beyond __launch_bounds__"
 
 # ------------------------------------------------------ the runtime kernels
 # The runtime's C sources and its CUDA one (device.cu) built for the

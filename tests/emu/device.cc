@@ -35,13 +35,18 @@ std::recursive_mutex &lock()
     return m;
 }
 
+static void report(const char *prefix, const char *fmt, va_list ap)
+{
+    fputs(prefix, stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 void note(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("netc-emu: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    report("netc-emu: ", fmt, ap);
     va_end(ap);
 }
 
@@ -49,9 +54,7 @@ void fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("netc-emu: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    report("netc-emu: error: ", fmt, ap);
     va_end(ap);
 }
 
