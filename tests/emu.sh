@@ -1,6 +1,6 @@
 # tests/emu.sh — the GPU code on netc's emulated CUDA device (tests/emu/,
-# see its README.md).  Builds the emulated libcudart and libcublas from
-# source, then:
+# see its README.md).  Builds the emulated libraries and runtime
+# (tests/emu/env.sh), then:
 #  - selftest: the device catches the bug classes it is there for (a
 #    missing barrier, a divergent barrier, a host read of device memory, a
 #    write past an allocation, a result read before its stream is waited
@@ -12,30 +12,8 @@
 # CUDA) or off x86-64 (the fibers' context switch).
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 
-[ "${NETC_HAVE_CUDA:-no}" = yes ] || skip "netc was configured without CUDA: no toolkit headers"
-[ "$(uname -m)" = x86_64 ] || skip "the emulated device's fibers are written for x86-64"
-CXX=${CXX:-c++}
-EMU="$SRC/tests/emu"
-LIB="$WORK/lib"
-mkdir -p "$LIB"
-cuda_inc=$(echo "$NETRT_CUDA_CFLAGS" | sed -n 's/.*-I\([^ ]*\).*/\1/p')
-[ -n "$cuda_inc" ] || cuda_inc=/usr/local/cuda/include
-major=$(sed -n 's/^#define CUDART_VERSION *\([0-9]*\)[0-9][0-9][0-9]$/\1/p' "$cuda_inc/cuda_runtime_api.h")
-export NETC_EMU_LIBDIR="$LIB" NETC_EMU_CUDA_INCLUDE="$cuda_inc"
-
-cxxflags="-std=c++17 -O2 -fPIC -shared -Wall -Wextra -Wno-attributes -I$cuda_inc -I$EMU"
-# shellcheck disable=SC2086
-$CXX $cxxflags "$EMU/device.cc" "$EMU/cudart.cc" -Wl,-soname,libcudart.so.$major \
-    -o "$LIB/libcudart.so.$major" -ldl > "$WORK/build.log" 2>&1 &&
-    ln -s "libcudart.so.$major" "$LIB/libcudart.so" &&
-    $CXX $cxxflags "$EMU/cublas.cc" -Wl,-soname,libcublas.so.$major \
-        -o "$LIB/libcublas.so.$major" -L"$LIB" -lcudart >> "$WORK/build.log" 2>&1 &&
-    ln -s "libcublas.so.$major" "$LIB/libcublas.so"
-check "[ $? -eq 0 ] && ! grep -q warning '$WORK/build.log'" \
-    "the emulated libraries do not build cleanly: $(head -20 "$WORK/build.log")"
-[ -f "$LIB/libcublas.so" ] || finish
-
-nvcc() { "$PYTHON" "$EMU/nvcc.py" "$@"; }
+. "$SRC/tests/emu/env.sh"
+nvcc() { emu_nvcc "$@"; }
 
 # ---------------------------------------------------------------- selftest
 nvcc -O2 "$EMU/selftest.cu" -o "$WORK/selftest" > "$WORK/self.log" 2>&1
@@ -83,18 +61,12 @@ expect bounds 'more than its __launch_bounds__(256)' \
     '^launch: too many resources requested for launch$' "a launch beyond __launch_bounds__"
 
 # ------------------------------------------------------ the runtime kernels
-# The runtime's C sources and its CUDA one (device.cu) built for the
-# emulated device, and test_cuda_kernels.cu as tests/gpu/run.sh builds it.
-ok=1
-for f in launch module jit; do
-    ${CC:-cc} -std=c11 -O2 -c -I"$SRC/runtime" -I"$SRC/runtime/cuda" -I"$cuda_inc" \
-        "$SRC/runtime/cuda/$f.c" -o "$WORK/$f.o" >> "$WORK/rt.log" 2>&1 || ok=0
-done
-${CC:-cc} -c "$BUILD/runtime/cuda/kernels_text.c" -o "$WORK/kernels_text.o" >> "$WORK/rt.log" 2>&1 || ok=0
-[ $ok = 1 ] && nvcc -std=c++17 -O2 -I"$SRC/runtime" -I"$SRC/runtime/cuda" \
-    "$SRC/tests/gpu/test_cuda_kernels.cu" "$SRC/runtime/cuda/device.cu" \
-    "$WORK/launch.o" "$WORK/module.o" "$WORK/jit.o" "$WORK/kernels_text.o" \
-    "$BUILD/runtime/libnetrt.a" -lgomp -lm -o "$WORK/test_cuda_kernels" >> "$WORK/rt.log" 2>&1 || ok=0
+# The runtime as env.sh built it for the emulated device, and
+# test_cuda_kernels.cu as tests/gpu/run.sh builds it.
+nvcc -std=c++17 -O2 -I"$SRC/runtime" -I"$SRC/runtime/cuda" \
+    "$SRC/tests/gpu/test_cuda_kernels.cu" "$NETC_LIB_DIR/libnetrt_cuda.a" \
+    "$NETC_LIB_DIR/libnetrt.a" -lgomp -lm -o "$WORK/test_cuda_kernels" > "$WORK/rt.log" 2>&1
+ok=$([ $? -eq 0 ] && echo 1 || echo 0)
 check "[ $ok = 1 ]" "test_cuda_kernels does not build for the emulated device: $(grep -m10 -i error "$WORK/rt.log")"
 if [ $ok = 1 ]; then
     for order in shuffle reverse; do

@@ -15,6 +15,16 @@
 #   STEPS    steps per run (default: 100)
 #   RTOL     the tolerance (default: 1e-4)
 #   KEEP     a directory to keep the logs in (default: none)
+#   SAMPLES  train, validate and test on the first SAMPLES samples of each
+#            source the model names (copies; synthetic CIFAR records), so
+#            that an epoch ends, with a partial batch, within a few steps
+#            (default: all of them)
+#   BATCH    the batch size of every model (default: each model's own)
+#   DATA_DIR a directory of training sets, NAME.csv for model NAME, used
+#            instead of the one the model names (models without one: the
+#            tests/gradcheck models)
+#   JIT      yes: the program is built with --jit, its kernels compiled
+#            by NVRTC when it runs (default: no, by nvcc ahead of time)
 #
 # Prints one line per model and run, ends with "parity: N passed, N failed";
 # exits 0 if all passed, 1 if not, 77 if DEVICE is cuda and there is none.
@@ -36,11 +46,48 @@ if [ $# -eq 0 ]; then
 fi
 
 # Synthetic CIFAR-format data for the models whose data is not bundled.
-"$PYTHON" "$root/bench/make_cifar.py" "$work/c10.bin" --records 640 --classes 10 --seed 1
+"$PYTHON" "$root/bench/make_cifar.py" "$work/c10.bin" --records "${SAMPLES:-640}" --classes 10 \
+    --seed 1
+# small_source KIND PATH OUT: the first $SAMPLES samples of a source, in OUT
+small_source() {
+    case $2 in /*) path=$2 ;; *) path=$root/$2 ;; esac
+    case $1 in
+    csv | table)
+        if grep -q 'header *= *1' "$model"; then
+            head -n $((SAMPLES + 1)) "$path"
+        else
+            head -n "$SAMPLES" "$path"
+        fi > "$3"
+        ;;
+    images) # a list: its header kept, its relative paths made absolute
+        awk -F, -v OFS=, -v n="$SAMPLES" -v dir="$(dirname "$path")" '
+            NR == 1 && $2 !~ /^[0-9]+$/ { print; next }
+            kept < n { if ($1 !~ /^\//) $1 = dir "/" $1; print; kept++ }' "$path" > "$3"
+        ;;
+    *) return 1 ;;
+    esac
+}
+# data_flags NAME: --data, --valid-data, --test-data for the model
 data_flags() {
     case $1 in
-    cifar10) echo --data "$work/c10.bin" --test-data "$work/c10.bin" ;;
+    cifar10) echo --data "$work/c10.bin" --test-data "$work/c10.bin"; return ;;
     esac
+    if [ -f "${DATA_DIR:-/nonexistent}/$1.csv" ]; then
+        echo --data "$DATA_DIR/$1.csv"
+        return
+    fi
+    [ -n "${SAMPLES:-}" ] || return 0
+    for role in train valid test; do
+        # the source's kind and path, as the model file names them
+        src=$(sed -n "s/^ *$role  *\([a-z0-9]*\)(\"\([^\"]*\)\".*/\1 \2/p" "$model")
+        [ -n "$src" ] || continue
+        # shellcheck disable=SC2086
+        small_source $src "$work/$1.$role.small" || continue
+        case $role in
+        train) echo --data "$work/$1.$role.small" ;;
+        *) echo "--$role-data" "$work/$1.$role.small" ;;
+        esac
+    done
 }
 
 if [ "$DEVICE" = cpu ]; then
@@ -59,7 +106,9 @@ first=1
 for model in "$@"; do
     name=$(basename "$model" .net)
     prog=$work/$name
-    if ! "$NETC" "$model" -o "$prog" > "$work/$name.netc.log" 2>&1; then
+    # shellcheck disable=SC2046
+    if ! "$NETC" $([ "${JIT:-no}" = yes ] && echo --jit) "$model" -o "$prog" \
+        > "$work/$name.netc.log" 2>&1; then
         echo "FAIL $name: netc: $(head -5 "$work/$name.netc.log")"
         failed=$((failed + 1))
         continue
@@ -80,6 +129,7 @@ for model in "$@"; do
     fi
     for order in --no-shuffle --shuffled; do
         flags="--load $work/$name.w0.safetensors --max-steps $STEPS --log-every 1 --quiet"
+        [ -n "${BATCH:-}" ] && flags="$flags --batch $BATCH"
         [ "$order" = --no-shuffle ] && flags="$flags --no-shuffle"
         ok=1
         for side in a b; do

@@ -50,17 +50,20 @@ else
     device_line="no GPU: the cpu-side parts only"
 fi
 
-# section TITLE LOGFILE STATUS: appends a section with the log to the report
+# section TITLE LOGFILE STATUS: appends a section with the log to the
+# report, with the seconds since the stage began ($stage_start), and copies
+# the report to $OUT (a call cut off at its limit still brings back what ran)
 section() {
     {
         echo
-        echo "## $1 — $3"
+        echo "## $1 — $3 ($(($(date +%s) - stage_start)) s)"
         echo
         echo '```'
         cat "$2"
         echo '```'
     } >>"$report"
     echo "== $1: $3"
+    if [ -n "${OUT:-}" ]; then cp "$report" "$OUT/"; fi
 }
 
 if [ ! -f "$report" ]; then
@@ -106,28 +109,47 @@ stage_kernels() {
 }
 
 stage_parity() {
-    local log=$logs/parity.log dev=cuda rc
+    local log=$logs/parity.log dev=cuda rc=0 job f
     [ $gpu = 1 ] || dev=cpu
-    DEVICE=$dev NETC=$BUILD/netc "$root/tests/gpu/parity.sh" >"$log" 2>&1
-    rc=$?
+    # independent jobs, at once (each in a scratch directory of its own), their logs one after the other
+    mkdir -p "$logs/data"
+    (
+        . "$root/tests/gradcheck/data.sh"
+        for f in "$root"/tests/gradcheck/*.net; do
+            gradcheck_data "$(basename "$f" .net)" "$logs/data/$(basename "$f" .net).csv" 40
+        done
+    )
+    parity_job() { # NAME COMMAND...: runs COMMAND in the background, its log $logs/job.NAME
+        local name=$1
+        shift
+        ( "$@" >"$logs/job.$name" 2>&1; echo $? >"$logs/rc.$name" ) &
+    }
+    parity_job models env DEVICE=$dev NETC="$BUILD/netc" "$root/tests/gpu/parity.sh"
+    # (their epochs end the run after 10 steps or more)
+    parity_job gradcheck-models env DEVICE=$dev STEPS=10 NETC="$BUILD/netc" DATA_DIR="$logs/data" \
+        "$root/tests/gpu/parity.sh" "$root"/tests/gradcheck/*.net
     if [ $gpu = 1 ]; then
         # the training set kept on the host: batches staged through pinned buffers
-        echo "--- NETRT_CUDA_HOST_DATA=1 (host-staged batches)" >>"$log"
-        NETRT_CUDA_HOST_DATA=1 DEVICE=cuda NETC=$BUILD/netc \
-            "$root/tests/gpu/parity.sh" "$root/models/digits_mlp.net" \
-            "$root/models/cifar10.net" >>"$log" 2>&1 || rc=1
+        parity_job host-data env NETRT_CUDA_HOST_DATA=1 DEVICE=cuda NETC="$BUILD/netc" \
+            "$root/tests/gpu/parity.sh" "$root/models/digits_mlp.net" "$root/models/cifar10.net"
         # validation, schedules, checkpoints and --resume (bit for bit),
         # SIGINT, TensorBoard, --eval and --predict on the GPU
-        echo "--- tests/train.sh on cuda" >>"$log"
-        NETC_TRAIN_DEVICE=cuda NETC=$BUILD/netc NETC_TOP_SRCDIR=$root \
-            sh "$root/tests/train.sh" >>"$log" 2>&1 || rc=1
+        parity_job train.sh env NETC_TRAIN_DEVICE=cuda NETC="$BUILD/netc" NETC_TOP_SRCDIR="$root" \
+            sh "$root/tests/train.sh"
         # image lists, the loader's flipped batches, resume with flips
-        echo "--- tests/images.sh on cuda" >>"$log"
-        NETC_TRAIN_DEVICE=cuda NETC=$BUILD/netc NETC_TOP_SRCDIR=$root \
-            sh "$root/tests/images.sh" >>"$log" 2>&1 || rc=1
+        parity_job images.sh env NETC_TRAIN_DEVICE=cuda NETC="$BUILD/netc" NETC_TOP_SRCDIR="$root" \
+            sh "$root/tests/images.sh"
     fi
-    section "Parity with the cpu backend (tests/gpu/parity.sh, DEVICE=$dev)" "$log" \
-        "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
+    wait
+    : >"$log"
+    for f in "$logs"/job.*; do
+        job=${f##*/job.}
+        echo "--- $job: exit $(cat "$logs/rc.$job")" >>"$log"
+        cat "$f" >>"$log"
+        [ "$(cat "$logs/rc.$job")" = 0 ] || rc=1
+    done
+    section "Parity with the cpu backend (tests/gpu/parity.sh, DEVICE=$dev; tests/train.sh and tests/images.sh on it)" \
+        "$log" "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
 }
 
 stage_jit() {
@@ -197,7 +219,10 @@ stage_bench() {
 status=0
 for s in $stages; do
     case $s in
-    build | kernels | parity | jit | sanitizer | bench) "stage_$s" || status=1 ;;
+    build | kernels | parity | jit | sanitizer | bench)
+        stage_start=$(date +%s)
+        "stage_$s" || status=1
+        ;;
     *) echo "run.sh: unknown stage $s (build kernels parity jit sanitizer bench)" >&2; exit 2 ;;
     esac
     [ "$s" = build ] && [ $status -ne 0 ] && break

@@ -1,0 +1,45 @@
+# tests/emu_train.sh — generated programs training on netc's emulated CUDA
+# device (tests/emu/, built by tests/emu/env.sh), against the cpu backend:
+# tests/gpu/parity.sh over every models/*.net and every tests/gradcheck
+# model, from the same --load weights, in file order and shuffled, each on
+# a few dozen samples so that an epoch ends with a partial batch within the
+# steps run; once with the kernels compiled ahead of time (nvcc.py), once
+# with --jit (the emulated NVRTC, through the JIT cache).  Then the JIT
+# cache's miss and hit (--jit-info) and a damaged entry.
+# Skipped (77) where tests/emu.sh is.
+. "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
+. "$SRC/tests/emu/env.sh"
+. "$SRC/tests/gradcheck/data.sh"
+
+mkdir -p "$WORK/data"
+for f in "$SRC"/tests/gradcheck/*.net; do
+    name=$(basename "$f" .net)
+    gradcheck_data "$name" "$WORK/data/$name.csv" 40
+done
+cd "$SRC" || exit 1 # the models name their data from the source tree
+for jit in no yes; do
+    DEVICE=cuda STEPS=6 SAMPLES=75 BATCH=16 JIT=$jit DATA_DIR="$WORK/data" \
+        sh "$SRC/tests/gpu/parity.sh" "$SRC"/models/*.net "$SRC"/tests/gradcheck/*.net \
+        > "$WORK/parity.$jit" 2>&1
+    check "[ $? -eq 0 ]" "parity with the cpu (--jit: $jit): $(grep -v '^ok' "$WORK/parity.$jit")"
+    tail -n 1 "$WORK/parity.$jit"
+done
+
+# The JIT cache: a miss compiles and stores, a hit loads; a damaged entry
+# is a miss again (and is replaced), never an error.
+export NETC_CACHE_DIR="$WORK/cache2"
+compile_jit() { "$NETC" --jit "$SRC/models/$1.net" -o "$WORK/$1.jit"; }
+compile_jit digits_mlp
+info() { "$WORK/digits_mlp.jit" --jit-info --device cuda > "$WORK/info" 2>&1; }
+info
+check "[ $? -eq 0 ] && grep -q '^cache: *miss' '$WORK/info'" "--jit-info, first: $(cat "$WORK/info")"
+info
+check "[ $? -eq 0 ] && grep -q '^cache: *hit' '$WORK/info'" "--jit-info, second: $(cat "$WORK/info")"
+entry=$(sed -n 's/^cache entry: *//p' "$WORK/info")
+check "[ -f '$entry' ]" "no cache entry: $(cat "$WORK/info")"
+[ -f "$entry" ] && printf 'damage' | dd of="$entry" bs=1 seek=100 conv=notrunc 2> /dev/null
+info
+check "[ $? -eq 0 ] && grep -q '^cache: *miss' '$WORK/info'" "--jit-info, a damaged entry: $(cat "$WORK/info")"
+"$WORK/digits_mlp.jit" --device cuda --max-steps 3 --quiet
+check "[ $? -eq 0 ]" "training with the replaced entry"
+finish
