@@ -442,6 +442,39 @@ static void test_compile_error(void)
     free(r.image);
 }
 
+/* The headers NVRTC gets by name are the files' text, byte for byte
+ * (scripts/text2c.sh made the strings; an escaping slip there broke every
+ * macro continued over lines on one machine and not another). */
+extern const char nrt_kernels_cuh_text[], nrt_philox_h_text[], nrt_blocks_h_text[];
+
+static void test_embedded_headers(void)
+{
+    const char *top = getenv("NETC_TOP_SRCDIR");
+    static const struct {
+        const char *path, *text;
+    } headers[] = {
+        {"runtime/cuda/netrt_kernels.cuh", nrt_kernels_cuh_text},
+        {"runtime/philox.h", nrt_philox_h_text},
+        {"runtime/cuda/netrt_blocks.h", nrt_blocks_h_text},
+    };
+    for (size_t i = 0; i < sizeof headers / sizeof headers[0]; i++) {
+        char path[4096], what[512];
+        snprintf(path, sizeof path, "%s/%s", top && *top ? top : ".", headers[i].path);
+        FILE *fp = fopen(path, "rb");
+        size_t len = strlen(headers[i].text), n = 0;
+        char *buf = malloc(len + 2);
+        if (fp && buf) {
+            n = fread(buf, 1, len + 1, fp);
+            fclose(fp);
+        } else if (fp) {
+            fclose(fp);
+        }
+        snprintf(what, sizeof what, "the embedded %s is the file's text", headers[i].path);
+        CHECK(fp && buf && n == len && memcmp(buf, headers[i].text, len) == 0, what);
+        free(buf);
+    }
+}
+
 int main(void)
 {
     alarm(120); /* a hang (a FIFO in the cache) fails, by SIGALRM */
@@ -451,6 +484,7 @@ int main(void)
         perror(tmp);
         return 1;
     }
+    test_embedded_headers();
     test_cache();
     test_archs();
     test_compile_error();
