@@ -286,8 +286,8 @@ check "awk 'BEGIN { exit !($right / 200 == $acc) }'" \
 "$WORK/rgb" --load "$WORK/w1.safetensors" --predict "$IMG/test/0005.png" > "$WORK/one.csv"
 st=$?
 check "[ $st -eq 0 ] && [ \$(wc -l < '$WORK/one.csv') -eq 2 ] &&
-       [ \"\$(sed -n 2p '$WORK/one.csv')\" = \"\$(sed -n 7p '$WORK/pred.csv')\" ]" \
-    "--predict IMAGE: not the row --predict LIST gives it: $(cat "$WORK/one.csv")"
+       same_prediction \"\$(sed -n 2p '$WORK/one.csv')\" \"\$(sed -n 7p '$WORK/pred.csv')\"" \
+    "--predict IMAGE: not the row --predict LIST gives it: $(cat "$WORK/one.csv") against $(sed -n 7p "$WORK/pred.csv")"
 # a path with a comma, quoted as CSV wants
 "$WORK/rgb" --load "$WORK/w1.safetensors" --predict "$WORK/odd.csv" > "$WORK/oddp.csv"
 check "sed -n 2p '$WORK/oddp.csv' | grep -q '^\"$WORK/dir, with comma/a.png\",[0-9]'" \

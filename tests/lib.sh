@@ -55,6 +55,19 @@ stop() {
 default_signals=
 env --default-signal=INT true 2> /dev/null && default_signals="env --default-signal=INT,TERM"
 
+# same_prediction A B: two rows of --predict's output agree.  Bit for bit
+# on the cpu ($DEV unset or cpu); on a GPU, where cuBLAS computes a batch
+# of 2 and one of 64 with different kernels, each number within 1e-6 (so
+# the class exactly) and every other field exactly.
+same_prediction() {
+    [ "${DEV:-cpu}" = cpu ] && { [ "$1" = "$2" ]; return; }
+    printf '%s\n%s\n' "$1" "$2" | awk -F, 'NR == 1 { n = split($0, a) } NR == 2 {
+        if (NF != n) exit 1
+        for (i = 1; i <= NF; i++)
+            if ($i == $i + 0 && a[i] == a[i] + 0) { if ($i - a[i] > 1e-6 || a[i] - $i > 1e-6) exit 1 }
+            else if ($i != a[i]) exit 1 }'
+}
+
 finish() {
     echo "$test_name: $checks checks, $failures failed"
     [ "$failures" -eq 0 ]

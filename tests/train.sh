@@ -257,15 +257,7 @@ check "cmp -s '$WORK/pred.csv' '$WORK/pred2.csv'" "--predict of features alone d
 "$WORK/vt" --predict "$WORK/head.csv" --load "$WORK/vt.safetensors" > "$WORK/head.out"
 check "[ \"\$(cut -d, -f1 '$WORK/head.out' | tr '\n' ' ')\" = 'line 2 4 ' ]" \
     "--predict of a file with a header and a blank line: $(cut -d, -f1-2 "$WORK/head.out" | tr '\n' ' ')"
-# (bit for bit on the cpu; on a GPU cuBLAS computes a batch of 2 and one of
-# 64 with different kernels: the same class, probabilities within 1e-6)
-same_row() { # A B: two prediction rows (class, p0, ...) agree
-    [ "$DEV" = cpu ] && { [ "$1" = "$2" ]; return; }
-    printf '%s\n%s\n' "$1" "$2" | awk -F, 'NR == 1 { n = split($0, a) } NR == 2 {
-        if ($1 != a[1] || NF != n) exit 1
-        for (i = 2; i <= NF; i++) if ($i - a[i] > 1e-6 || a[i] - $i > 1e-6) exit 1 }'
-}
-check "same_row \"\$(sed -n 2p '$WORK/head.out' | cut -d, -f2-)\" \"\$(sed -n 2p '$WORK/pred.csv' | cut -d, -f2-)\"" \
+check "same_prediction \"\$(sed -n 2p '$WORK/head.out' | cut -d, -f2-)\" \"\$(sed -n 2p '$WORK/pred.csv' | cut -d, -f2-)\"" \
     "--predict of a file with a header predicts otherwise: $(sed -n 2p "$WORK/head.out" | cut -d, -f2-) against $(sed -n 2p "$WORK/pred.csv" | cut -d, -f2-)"
 head -n 2 "$TES" > "$WORK/two.csv"
 head -n 1 "$TES" > "$WORK/one.csv"
