@@ -190,10 +190,10 @@ for n in sorted(set(notes)):
     print(f"\nNOTE: {n}")
 f = json.loads(flops)
 c10 = groups.get(("cifar10", 1024))
-print()
-print(f"cifar10 at batch 1024: {f['step_flops'] / 1e9:.1f} GFLOP a step (products and "
-      "convolutions: forward, weight and input gradients; bench/gpu/flops.py).")
 if c10:
+    print()
+    print(f"cifar10 at batch 1024: {f['step_flops'] / 1e9:.1f} GFLOP a step (products and "
+          "convolutions: forward, weight and input gradients; bench/gpu/flops.py).")
     netc = statistics.median(r["netc_ms"] for r in c10)
     achieved = f["step_flops"] / (netc * 1e-3) / 1e12
     line = f"netc: {netc:.3f} ms a step = {achieved:.1f} TFLOP/s"
