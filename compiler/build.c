@@ -8,10 +8,11 @@
  * half-written program behind.
  *
  * The program is one C file, compiled and linked by the C compiler: with
- * CUDA, against libnetrt_cuda, cuBLAS and the CUDA runtime too.  Its
+ * CUDA, against libnetrt_cuda and the CUDA runtime (statically) too.  Its
  * kernels are either compiled ahead of time — nvcc turns the kernel
- * source into a fatbin (build_fatbin), which the C file embeds — or (--jit)
- * carried as source and compiled by NVRTC when the program first runs.
+ * source into a fatbin (build_fatbin), which the assembler includes — or
+ * (--jit) carried as source and compiled by NVRTC when the program first
+ * runs.
  *
  * The sources go in a private temporary directory under names taken from
  * the model ("digits_cnn.c"), so that the same model and flags give the
@@ -23,12 +24,14 @@
  */
 #include "netc.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -283,7 +286,47 @@ static void c_flags(Arena *a, Cmd *c, const BuildOptions *o)
     add(c, arena_printf(a, "-I%s", o->incdir));
 }
 
-int build_fatbin(const BuildOptions *o, const char *cusrc, unsigned char **bytes, size_t *size)
+/* The architecture's number in "sm_90" ("90"; "90a" and "100f" for the
+ * architecture-specific and family targets), or NULL. */
+static const char *arch_number(const char *arch)
+{
+    if (strncmp(arch, "sm_", 3) != 0)
+        return NULL;
+    const char *s = arch + 3;
+    while (isdigit((unsigned char)*s))
+        s++;
+    if (s - arch < 5)
+        return NULL; /* two digits at least */
+    if (*s == 'a' || *s == 'f')
+        s++;
+    return *s ? NULL : arch + 3;
+}
+
+const char *build_bad_arch(Arena *a, const char *list)
+{
+    char *copy = arena_strdup(a, list);
+    int n = 0;
+    for (char *w = strtok(copy, ","); w; w = strtok(NULL, ","), n++)
+        if (!arch_number(w))
+            return w;
+    return n ? NULL : list;
+}
+
+/* nvcc's -gencode flags: a cubin for each architecture of list, and the
+ * last's PTX, which the driver compiles for a newer GPU. */
+static void add_gencode(Arena *a, Cmd *c, const char *list)
+{
+    char *copy = arena_strdup(a, list);
+    const char *last = NULL;
+    for (char *w = strtok(copy, ","); w; w = strtok(NULL, ",")) {
+        last = arch_number(w);
+        add(c, arena_printf(a, "-gencode=arch=compute_%s,code=sm_%s", last, last));
+    }
+    if (last)
+        add(c, arena_printf(a, "-gencode=arch=compute_%s,code=compute_%s", last, last));
+}
+
+int build_fatbin(const BuildOptions *o, const char *cusrc, size_t *size)
 {
     Arena *a = arena_new();
     const char *fatbin = arena_printf(a, "%s.fatbin", cusrc);
@@ -292,8 +335,9 @@ int build_fatbin(const BuildOptions *o, const char *cusrc, unsigned char **bytes
         nvcc = NETC_NVCC;
     Cmd cu = {.argc = 0};
     add_words(a, &cu, nvcc);
-    add_words(a, &cu, "-std=c++17 -O3 -fatbin");
-    add_words(a, &cu, NETC_CUDA_GENCODE);
+    /* --threads 0: the architectures compiled at once, one a core */
+    add_words(a, &cu, "-std=c++17 -O3 -fatbin --threads 0");
+    add_gencode(a, &cu, o->cuda_arch ? o->cuda_arch : NETC_CUDA_ARCH);
     add(&cu, arena_printf(a, "-I%s", o->incdir));
     add(&cu, arena_printf(a, "-I%s/cuda", o->incdir));
     add(&cu, cusrc);
@@ -301,24 +345,13 @@ int build_fatbin(const BuildOptions *o, const char *cusrc, unsigned char **bytes
     add(&cu, fatbin);
     build_temp(fatbin);
     int rc = run(&cu, o->verbose, "nvcc", NVCC_HINT, cusrc, o->model);
-    *bytes = NULL;
-    if (rc == 0) {
-        FILE *f = fopen(fatbin, "rb");
-        long n = -1;
-        if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-            (*bytes = malloc((size_t)n)) && fread(*bytes, 1, (size_t)n, f) == (size_t)n) {
-            *size = (size_t)n;
-        } else {
-            fprintf(stderr, "netc: error: cannot read nvcc's fatbin '%s': %s\n", fatbin,
-                    n == 0 ? "empty" : strerror(errno));
-            free(*bytes);
-            *bytes = NULL;
-            rc = -1;
-        }
-        if (f)
-            fclose(f);
+    struct stat st;
+    if (rc == 0 && (stat(fatbin, &st) != 0 || st.st_size <= 0)) {
+        fprintf(stderr, "netc: error: nvcc's fatbin '%s': %s\n", fatbin,
+                st.st_size <= 0 ? "empty" : strerror(errno));
+        rc = -1;
     }
-    unlink(fatbin);
+    *size = rc == 0 ? (size_t)st.st_size : 0;
     arena_free(a);
     return rc;
 }
@@ -337,8 +370,10 @@ int build_program(const BuildOptions *o, const char *csrc, bool cuda, const char
     if (cuda)
         add(&c, arena_printf(a, "%s/libnetrt_cuda.a", o->libdir));
     add(&c, arena_printf(a, "%s/libnetrt.a", o->libdir));
-    if (cuda)
-        add_words(a, &c, NETC_CUDA_LIBS);
+    if (cuda) { /* NETC_CUDA_LIBS: other CUDA libraries (the emulated device's, in the tests) */
+        const char *culibs = getenv("NETC_CUDA_LIBS");
+        add_words(a, &c, culibs && *culibs ? culibs : NETC_CUDA_LIBS);
+    }
     add_words(a, &c, NETC_LINK);
     add(&c, "-o");
     add(&c, tmp);

@@ -226,20 +226,19 @@ static void emit_code(Emit *e, const KernelList *l, const char *source)
     emitf(e, "};");
     emit_blank(e);
     const char *name = arena_printf(e->arena, "%s.cu", e->p->name);
-    if (o->fatbin) {
-        emitf(e, "/* The kernel source (netc --emit=cuda), compiled ahead of time by nvcc. */");
-        emitf(e, "static const unsigned char fatbin[%zu] __attribute__((aligned(8))) = {",
-              o->fatbin_size);
-        for (size_t i = 0; i < o->fatbin_size; i += 16) {
-            char buf[128], *b = buf;
-            for (size_t j = i; j < i + 16 && j < o->fatbin_size; j++)
-                b += sprintf(b, "%s%u,", j > i ? " " : "", (unsigned)o->fatbin[j]);
-            emitf(e, "    %s", buf);
-        }
-        emitf(e, "};");
+    if (o->fatbin_path) {
+        /* the assembler reads the fatbin in: no C compiler parses its bytes */
+        emitf(e, "/* The kernel source (netc --emit=cuda), compiled ahead of time by nvcc: its");
+        emitf(e, " * fatbin, which the assembler includes. */");
+        emitf(e, "__asm__(\".section .rodata\\n.balign 16\\nnetc_fatbin_%s:\\n\"", e->p->name);
+        /* the file's name as an assembler string (C's escapes), in a C string */
+        const char *incbin = arena_printf(e->arena, ".incbin %s\n.previous",
+                                          c_string(e->arena, o->fatbin_path));
+        emitf(e, "        %s);", c_string(e->arena, incbin));
+        emitf(e, "extern const unsigned char netc_fatbin_%s[%zu];", e->p->name, o->fatbin_size);
         emit_blank(e);
-        emitf(e, "static const nrt_cuda_code cuda_code = {%s, NULL, fatbin, sizeof fatbin, "
-              "kernel_names, %d};", c_string(e->arena, name), l->n);
+        emitf(e, "static const nrt_cuda_code cuda_code = {%s, NULL, netc_fatbin_%s, %zu, "
+              "kernel_names, %d};", c_string(e->arena, name), e->p->name, o->fatbin_size, l->n);
     } else {
         emitf(e, "/* The kernel source (netc --emit=cuda), compiled on first run by NVRTC for");
         emitf(e, " * the GPU present, through the disk cache. */");

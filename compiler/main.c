@@ -49,6 +49,9 @@ static void usage(FILE *out)
           "  --jit           the program carries its kernels' source and compiles them\n"
           "                  with NVRTC on first run, for the GPU present, through a\n"
           "                  disk cache (no nvcc needed; default: nvcc, ahead of time)\n"
+          "  --cuda-arch=LIST  the GPUs nvcc compiles the kernels for, ahead of time:\n"
+          "                  sm_90, or sm_80,sm_90 (default: configure's, " NETC_CUDA_ARCH ");\n"
+          "                  the last's PTX too, for newer GPUs\n"
           "  --check         check the model and print its summary: each layer, its\n"
           "                  output shape and parameter count, and the totals\n"
           "  -v, --verbose   show the compilers' command lines\n"
@@ -57,7 +60,8 @@ static void usage(FILE *out)
           "\n"
           "Environment: NETC_CC (C compiler), NETC_CFLAGS (default -O3 -fno-math-errno),\n"
           "NETC_INCLUDE_DIR and NETC_LIB_DIR (where netrt.h and libnetrt.a are),\n"
-          "NETC_NVCC (CUDA's compiler), NETC_CUDA=no (as --no-cuda).\n"
+          "NETC_NVCC (CUDA's compiler), NETC_CUDA_LIBS (the CUDA libraries a program\n"
+          "links), NETC_CUDA=no (as --no-cuda).\n"
           "The language and the generated program's flags are described in README.md,\n"
           "installed as " NETC_DOCDIR "/README.md (and in netc(1)).\n",
           out);
@@ -313,16 +317,14 @@ static int build(const Program *p, EmitOptions *eo, const BuildOptions *bo, Aren
                  const char *dir, const char *model_path, bool jit, const char *out)
 {
     const char *stem = default_output(a, source_name(model_path));
-    unsigned char *fatbin = NULL;
     int rc = 0;
-    if (eo->cuda && !jit) { /* ahead of time: nvcc compiles the kernels, the C embeds them */
+    if (eo->cuda && !jit) { /* ahead of time: nvcc compiles the kernels, the program includes them */
         char *cusrc = write_temp(p, eo, a, dir, stem, EMIT_CUDA, ".cu");
-        rc = cusrc ? build_fatbin(bo, cusrc, &fatbin, &eo->fatbin_size) : -1;
-        eo->fatbin = fatbin;
+        rc = cusrc ? build_fatbin(bo, cusrc, &eo->fatbin_size) : -1;
+        eo->fatbin_path = cusrc ? arena_printf(a, "%s.fatbin", cusrc) : NULL;
     }
     char *csrc = rc ? NULL : write_temp(p, eo, a, dir, stem, eo->cuda ? EMIT_C_FOR_CUDA : EMIT_C, ".c");
     rc = csrc ? build_program(bo, csrc, eo->cuda, out) : -1;
-    free(fatbin);
     return rc;
 }
 
@@ -424,7 +426,7 @@ static void find_runtime(BuildOptions *o, Arena *a)
 
 int main(int argc, char **argv)
 {
-    const char *model_path = NULL, *out = NULL;
+    const char *model_path = NULL, *out = NULL, *cuda_arch = NULL;
     bool check = false, emit = false, verbose = false, no_cuda = false, lines = true, jit = false;
     int kind = EMIT_C;
     Deps deps = {0};
@@ -456,6 +458,16 @@ int main(int argc, char **argv)
             no_cuda = true;
         } else if (!strcmp(a, "--jit")) {
             jit = true;
+        } else if (!strncmp(a, "--cuda-arch=", 12)) {
+            Arena *tmp = arena_new();
+            const char *bad = build_bad_arch(tmp, a + 12);
+            if (bad)
+                fprintf(stderr, "netc: error: --cuda-arch: '%s' is not an architecture like sm_90 "
+                        "(a list: sm_80,sm_90)\n", bad);
+            arena_free(tmp);
+            if (bad)
+                return 2;
+            cuda_arch = a + 12;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             verbose = true;
         } else if (!strcmp(a, "-o") || !strcmp(a, "-MF") || !strcmp(a, "-MT")) {
@@ -522,13 +534,16 @@ int main(int argc, char **argv)
     autodiff(p);
     fuse_and_plan(p);
 
-    /* CUDA when this netc was built with it, unless --no-cuda or
-     * NETC_CUDA=no (the test suite's cpu tests) */
+    /* CUDA when this netc was built with it, unless --no-cuda, NETC_CUDA=no
+     * (the test suite's cpu tests) or the model's device is cpu */
     const char *env_cuda = getenv("NETC_CUDA");
-    bool cuda = NETC_WITH_CUDA && !no_cuda && !(env_cuda && !strcmp(env_cuda, "no"));
+    bool env_off = env_cuda && !strcmp(env_cuda, "no");
+    bool cpu_model = !strcmp(p->device, "cpu");
+    bool cuda = NETC_WITH_CUDA && !no_cuda && !env_off && !cpu_model;
     const char *cuda_off = !NETC_WITH_CUDA ? "this netc was built without CUDA"
                            : no_cuda       ? "CUDA is off (--no-cuda)"
-                                           : "CUDA is off (NETC_CUDA=no)";
+                           : env_off       ? "CUDA is off (NETC_CUDA=no)"
+                                           : "the model's device is cpu";
     if (jit && !cuda) {
         fprintf(stderr, "netc: error: --jit compiles CUDA kernels, but %s\n", cuda_off);
         goto done;
@@ -568,6 +583,11 @@ int main(int argc, char **argv)
     BuildOptions bo = {0};
     find_runtime(&bo, arena);
     bo.verbose = verbose;
+    bo.cuda_arch = cuda_arch;
+    if (cuda_arch && (jit || !cuda || emit))
+        fprintf(stderr, "netc: warning: --cuda-arch is ignored: %s\n",
+                jit ? "--jit compiles for the GPU present" : emit ? "--emit writes no kernels' "
+                "binary" : cuda_off);
     /* a program is rebuilt when the runtime it includes and links is */
     prereqs[nprereqs++] = arena_printf(arena, "%s/netrt.h", bo.incdir);
     prereqs[nprereqs++] = arena_printf(arena, "%s/philox.h", bo.incdir);

@@ -395,9 +395,10 @@ typedef struct EmitOptions {
                              a program, with main() */
     const char *lib_header; /* --emit=lib: the header's file name, included */
     bool cuda;            /* the C file holds the CUDA passes too */
-    const unsigned char *fatbin; /* with cuda: the kernels compiled ahead of
-                                    time (nvcc), embedded; NULL: their source,
-                                    for the JIT */
+    const char *fatbin_path; /* with cuda: the kernels compiled ahead of time
+                                (nvcc), a file the assembler includes in the
+                                program (.incbin); NULL: their source, for
+                                the JIT */
     size_t fatbin_size;
 } EmitOptions;
 
@@ -491,6 +492,8 @@ typedef struct BuildOptions {
     const char *incdir;    /* where netrt.h is */
     const char *libdir;    /* where libnetrt.a is */
     const char *model;     /* the model file, as #line names it */
+    const char *cuda_arch; /* the GPU architectures nvcc compiles for
+                              ("sm_80,sm_90"); NULL: configure's */
     bool verbose;
 } BuildOptions;
 
@@ -506,8 +509,11 @@ void build_remove_temps(void);
 /* Compiles the C file csrc (with cuda, its CUDA passes too) into the
  * executable out, atomically. */
 int build_program(const BuildOptions *o, const char *csrc, bool cuda, const char *out);
-/* nvcc's fatbin of the kernel source cusrc, for the configured
- * architectures: *bytes (malloc'd) and *size. */
-int build_fatbin(const BuildOptions *o, const char *cusrc, unsigned char **bytes, size_t *size);
+/* nvcc's fatbin of the kernel source cusrc, for o->cuda_arch, in the file
+ * cusrc.fatbin (removed with the temporaries): 0 and its *size, or -1. */
+int build_fatbin(const BuildOptions *o, const char *cusrc, size_t *size);
+/* NULL if list is a comma-separated list of architectures like sm_90,
+ * else the first word that is not. */
+const char *build_bad_arch(Arena *a, const char *list);
 
 #endif /* NETC_H */

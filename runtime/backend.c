@@ -390,27 +390,42 @@ int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *
     int is_cuda = kind == NRT_DEVICE_CUDA;
     if (!m->cuda) {
         if (is_cuda)
-            return nrt_errorf(err, "device %s: this program was built without CUDA (netc "
-                              "--no-cuda, or a netc without CUDA); use cpu or auto", dev);
+            return nrt_errorf(err, "device %s: this program was built without CUDA (its "
+                              "model's device is cpu, netc --no-cuda, or a netc without CUDA); "
+                              "use cpu or auto", dev);
         snprintf(note, note_len, "cpu (auto: this program was built without CUDA)");
         return nrt_cpu_open(m, &rc, be, err);
     }
     int count = m->cuda->device_count(err);
     if (count < 0 && is_cuda)
         return -1;
-    if (count <= 0) {
-        if (is_cuda)
-            return nrt_errorf(err, "device %s: no CUDA device found (CUDA_VISIBLE_DEVICES=%s)",
-                              dev, getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES")
-                                                                  : "unset");
-        snprintf(note, note_len, "cpu (auto: %s)", count < 0 ? err->msg : "no CUDA device");
+    if (count <= 0) { /* err says why */
+        if (is_cuda) {
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg[0] ? err->msg : "no CUDA device found");
+            const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+            return nrt_errorf(err, "device %s: %s%s%s%s", dev, why,
+                              visible ? " (CUDA_VISIBLE_DEVICES=" : "", visible ? visible : "",
+                              visible ? ")" : "");
+        }
+        snprintf(note, note_len, "cpu (auto: %s)", err->msg[0] ? err->msg : "no CUDA device");
         return nrt_cpu_open(m, &rc, be, err);
     }
     if (rc.device >= count)
         return nrt_errorf(err, "device %s: there %s only %d CUDA device%s (cuda:0%s)", dev,
                           count == 1 ? "is" : "are", count, count == 1 ? "" : "s",
                           count == 1 ? "" : " and up");
-    if (m->cuda->open(m, &rc, be, err))
+    int rc_open = m->cuda->open(m, &rc, be, err);
+    if (rc_open == NRT_UNAVAILABLE) { /* a CUDA library is missing */
+        if (is_cuda) {
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg);
+            return nrt_errorf(err, "device %s: %s", dev, why);
+        }
+        snprintf(note, note_len, "cpu (auto: %s)", err->msg);
+        return nrt_cpu_open(m, &rc, be, err);
+    }
+    if (rc_open)
         return -1;
     if (!is_cuda)
         snprintf(note, note_len, "%s (auto)", be->name);

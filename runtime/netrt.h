@@ -748,11 +748,15 @@ typedef struct nrt_cuda_code {
 #define NRT_DW_MAX_SPLITS 256
 #define NRT_DW_PARTIAL_MAX (1 << 21)
 
+#define NRT_UNAVAILABLE (-2)
+
 typedef struct nrt_cuda_model {
     /* The passes on the device, over the net's stream; 0 or -1 (err). */
     int (*forward)(nrt_cuda_net *net, int n, nrt_error *err);
     int (*backward)(nrt_cuda_net *net, int n, nrt_error *err);
-    /* libnetrt_cuda's nrt_cuda_device_count, _list_devices and _open. */
+    /* libnetrt_cuda's nrt_cuda_device_count, _list_devices and _open.
+     * open returns NRT_UNAVAILABLE where a CUDA library it loads at run
+     * time is missing (device auto then falls back to the cpu). */
     int (*device_count)(nrt_error *err);
     int (*list_devices)(FILE *out, nrt_error *err);
     int (*open)(const struct nrt_model *m, const nrt_run_config *c,

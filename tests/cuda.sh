@@ -5,8 +5,10 @@
 # compiles with NVRTC to a cubin; the JIT's disk cache hits, rebuilds a
 # truncated entry, costs only itself when read-only, and is found where
 # the environment says; a program built with the backend (ahead of time)
-# links, lists devices, and without a GPU falls back to the cpu under
-# --device auto and refuses --device cuda with one clear sentence.
+# links no CUDA library (the runtime statically; cuBLAS and NVRTC are
+# loaded when needed), lists devices, and without a GPU falls back to the
+# cpu under --device auto and refuses --device cuda with one clear
+# sentence; a model whose device is cpu gets no kernels at all.
 # Skipped (77) when netc was configured without CUDA.  The GPU checks
 # themselves are tests/gpu/run.sh.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
@@ -99,8 +101,44 @@ if [ -x "$WORK/prog" ]; then
         check "[ \$(wc -l < '$WORK/cuda.err') -eq 1 ]" "--device cuda without a GPU: more than one line"
         check "(cd '$SRC' && '$WORK/prog' --device auto --epochs 1) > '$WORK/auto.out'" \
             "--device auto without a GPU failed"
-        check "grep -q '^device: cpu (auto: no CUDA device)' '$WORK/auto.out'" \
+        check "grep -q '^device: cpu (auto: no CUDA device found' '$WORK/auto.out'" \
             "--device auto does not say it uses the cpu: $(head -2 "$WORK/auto.out")"
     fi
 fi
+# --cuda-arch: only the architectures asked for (and the last's PTX)
+"$NETC" -v --cuda-arch=sm_90 "$model" -o "$WORK/prog90" > "$WORK/arch.log" 2>&1
+check "[ $? -eq 0 ] && grep -q 'code=sm_90 ' '$WORK/arch.log' && grep -q 'code=compute_90 ' '$WORK/arch.log' && ! grep -q 'sm_80' '$WORK/arch.log'" \
+    "--cuda-arch=sm_90: $(grep nvcc "$WORK/arch.log")"
+"$NETC" --cuda-arch=sm_9x "$model" -o "$WORK/bad" > "$WORK/badarch.log" 2>&1
+check "[ $? -eq 2 ] && grep -q \"error: --cuda-arch: 'sm_9x' is not an architecture like sm_90\" '$WORK/badarch.log' && [ ! -e '$WORK/bad' ]" \
+    "--cuda-arch=sm_9x: $(cat "$WORK/badarch.log")"
+# The assembler includes the fatbin (.incbin), named in the C file as an
+# assembler string: a temporary directory with a quote, a backslash and a
+# space in its name still works (nvcc's own temporaries cannot, so a
+# stand-in nvcc writes a 12345-byte fatbin).
+printf '#!/bin/sh\nwhile [ $# -gt 1 ]; do shift; done\nhead -c 12345 /dev/zero > "$1"\n' > "$WORK/fake-nvcc"
+chmod +x "$WORK/fake-nvcc"
+mkdir -p "$WORK/tmp \"q\\"
+TMPDIR="$WORK/tmp \"q\\" NETC_NVCC="$WORK/fake-nvcc" "$NETC" "$model" -o "$WORK/prog_q" > "$WORK/q.log" 2>&1
+check "[ $? -eq 0 ] && '$WORK/prog_q' --jit-arch sm_90 2>&1 | grep -q '^compiled: *ahead of time by nvcc (a 12345-byte fatbin)'" \
+    "a TMPDIR with a quote, a backslash and a space: $(cat "$WORK/q.log")"
+(cd "$SRC" && "$WORK/prog_q" --device cpu --max-steps 2 --quiet)
+check "[ $? -eq 0 ]" "the program built in a TMPDIR with a quote does not run"
+
+# No CUDA library is needed to start: none is linked dynamically.
+if [ -x "$WORK/prog" ] && command -v readelf > /dev/null 2>&1; then
+    readelf -d "$WORK/prog" > "$WORK/dynamic.out" 2>&1
+    check "grep -q NEEDED '$WORK/dynamic.out' && ! grep -E 'NEEDED.*lib(cudart|cublas|cublasLt|nvrtc|nccl|cuda)\.' '$WORK/dynamic.out'" \
+        "the program links a CUDA library: $(grep NEEDED "$WORK/dynamic.out" | tr -s ' ')"
+fi
+# device cpu: no kernels, no nvcc
+"$NETC" -v "$SRC/examples/make/xor.net" -o "$WORK/xor" > "$WORK/xor.log" 2>&1
+check "[ $? -eq 0 ] && ! grep -q nvcc '$WORK/xor.log' && ! grep -q netrt_cuda '$WORK/xor.log'" \
+    "a model on device cpu was built with CUDA: $(cat "$WORK/xor.log")"
+(cd "$SRC/examples/make" && "$WORK/xor" --device cuda --max-steps 1) > "$WORK/xor.out" 2>&1
+check "[ $? -eq 1 ] && grep -q \"built without CUDA (its model's device is cpu\" '$WORK/xor.out'" \
+    "--device cuda on a cpu model's program: $(cat "$WORK/xor.out")"
+"$NETC" --jit "$SRC/examples/make/xor.net" -o "$WORK/xor.jit" > "$WORK/xorjit.out" 2>&1
+check "[ $? -eq 1 ] && grep -q \"error: --jit compiles CUDA kernels, but the model's device is cpu\" '$WORK/xorjit.out'" \
+    "--jit on a cpu model: $(cat "$WORK/xorjit.out")"
 finish

@@ -5,7 +5,8 @@
 # a few dozen samples so that an epoch ends with a partial batch within the
 # steps run; once with the kernels compiled ahead of time (nvcc.py), once
 # with --jit (the emulated NVRTC, through the JIT cache).  Then the JIT
-# cache's miss and hit (--jit-info) and a damaged entry.
+# cache's miss and hit (--jit-info) and a damaged entry, and a cuBLAS that
+# cannot be used: auto trains on the cpu, --device cuda says why.
 # Skipped (77) where tests/emu.sh is.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 . "$SRC/tests/emu/env.sh"
@@ -42,4 +43,20 @@ info
 check "[ $? -eq 0 ] && grep -q '^cache: *miss' '$WORK/info'" "--jit-info, a damaged entry: $(cat "$WORK/info")"
 "$WORK/digits_mlp.jit" --device cuda --max-steps 3 --quiet
 check "[ $? -eq 0 ]" "training with the replaced entry"
+
+# cuBLAS is loaded when a run first needs the GPU: one without cublasCreate
+# (found first, through LD_LIBRARY_PATH) leaves the GPU unusable, not the program
+mkdir -p "$WORK/badblas"
+echo 'int not_cublas;' > "$WORK/badblas/empty.c"
+${CC:-cc} -shared -fPIC -o "$WORK/badblas/libcublas.so.$cuda_major" "$WORK/badblas/empty.c"
+compile "$SRC/models/boston_mlp.net" "$WORK/bm"
+badblas() { LD_LIBRARY_PATH="$WORK/badblas:$LD_LIBRARY_PATH" "$WORK/bm" --max-steps 2 "$@"; }
+badblas --device auto > "$WORK/auto.out" 2>&1
+check "[ $? -eq 0 ] && grep -q '^device: cpu (auto: cuBLAS has no cublasCreate_v2' '$WORK/auto.out'" \
+    "auto with an unusable cuBLAS: $(head -3 "$WORK/auto.out")"
+badblas --device cuda > "$WORK/cuda.out" 2>&1
+check "[ $? -eq 1 ] && [ \$(wc -l < '$WORK/cuda.out') -eq 1 ] && grep -q 'error: device cuda: cuBLAS has no cublasCreate_v2' '$WORK/cuda.out'" \
+    "--device cuda with an unusable cuBLAS: $(cat "$WORK/cuda.out")"
+"$WORK/bm" --device cuda --max-steps 2 --quiet
+check "[ $? -eq 0 ]" "the same program with the emulated cuBLAS"
 finish

@@ -38,7 +38,7 @@ expect_error "--lr 1e-50 is too small: it would be 0 as a float" --lr 1e-50
 expect_error "--lr expects a non-negative number, got '1e-400'" --lr 1e-400
 expect_error "--data needs a value" --data
 expect_error "no training data: the model names none; give --data PATH"
-expect_error "this program was built without CUDA (netc --no-cuda, or a netc without CUDA)" --device cuda --data "$WORK/ok.csv"
+expect_error "this program was built without CUDA (its model's device is cpu, netc --no-cuda, or a netc without CUDA)" --device cuda --data "$WORK/ok.csv"
 expect_error "unknown device 'tpu'" --device tpu --data "$WORK/ok.csv"
 expect_error "$WORK/none.csv: cannot open" --data "$WORK/none.csv"
 

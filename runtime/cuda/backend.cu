@@ -60,6 +60,7 @@ struct Ctx {
     float *opt_m, *opt_v;  /* optimizer state (sgd: momentum buffer) */
     float *bx, *by;        /* the batch buffers every pass reads */
     int32_t *blabel;
+    nrt_cublas cublas;
     char *blas_ws;
     /* data */
     int data_tried, has_data, resident;
@@ -633,7 +634,8 @@ static void be_close(void *ctx)
         if (ev[i])
             (void)cudaEventDestroy(ev[i]);
     if (c->net.blas)
-        (void)cublasDestroy(c->net.blas);
+        (void)c->cublas.Destroy(c->net.blas);
+    nrt_cublas_unload(&c->cublas);
     nrt_cuda_module_unload(c->net.library, c->net.kernel);
     free_all(c);
     if (c->net.stream)
@@ -646,18 +648,19 @@ static void be_close(void *ctx)
 static int setup_blas(Ctx *c, nrt_error *err)
 {
     nrt_cuda_net *net = &c->net;
-    if (NRT_CUBLAS(cublasCreate(&net->blas), err)) {
+    const nrt_cublas *b = &c->cublas;
+    net->cublas = b;
+    if (NRT_CUBLAS(b, b->Create(&net->blas), err)) {
         net->blas = NULL;
         return -1;
     }
     /* Default math: exact fp32, no TF32.  No atomics: one seed, one result.
      * The workspace after the stream: cublasSetStream resets it. */
-    return NRT_CUBLAS(cublasSetStream(net->blas, net->stream), err) ||
-                   NRT_CUBLAS(cublasSetMathMode(net->blas, CUBLAS_DEFAULT_MATH), err) ||
-                   NRT_CUBLAS(cublasSetAtomicsMode(net->blas, CUBLAS_ATOMICS_NOT_ALLOWED),
-                              err) ||
+    return NRT_CUBLAS(b, b->SetStream(net->blas, net->stream), err) ||
+                   NRT_CUBLAS(b, b->SetMathMode(net->blas, CUBLAS_DEFAULT_MATH), err) ||
+                   NRT_CUBLAS(b, b->SetAtomicsMode(net->blas, CUBLAS_ATOMICS_NOT_ALLOWED), err) ||
                    dalloc(c, &c->blas_ws, BLAS_WORKSPACE, "cuBLAS's workspace", err) ||
-                   NRT_CUBLAS(cublasSetWorkspace(net->blas, c->blas_ws, BLAS_WORKSPACE), err)
+                   NRT_CUBLAS(b, b->SetWorkspace(net->blas, c->blas_ws, BLAS_WORKSPACE), err)
                ? -1
                : 0;
 }
@@ -746,6 +749,11 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
     Ctx *c = (Ctx *)calloc(1, sizeof *c);
     if (!c)
         return nrt_errorf(err, "out of memory");
+    /* cuBLAS first: without it the device is unavailable, not broken */
+    if (nrt_cublas_load(&c->cublas, err)) {
+        free(c);
+        return NRT_UNAVAILABLE;
+    }
     nrt_backend b;
     memset(&b, 0, sizeof b);
     if (setup(c, m, cfg, b.name, sizeof b.name, err)) {

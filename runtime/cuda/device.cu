@@ -28,13 +28,13 @@ int nrt_cuda_check(cudaError_t e, const char *call, const char *file, int line,
                       cudaGetErrorString(e));
 }
 
-int nrt_cublas_check(cublasStatus_t s, const char *call, const char *file,
-                     int line, nrt_error *err)
+int nrt_cublas_check(const nrt_cublas *b, cublasStatus_t s, const char *call,
+                     const char *file, int line, nrt_error *err)
 {
     if (s == CUBLAS_STATUS_SUCCESS)
         return 0;
     return nrt_errorf(err, "%s failed at %s:%d: %s (%s)", call, file, line,
-                      cublasGetStatusName(s), cublasGetStatusString(s));
+                      b->GetStatusName(s), b->GetStatusString(s));
 }
 
 int nrt_cuda_launched(const char *what, const char *file, int line,
@@ -109,21 +109,29 @@ static void version_str(char *buf, size_t len, int v)
     snprintf(buf, len, "%d.%d", v / 1000, v % 1000 / 10);
 }
 
+/* Where there is none, says why in err: no GPU, or no driver. */
 int nrt_cuda_device_count(nrt_error *err)
 {
     int n = 0;
+    if (err)
+        err->msg[0] = '\0';
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e == cudaSuccess)
         return n;
     (void)cudaGetLastError();
-    if (e == cudaErrorNoDevice || e == cudaErrorStubLibrary)
-        return 0; /* no GPU, or only the toolkit's stub driver */
+    if (e == cudaErrorNoDevice || e == cudaErrorStubLibrary) {
+        nrt_errorf(err, "no CUDA device found%s",
+                   e == cudaErrorStubLibrary ? " (only the CUDA toolkit's stub driver)" : "");
+        return 0;
+    }
     int driver = 0, runtime = 0;
     if (e == cudaErrorInsufficientDriver) {
         /* The runtime reports a machine with no driver at all the same
          * way as one with an old driver; only the second is broken. */
         if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) {
             (void)cudaGetLastError();
+            nrt_errorf(err, "no CUDA device found: the NVIDIA driver is not installed "
+                       "(no libcuda.so.1)");
             return 0;
         }
         (void)cudaRuntimeGetVersion(&runtime);
@@ -146,7 +154,7 @@ int nrt_cuda_list_devices(FILE *out, nrt_error *err)
     if (n < 0)
         return -1;
     if (n == 0) {
-        fprintf(out, "no CUDA device\n");
+        fprintf(out, "%s\n", err && err->msg[0] ? err->msg : "no CUDA device found");
         return 0;
     }
     for (int i = 0; i < n; i++) {

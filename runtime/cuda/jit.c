@@ -26,6 +26,7 @@
 #endif
 
 #include "netrt_jit.h"
+#include "netrt_cuda.h" /* nrt_dl_open */
 
 #include <cuda.h>  /* CUDA_VERSION, for the NVRTC major version to load */
 #include <nvrtc.h> /* types only: the functions come from dlsym */
@@ -207,18 +208,6 @@ typedef struct Nvrtc {
     nvrtcGetBytes_fn GetPTX, GetCUBIN, GetProgramLog;
 } Nvrtc;
 
-/* Stores symbol name of lib into the function pointer at fn.  ISO C has no
- * conversion from dlsym's void * to a function pointer; POSIX guarantees
- * they have the same representation, which memcpy relies on. */
-static int load(void *lib, const char *name, void *fn, nrt_error *err)
-{
-    void *p = dlsym(lib, name);
-    if (!p)
-        return nrt_errorf(err, "NVRTC has no %s: %s", name, dlerror());
-    memcpy(fn, &p, sizeof p);
-    return 0;
-}
-
 static void nvrtc_close(Nvrtc *nv)
 {
     free(nv->archs);
@@ -230,17 +219,10 @@ static void nvrtc_close(Nvrtc *nv)
 static int nvrtc_open(Nvrtc *nv, nrt_error *err)
 {
     memset(nv, 0, sizeof *nv);
-    char name[32], why[512];
-    snprintf(name, sizeof name, "libnvrtc.so.%d", CUDA_VERSION / 1000);
-    nv->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (!nv->lib) {
-        snprintf(why, sizeof why, "%s", dlerror());
-        nv->lib = dlopen("libnvrtc.so", RTLD_NOW | RTLD_LOCAL);
-        if (!nv->lib)
-            return nrt_errorf(err, "cannot load NVRTC, %s nor libnvrtc.so: %s; %s",
-                              name, why, dlerror());
-    }
-#define LOAD(f) load(nv->lib, "nvrtc" #f, &nv->f, err)
+    nv->lib = nrt_dl_open("libnvrtc", "NVRTC", err);
+    if (!nv->lib)
+        return -1;
+#define LOAD(f) nrt_dl_sym(nv->lib, "nvrtc" #f, &nv->f, "NVRTC", err)
     if (LOAD(GetErrorString) || LOAD(Version) || LOAD(GetNumSupportedArchs) ||
         LOAD(GetSupportedArchs) || LOAD(CreateProgram) ||
         LOAD(DestroyProgram) || LOAD(CompileProgram) || LOAD(GetPTXSize) ||

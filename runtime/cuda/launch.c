@@ -163,9 +163,10 @@ int nrt_cu_gemm(nrt_cuda_net *net, int transa, int transb, int m, int n, int k, 
         return nrt_cu_launch(net, NRT_K_GEMM_SCALE, grid_for((size_t)m * (size_t)n, 256), 1, 1,
                              256, args, 5, err);
     }
-    return NRT_CUBLAS(cublasSgemm(net->blas, transb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                  transa ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb,
-                                  a, lda, &beta, c, ldc),
+    return NRT_CUBLAS(net->cublas,
+                      net->cublas->Sgemm(net->blas, transb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         transa ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                                         ldb, a, lda, &beta, c, ldc),
                       err);
 }
 

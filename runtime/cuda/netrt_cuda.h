@@ -31,6 +31,22 @@
 extern "C" {
 #endif
 
+/* cuBLAS, loaded at run time (libs.c): the functions the runtime calls. */
+typedef struct nrt_cublas {
+    void *lib;
+    cublasStatus_t (*Create)(cublasHandle_t *);
+    cublasStatus_t (*Destroy)(cublasHandle_t);
+    cublasStatus_t (*SetStream)(cublasHandle_t, cudaStream_t);
+    cublasStatus_t (*SetWorkspace)(cublasHandle_t, void *, size_t);
+    cublasStatus_t (*SetMathMode)(cublasHandle_t, cublasMath_t);
+    cublasStatus_t (*SetAtomicsMode)(cublasHandle_t, cublasAtomicsMode_t);
+    cublasStatus_t (*Sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const float *, const float *, int, const float *, int, const float *,
+                            float *, int);
+    const char *(*GetStatusName)(cublasStatus_t);
+    const char *(*GetStatusString)(cublasStatus_t);
+} nrt_cublas;
+
 /* A run's device state.  Pointers are device memory, sized for cap
  * samples a batch. */
 struct nrt_cuda_net {
@@ -63,7 +79,8 @@ struct nrt_cuda_net {
     size_t workspace_bytes;
     unsigned long long *step;
     cudaStream_t stream;
-    cublasHandle_t blas;
+    const nrt_cublas *cublas; /* the loaded library */
+    cublasHandle_t blas;      /* its handle, bound to stream */
     /* The model's device code, loaded (module.c): kernel[NRT_K_*] are the
      * runtime's kernels every module carries, kernel[NRT_K_MODEL + i] the
      * model's i-th (its code->kernels[i]). */
@@ -79,14 +96,14 @@ enum { NRT_K_GEMM_SCALE, NRT_K_DROPOUT_FWD, NRT_K_MSE, NRT_K_COL_SUMS, NRT_K_ROW
  * "CALL failed at FILE:LINE: REASON" in err. */
 int nrt_cuda_check(cudaError_t e, const char *call, const char *file, int line,
                    nrt_error *err);
-int nrt_cublas_check(cublasStatus_t s, const char *call, const char *file,
-                     int line, nrt_error *err);
+int nrt_cublas_check(const nrt_cublas *b, cublasStatus_t s, const char *call,
+                     const char *file, int line, nrt_error *err);
 /* Checks the launches before it (cudaGetLastError); what names the kernel. */
 int nrt_cuda_launched(const char *what, const char *file, int line,
                       nrt_error *err);
 
 #define NRT_CUDA(call, err) nrt_cuda_check((call), #call, __FILE__, __LINE__, (err))
-#define NRT_CUBLAS(call, err) nrt_cublas_check((call), #call, __FILE__, __LINE__, (err))
+#define NRT_CUBLAS(b, call, err) nrt_cublas_check((b), (call), #call, __FILE__, __LINE__, (err))
 #define NRT_LAUNCHED(what, err) nrt_cuda_launched((what), __FILE__, __LINE__, (err))
 
 /* Device memory, tracked: nrt_cuda_alloc counts what is in use and its
@@ -109,6 +126,17 @@ int nrt_cuda_open(const nrt_model *m, const nrt_run_config *c,
  * time, printed to out. */
 int nrt_cuda_jit_info(const nrt_model *m, const char *arch, int device, FILE *out,
                       nrt_error *err);
+
+/* -------------------------------------------------------------- libs.c */
+
+/* Loads STEM.so.MAJOR (the CUDA major version built with), else STEM.so;
+ * NULL with "cannot load WHAT: ..." in err. */
+void *nrt_dl_open(const char *stem, const char *what, nrt_error *err);
+/* Stores LIB's symbol NAME into the function pointer at fn; 0 or -1. */
+int nrt_dl_sym(void *lib, const char *name, void *fn, const char *what, nrt_error *err);
+/* Loads cuBLAS: 0, or NRT_UNAVAILABLE with the reason in err. */
+int nrt_cublas_load(nrt_cublas *b, nrt_error *err);
+void nrt_cublas_unload(nrt_cublas *b);
 
 /* ------------------------------------------------------------ module.c */
 

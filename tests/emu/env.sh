@@ -4,9 +4,10 @@
 #   netclib/  libnetrt_cuda.a with its CUDA sources compiled by nvcc.py,
 #             beside the real libnetrt.a: what netc links programs against
 # and exports what makes netc build, and its programs run, for the
-# emulated device: NETC_NVCC (nvcc.py), NETC_LIB_DIR, NETC_CFLAGS (the
-# usual ones, and the emulated libraries ahead of the toolkit's in the
-# link), LD_LIBRARY_PATH (NVRTC is dlopened), NETC_CACHE_DIR (a JIT cache
+# emulated device: NETC_NVCC (nvcc.py), NETC_LIB_DIR, NETC_CUDA_LIBS (the
+# emulated CUDA runtime, where a program links the real one statically),
+# NETC_CFLAGS (the usual ones and an rpath to the emulated libraries),
+# LD_LIBRARY_PATH (cuBLAS and NVRTC are dlopened), NETC_CACHE_DIR (a JIT cache
 # of the test's own), NETC_CUDA=yes (the suite's default is no),
 # NETC_EMU_LIBDIR and NETC_EMU_CUDA_INCLUDE (nvcc.py's).
 # Skips the test (77) without the CUDA toolkit's headers or off x86-64;
@@ -47,7 +48,7 @@ check "[ $? -eq 0 ] && ! grep -q warning '$WORK/emu-build.log'" \
 # The runtime's CUDA library for the emulated device: its C sources as
 # configure compiles them, its .cu sources through nvcc.py.
 emu_rt_ok=1
-for f in launch module jit; do
+for f in launch module jit libs; do
     ${CC:-cc} -std=c11 -O2 -c -I"$SRC/runtime" -I"$SRC/runtime/cuda" -I"$cuda_inc" \
         "$SRC/runtime/cuda/$f.c" -o "$WORK/netclib/$f.o" >> "$WORK/emu-build.log" 2>&1 ||
         emu_rt_ok=0
@@ -66,6 +67,7 @@ check "[ $emu_rt_ok = 1 ]" \
 [ $emu_rt_ok = 1 ] || finish
 
 export NETC_NVCC="$NETC_EMU_NVCC" NETC_LIB_DIR="$WORK/netclib"
-export NETC_CFLAGS="${NETC_CFLAGS:--O3 -fno-math-errno} -L$EMU_LIB -Wl,-rpath,$EMU_LIB"
+export NETC_CFLAGS="${NETC_CFLAGS:--O3 -fno-math-errno} -Wl,-rpath,$EMU_LIB"
+export NETC_CUDA_LIBS="-L$EMU_LIB -lcudart -ldl -lstdc++"
 export LD_LIBRARY_PATH="$EMU_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export NETC_CACHE_DIR="$WORK/jit-cache" NETC_CUDA=yes

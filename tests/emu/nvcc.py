@@ -59,12 +59,13 @@ def parse(argv):
         elif a.startswith(("-std=", "--std=")):
             o["cxx"].append("-std=" + a.split("=", 1)[1])
         elif a in ("-arch", "-gencode", "-code", "--gpu-architecture", "-ccbin", "--ccbin",
-                   "-maxrregcount", "-Xptxas", "-Xnvlink", "-rdc"):
+                   "-maxrregcount", "-Xptxas", "-Xnvlink", "-rdc", "--threads", "-t"):
             next(it)
         elif a.startswith(("-arch=", "-gencode=", "--generate-code=", "-code=",
                            "--gpu-architecture=", "-lineinfo", "-G", "-O", "--use_fast_math",
                            "-use_fast_math", "-Xptxas=", "-ccbin=", "--expt-", "-w",
-                           "--resource-usage", "-Wno-deprecated-gpu-targets", "-g")):
+                           "--resource-usage", "-Wno-deprecated-gpu-targets", "-g",
+                           "--threads=")):
             if a.startswith("-O"):
                 o["cxx"].append(a)
         elif a.endswith(".cu"):

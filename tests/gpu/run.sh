@@ -101,7 +101,7 @@ stage_kernels() {
         "$NVCC" -std=c++17 -O3 -arch="$CUDA_ARCH" -Xcompiler -Wall,-Wextra \
             -I"$BUILD" -I"$root/runtime" -I"$root/runtime/cuda" \
             "$root/tests/gpu/test_cuda_kernels.cu" "$BUILD/runtime/libnetrt_cuda.a" \
-            "$BUILD/runtime/libnetrt.a" -lcublas -ldl -lgomp -lm -o "$bin" && "$bin"
+            "$BUILD/runtime/libnetrt.a" -ldl -lgomp -lm -o "$bin" && "$bin"
     } >"$log" 2>&1
     local rc=$?
     section "Kernels against the cpu runtime (tests/gpu/test_cuda_kernels.cu)" "$log" \

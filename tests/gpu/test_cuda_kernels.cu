@@ -39,7 +39,8 @@
  * Build (the launchers are in the CUDA runtime library, libnetrt_cuda.a):
  *   nvcc -std=c++17 -O3 -arch=sm_90 -Iruntime -Iruntime/cuda \
  *     tests/gpu/test_cuda_kernels.cu runtime/libnetrt_cuda.a runtime/libnetrt.a \
- *     -lcublas -ldl -lgomp -lm -o test_cuda_kernels
+ *     -ldl -lgomp -lm -o test_cuda_kernels
+ * (cuBLAS is loaded at run time, as in a generated program.)
  */
 #include "netrt.h"
 #include "netrt_cuda.h"
@@ -86,11 +87,13 @@ static void die_cuda(cudaError_t e, const char *call, int line)
 }
 #define CK(call) die_cuda((call), #call, __LINE__)
 
+static nrt_cublas g_cublas;
+
 static void die_blas(cublasStatus_t s, const char *call, int line)
 {
     if (s == CUBLAS_STATUS_SUCCESS)
         return;
-    printf("FAIL %s at line %d: %s\n", call, line, cublasGetStatusString(s));
+    printf("FAIL %s at line %d: %s\n", call, line, g_cublas.GetStatusString(s));
     exit(1);
 }
 #define CB(call) die_blas((call), #call, __LINE__)
@@ -1234,8 +1237,14 @@ int main(int argc, char **argv)
     net.device = 0;
     net.dropout_key = 0x0123456789abcdefULL;
     CK(cudaStreamCreate(&net.stream));
-    CB(cublasCreate(&net.blas));
-    CB(cublasSetStream(net.blas, net.stream));
+    nrt_error err;
+    if (nrt_cublas_load(&g_cublas, &err)) {
+        printf("FAIL %s\n", err.msg);
+        return 1;
+    }
+    net.cublas = &g_cublas;
+    CB(g_cublas.Create(&net.blas));
+    CB(g_cublas.SetStream(net.blas, net.stream));
     CK(cudaMalloc((void **)&net.step, sizeof *net.step));
     /* the most a layer's split-K partial sums take (dw_workspace) */
     net.workspace_bytes = sizeof(float) * NRT_DW_PARTIAL_MAX;
@@ -1264,7 +1273,8 @@ int main(int argc, char **argv)
 
     CK(cudaFree(net.step));
     CK(cudaFree(net.workspace));
-    CB(cublasDestroy(net.blas));
+    CB(g_cublas.Destroy(net.blas));
+    nrt_cublas_unload(&g_cublas);
     CK(cudaStreamDestroy(net.stream));
     printf("test_cuda_kernels: %d checks, %d failed\n", g_checks, g_failed);
     return g_failed ? 1 : 0;
