@@ -118,21 +118,24 @@ static std::vector<float> absv(const std::vector<float> &v)
     return a;
 }
 
-/* A device buffer, filled with NaN bytes (0xff) when made or poisoned. */
+/* A device buffer, filled with NaN bytes (0xff) when made or poisoned.
+ * Exactly its size, no slack: a write past its end is then the emulated
+ * device's (and compute-sanitizer's) to catch, and cudaFree's error fails
+ * the test. */
 template <class T>
 struct Dev {
     T *p = nullptr;
     size_t n = 0;
     explicit Dev(size_t count) : n(count)
     {
-        CK(cudaMalloc((void **)&p, std::max<size_t>(n, 1) * sizeof(T) + 16));
+        CK(cudaMalloc((void **)&p, std::max<size_t>(n, 1) * sizeof(T)));
         poison();
     }
     Dev(const std::vector<T> &h) : Dev(h.size()) { put(h); }
-    ~Dev() { cudaFree(p); }
+    ~Dev() { CK(cudaFree(p)); }
     Dev(const Dev &) = delete;
     Dev &operator=(const Dev &) = delete;
-    void poison() { CK(cudaMemset(p, 0xff, std::max<size_t>(n, 1) * sizeof(T) + 16)); }
+    void poison() { CK(cudaMemset(p, 0xff, std::max<size_t>(n, 1) * sizeof(T))); }
     void put(const std::vector<T> &h)
     {
         if (!h.empty())

@@ -1,0 +1,31 @@
+# tests/emu/mutant.sh KIND — one run of the emulated tests against the tree
+# it is in (tests/emu/mutate.sh runs it in mutated copies):
+#   kernels  test_cuda_kernels.cu, every runtime kernel against the cpu
+#   train    boston_mlp and digits_mlp trained on the emulated device against
+#            the cpu (tests/gpu/parity.sh, a few steps)
+# Exits 0 when the tests pass, 1 when they fail, 77 where the emulated
+# device cannot run.  NETC_TOP_SRCDIR names the tree; NETC the compiler.
+. "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
+. "$SRC/tests/emu/env.sh"
+export NETC_INCLUDE_DIR="$SRC/runtime" # the tree's headers in the programs netc builds
+
+case ${1:-} in
+kernels)
+    emu_nvcc -std=c++17 -O2 -I"$SRC/runtime" -I"$SRC/runtime/cuda" \
+        "$SRC/tests/gpu/test_cuda_kernels.cu" "$NETC_LIB_DIR/libnetrt_cuda.a" \
+        "$NETC_LIB_DIR/libnetrt.a" -lgomp -lm -o "$WORK/tck" > "$WORK/tck.log" 2>&1 &&
+        "$WORK/tck" > "$WORK/tck.out" 2>&1
+    check "[ $? -eq 0 ]" "test_cuda_kernels: $(cat "$WORK/tck.log" "$WORK/tck.out" | grep -v -e '^ok' -e '^device 0' | head -3)"
+    ;;
+train)
+    cd "$SRC" || exit 1
+    DEVICE=cuda STEPS=4 SAMPLES=40 sh "$SRC/tests/gpu/parity.sh" "$SRC/models/boston_mlp.net" \
+        "$SRC/models/digits_mlp.net" > "$WORK/parity.out" 2>&1
+    check "[ $? -eq 0 ]" "parity: $(grep -v '^ok' "$WORK/parity.out" | head -5)"
+    ;;
+*)
+    echo "usage: mutant.sh kernels|train" >&2
+    exit 2
+    ;;
+esac
+finish

@@ -1,0 +1,77 @@
+#!/bin/sh
+# tests/emu/mutate.sh — does a green run on the emulated device mean
+# something?  Injects, one at a time into a copy of the source tree, each
+# bug class the device is built to catch, and runs the emulated test that
+# should catch it (tests/emu/mutant.sh): every mutant must fail, and the
+# tree as it is pass.  A mutation whose text is no longer in its file is
+# an error of this script, not a pass.
+#
+# usage, from the build tree: NETC=./netc NETC_TOP_SRCDIR=SRC sh tests/emu/mutate.sh [NAME...]
+# (NAME: one of the mutants below; default all).  About a minute a mutant.
+. "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
+
+# The mutants: NAME@KIND@FILE@TEXT@REPLACEMENT (\n: a newline; printf, not
+# echo, passes it on), and what each breaks.
+mutants='sync@kernels@runtime/cuda/netrt_kernels.cuh@        __syncthreads();\n        const bool more = k0 + T::BK < kend;@        const bool more = k0 + T::BK < kend;
+lda@kernels@runtime/cuda/launch.c@ldb, a, lda, &beta@lda, a, ldb, &beta
+half@kernels@runtime/cuda/launch.c@block = {threads, 1, 1}@block = {threads / 2, 1, 1}
+oob@kernels@runtime/cuda/netrt_kernels.cuh@e < total;\n         e += (long long)gridDim.x@e <= total;\n         e += (long long)gridDim.x
+nosync@train@runtime/cuda/backend.cu@sizeof(float), cudaMemcpyDeviceToHost, err) ||\n        NRT_CUDA(cudaStreamSynchronize(c->net.stream), err))\n        return -1;\n    *loss = c->host->loss;@sizeof(float), cudaMemcpyDeviceToHost, err))\n        return -1;\n    *loss = c->host->loss;
+hostread@train@runtime/cuda/backend.cu@        setup_blas(c, err) || alloc_net(c, err))\n        return -1;@        setup_blas(c, err) || alloc_net(c, err))\n        return -1;\n    (void)*(volatile float *)net->param;'
+# what each is, for the report
+what() {
+    case $1 in
+    sync) echo "a missing __syncthreads in the tiled GEMM's loop" ;;
+    lda) echo "lda and ldb swapped in the cublasSgemm call" ;;
+    half) echo "every kernel launched with half its threads" ;;
+    oob) echo "a kernel writing one element past its output" ;;
+    nosync) echo "the loss read without waiting for its copy" ;;
+    hostread) echo "host code reading a device pointer" ;;
+    esac
+}
+
+copy_tree() { # DIR: the parts of the source tree the emulated tests read
+    mkdir -p "$1"
+    for d in runtime tests models data bench; do cp -R "$SRC/$d" "$1/"; done
+}
+run_kind() { # TREE KIND: mutant.sh's exit status
+    NETC_TOP_SRCDIR=$1 sh "$1/tests/emu/mutant.sh" "$2" > "$WORK/run.out" 2>&1
+}
+
+names=${*:-$(printf '%s\n' "$mutants" | cut -d@ -f1)}
+for kind in kernels train; do
+    echo "$names" | tr ' ' '\n' | while read -r n; do
+        printf '%s\n' "$mutants" | grep -q "^$n@$kind@" && echo x
+    done | grep -q x || continue
+    copy_tree "$WORK/clean"
+    run_kind "$WORK/clean" $kind
+    st=$?
+    [ $st -eq 77 ] && skip "the emulated device cannot run here: $(tail -1 "$WORK/run.out")"
+    check "[ $st -eq 0 ]" "the tree as it is fails the $kind tests: $(grep FAIL "$WORK/run.out" | head -3)"
+    rm -rf "$WORK/clean"
+done
+for n in $names; do
+    line=$(printf '%s\n' "$mutants" | grep "^$n@")
+    [ -n "$line" ] || { echo "mutate.sh: no mutant $n" >&2; exit 2; }
+    kind=$(printf '%s\n' "$line" | cut -d@ -f2)
+    file=$(printf '%s\n' "$line" | cut -d@ -f3)
+    copy_tree "$WORK/$n"
+    "$PYTHON" - "$WORK/$n/$file" "$(printf '%s\n' "$line" | cut -d@ -f4)" "$(printf '%s\n' "$line" | cut -d@ -f5-)" <<'PY'
+import sys
+path, old, new = sys.argv[1], sys.argv[2].replace("\\n", "\n"), sys.argv[3].replace("\\n", "\n")
+text = open(path).read()
+if text.count(old) != 1:
+    sys.exit("the text to mutate is %s in %s" % ("not" if not text.count(old) else "more than once", path))
+open(path, "w").write(text.replace(old, new))
+PY
+    applied=$?
+    check "[ $applied -eq 0 ]" "mutant $n does not apply: update tests/emu/mutate.sh"
+    [ $applied -eq 0 ] || continue
+    run_kind "$WORK/$n" "$kind"
+    st=$?
+    caught=$(grep '^FAIL' "$WORK/run.out" | head -1 | cut -c1-160)
+    check "[ $st -eq 1 ]" "mutant $n ($(what "$n")) was not caught by the $kind tests (exit $st)"
+    [ $st -eq 1 ] && echo "caught $n ($(what "$n")): $caught"
+    rm -rf "${WORK:?}/$n"
+done
+finish
