@@ -346,12 +346,16 @@ int build_fatbin(const BuildOptions *o, const char *cusrc, size_t *size)
     build_temp(fatbin);
     int rc = run(&cu, o->verbose, "nvcc", NVCC_HINT, cusrc, o->model);
     struct stat st;
-    if (rc == 0 && (stat(fatbin, &st) != 0 || st.st_size <= 0)) {
-        fprintf(stderr, "netc: error: nvcc's fatbin '%s': %s\n", fatbin,
-                st.st_size <= 0 ? "empty" : strerror(errno));
+    *size = 0;
+    if (rc == 0 && stat(fatbin, &st) != 0) {
+        fprintf(stderr, "netc: error: nvcc's fatbin '%s': %s\n", fatbin, strerror(errno));
         rc = -1;
+    } else if (rc == 0 && st.st_size <= 0) {
+        fprintf(stderr, "netc: error: nvcc's fatbin '%s' is empty\n", fatbin);
+        rc = -1;
+    } else if (rc == 0) {
+        *size = (size_t)st.st_size;
     }
-    *size = rc == 0 ? (size_t)st.st_size : 0;
     arena_free(a);
     return rc;
 }

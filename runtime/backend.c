@@ -399,35 +399,28 @@ int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *
     int count = m->cuda->device_count(err);
     if (count < 0 && is_cuda)
         return -1;
-    if (count <= 0) { /* err says why */
-        if (is_cuda) {
-            char why[sizeof err->msg];
-            snprintf(why, sizeof why, "%s", err->msg[0] ? err->msg : "no CUDA device found");
-            const char *visible = getenv("CUDA_VISIBLE_DEVICES");
-            return nrt_errorf(err, "device %s: %s%s%s%s", dev, why,
-                              visible ? " (CUDA_VISIBLE_DEVICES=" : "", visible ? visible : "",
-                              visible ? ")" : "");
+    const char *visible = NULL; /* named where no device was found */
+    if (count > 0) {
+        if (rc.device >= count)
+            return nrt_errorf(err, "device %s: there %s only %d CUDA device%s (cuda:0%s)", dev,
+                              count == 1 ? "is" : "are", count, count == 1 ? "" : "s",
+                              count == 1 ? "" : " and up");
+        int opened = m->cuda->open(m, &rc, be, err);
+        if (opened != NRT_UNAVAILABLE) { /* else a CUDA library is missing: err says which */
+            if (opened == 0 && !is_cuda)
+                snprintf(note, note_len, "%s (auto)", be->name);
+            return opened ? -1 : 0;
         }
-        snprintf(note, note_len, "cpu (auto: %s)", err->msg[0] ? err->msg : "no CUDA device");
-        return nrt_cpu_open(m, &rc, be, err);
+    } else {
+        visible = getenv("CUDA_VISIBLE_DEVICES");
     }
-    if (rc.device >= count)
-        return nrt_errorf(err, "device %s: there %s only %d CUDA device%s (cuda:0%s)", dev,
-                          count == 1 ? "is" : "are", count, count == 1 ? "" : "s",
-                          count == 1 ? "" : " and up");
-    int rc_open = m->cuda->open(m, &rc, be, err);
-    if (rc_open == NRT_UNAVAILABLE) { /* a CUDA library is missing */
-        if (is_cuda) {
-            char why[sizeof err->msg];
-            snprintf(why, sizeof why, "%s", err->msg);
-            return nrt_errorf(err, "device %s: %s", dev, why);
-        }
-        snprintf(note, note_len, "cpu (auto: %s)", err->msg);
-        return nrt_cpu_open(m, &rc, be, err);
-    }
-    if (rc_open)
-        return -1;
-    if (!is_cuda)
-        snprintf(note, note_len, "%s (auto)", be->name);
-    return 0;
+    /* No GPU to be had, err says why: cuda is an error, auto the cpu. */
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg[0] ? err->msg : "no CUDA device found");
+    if (is_cuda)
+        return nrt_errorf(err, "device %s: %s%s%s%s", dev, why,
+                          visible ? " (CUDA_VISIBLE_DEVICES=" : "", visible ? visible : "",
+                          visible ? ")" : "");
+    snprintf(note, note_len, "cpu (auto: %s)", why);
+    return nrt_cpu_open(m, &rc, be, err);
 }

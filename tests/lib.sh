@@ -7,6 +7,7 @@
 #   finish                  exit 0 if every check passed, 1 otherwise
 #   skip REASON             exit 77 (Automake's "skipped")
 #   stop PID SIG            signal a background job, wait (bounded) for it
+#   await PID               wait (bounded) for a background job
 #   $default_signals CMD... run CMD with SIGINT and SIGTERM not ignored
 # Run by hand from the build tree: NETC=./netc NETC_TOP_SRCDIR=. sh tests/x.sh
 set -u
@@ -41,6 +42,12 @@ check() {
 # hangs on a program that does not stop); returns its exit status.
 stop() {
     kill -"$2" "$1" 2> /dev/null
+    await "$1"
+}
+
+# await PID: waits for PID, a background job of this shell, to end, at
+# most 30 s (then it is killed); returns its exit status.
+await() {
     _i=0
     while kill -0 "$1" 2> /dev/null && [ $_i -lt 300 ]; do sleep 0.1; _i=$((_i + 1)); done
     kill -KILL "$1" 2> /dev/null

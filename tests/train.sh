@@ -471,17 +471,14 @@ check "[ ! -e '$WORK/notmade' ] && [ -z \"\$(ls -A '$WORK' | grep netc-check)\" 
 # program stops before the work begins, saying so.
 # Here the signal goes to the program's own pid, with no timeout between
 # (this check failed twice on a loaded CI machine with one there: exit 143
-# and nothing said, as if a second SIGTERM had come), the wait bounded by hand.
+# and nothing said, as if a second SIGTERM had come), the wait bounded by await.
 mkfifo "$WORK/slow.csv"
 "$WORK/vt" --epochs 1 --data "$WORK/slow.csv" --checkpoint "$WORK/early" \
     > "$WORK/sigup.out" 2> "$WORK/sigup.err" &
 pid=$!
 # the pipe opens when the program opens it: it is then reading its data
 timeout 30 sh -c 'exec 3> "$1"; kill -TERM "$2"; cat "$3" >&3' sh "$WORK/slow.csv" $pid "$TRA"
-i=0
-while kill -0 $pid 2> /dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
-kill -KILL $pid 2> /dev/null
-wait $pid
+await $pid
 st=$?
 check "[ $st -eq 143 ] && grep -q 'stopped by SIGTERM while starting; nothing done' '$WORK/sigup.err'" \
     "SIGTERM during start-up: exit $st, $(cat "$WORK/sigup.err")"

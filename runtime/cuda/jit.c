@@ -28,7 +28,6 @@
 #include "netrt_jit.h"
 #include "netrt_cuda.h" /* nrt_dl_open */
 
-#include <cuda.h>  /* CUDA_VERSION, for the NVRTC major version to load */
 #include <nvrtc.h> /* types only: the functions come from dlsym */
 
 #include <ctype.h>
