@@ -1277,11 +1277,6 @@ static void conv2d_cu_bwd(Emit *e, const Node *n)
           "%lld};", pass_name(e, n, "dw"), c.C * c.H * c.W, c.O * c.P, c.O, c.CKK, c.P, t.bm, t.bn, t.bk,
           tiling_threads(t), (long long)splits);
     emitf(e, "TRY(nrt_cu_conv2d_dw(net, %s, %s, &dw_tile, n, x, dy, dW, err));", k, reduce);
-    if (ir_root(e->p, n->in) == 0) { /* the input's gradient is never asked for */
-        emitf(e, "(void)W;");
-        return;
-    }
-
     struct tiling tx = conv_tiling(c.C);
     const char *kx = cu_call(e, n, "dx", tiling_threads(tx),
                              "int n, const float *w, const float *dy, float *dx",

@@ -262,6 +262,23 @@ static int cpu_train_batch(void *ctx, const nrt_batch *b, float *loss, nrt_error
     return 0;
 }
 
+static int cpu_gradient(void *ctx, const nrt_batch *b, float *loss, float *grad, float *dinput,
+                        nrt_error *err)
+{
+    (void)err;
+    Cpu *c = ctx;
+    const float *out;
+    c->net.training = 1;
+    *loss = c->m->forward(&c->net, b, &out);
+    if (!grad)
+        return 0;
+    c->net.dinput = dinput; /* the caller's: not the net's to free */
+    c->m->backward(&c->net, b);
+    c->net.dinput = NULL;
+    memcpy(grad, c->net.grad, sizeof(float) * c->m->param_count);
+    return 0;
+}
+
 static int cpu_set_lr(void *ctx, double lr, nrt_error *err)
 {
     (void)err;
@@ -349,6 +366,7 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
                         .get_state = cpu_get_state,
                         .set_state = cpu_set_state,
                         .train_batch = cpu_train_batch,
+                        .gradient = cpu_gradient,
                         .peak_memory = cpu_peak_memory,
                         .close = cpu_close};
     return 0;

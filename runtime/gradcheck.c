@@ -1,7 +1,8 @@
 /*
  * gradcheck.c — every gradient of the generated backward pass against
- * central finite differences of the forward pass: PROG --gradcheck N, which
- * the tests run on every model.
+ * central finite differences of the forward pass, on the device the run
+ * selected: PROG --gradcheck N [--device cuda], which the tests run on
+ * every model, on the cpu and on the (emulated) GPU.
  *
  * Each parameter tensor is sampled (at most about 64 values of each) and so
  * is the input (about 256 values); each value is moved by +-h (1e-3, or
@@ -10,6 +11,11 @@
  * tie) where the one-sided differences disagree and it matches one of them.
  * The loss is computed in float: the step is a compromise between rounding
  * and curvature, which the tolerances allow for.
+ *
+ * On a GPU the analytic gradients are also compared with the cpu's, every
+ * value of them, far tighter than finite differences can: two backward
+ * passes of the same arithmetic in another order agree within 1e-5 of the
+ * tensor's largest gradient plus 1e-6 of the model's largest.
  */
 #include "netrt.h"
 
@@ -18,12 +24,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Loss of the batch.  net->step does not move, so every evaluation of
- * the loss sees the same dropout masks. */
-static double loss_at(nrt_net *net, const nrt_batch *b)
+/* The batch, the weights as the host holds them, and the backend. */
+typedef struct Probe {
+    const nrt_backend *be;
+    nrt_batch b;
+    float *param;
+    const void *buffers;
+    nrt_error *err;
+} Probe;
+
+/* The batch's loss with the weights in p->param, sent to the device first
+ * when they moved.  The step counter does not move, so every evaluation
+ * sees the same dropout masks. */
+static int loss_at(const Probe *p, int moved, double *loss)
 {
-    const float *out;
-    return (double)net->model->forward(net, b, &out);
+    float l;
+    if ((moved && p->be->set_params(p->be->ctx, p->param, p->buffers, p->err)) ||
+        p->be->gradient(p->be->ctx, &p->b, &l, NULL, NULL, p->err))
+        return -1;
+    *loss = (double)l;
+    return 0;
 }
 
 typedef struct Check {
@@ -31,19 +51,22 @@ typedef struct Check {
     double max_err;
 } Check;
 
-/* Compares the analytic derivative of value *v with central differences. */
-static void check_one(nrt_net *net, const nrt_batch *b, float *v,
-                      double analytic, const char *what, long long index, Check *c, int verbose)
+/* Compares the analytic derivative of value *v (a parameter when moved,
+ * else an input) with central differences; -1 on a backend error. */
+static int check_one(const Probe *p, float *v, int moved, double analytic, const char *what,
+                     long long index, Check *c, int verbose)
 {
     const char *step = getenv("NETRT_GRADCHECK_STEP");
     const double h = step ? atof(step) : 1e-3, atol = 2e-4, rtol = 5e-3;
     float saved = *v;
+    double up, down, mid;
     *v = saved + (float)h;
-    double up = loss_at(net, b);
+    int rc = loss_at(p, moved, &up);
     *v = saved - (float)h;
-    double down = loss_at(net, b);
+    rc = rc || loss_at(p, moved, &down);
     *v = saved;
-    double mid = loss_at(net, b);
+    if (rc || loss_at(p, moved, &mid))
+        return -1;
     double central = (up - down) / (2 * h);
     double right = (up - mid) / h, left = (mid - down) / h;
     c->checked++;
@@ -52,7 +75,7 @@ static void check_one(nrt_net *net, const nrt_batch *b, float *v,
     if (err <= tol) {
         if (err > c->max_err)
             c->max_err = err;
-        return;
+        return 0;
     }
     /* a kink (relu at 0, a maxpool tie) inside [-h, h]: the one-sided
      * derivatives disagree, and the analytic one must be one of them */
@@ -63,61 +86,125 @@ static void check_one(nrt_net *net, const nrt_batch *b, float *v,
             if (verbose)
                 printf("kink %s[%lld]: analytic %.6g, left %.6g, right %.6g\n", what, index,
                        analytic, left, right);
-            return;
+            return 0;
         }
     }
     c->failed++;
     printf("MISMATCH %s[%lld]: analytic %.6g, numeric %.6g (left %.6g, right %.6g)\n", what,
            index, analytic, central, left, right);
+    return 0;
 }
 
-int nrt_gradcheck(nrt_net *net, const nrt_dataset *d, int nsamples, uint64_t seed)
+/* One tensor of gradients against the reference's: every value within
+ * 1e-5 of the tensor's largest reference gradient, or 1e-6 of the model's
+ * largest (a gradient that is 0 but for rounding, as a bias's before a
+ * batchnorm, has no scale of its own).  Returns the worst difference as a
+ * share of its tolerance, and counts a failure. */
+static double compare_tensor(const char *be, const char *what, const float *got,
+                             const float *want, size_t n, double model_scale, long long *failed)
 {
-    const nrt_model *m = net->model;
-    size_t n = (size_t)nsamples < d->n ? (size_t)nsamples : d->n;
+    double scale = 0, worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(want[i]));
+    const double tol = 1e-5 * scale + 1e-6 * model_scale;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]) / tol; /* NaN: fails below */
+        if (!(d <= worst)) {
+            worst = d;
+            at = i;
+        }
+    }
+    if (!(worst <= 1)) {
+        (*failed)++;
+        printf("MISMATCH %s[%zu] on %s: %.9g, the cpu's %.9g (tolerance %.3g)\n", what, at, be,
+               got[at], want[at], tol);
+    }
+    return worst;
+}
+
+static double largest(const float *v, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fmax(m, fabs(v[i]));
+    return m;
+}
+
+int nrt_gradcheck(const nrt_model *m, const nrt_backend *be, const nrt_backend *ref,
+                  const nrt_dataset *d, int nsamples, float *param, const void *buffers,
+                  nrt_error *err)
+{
+    const size_t n = (size_t)nsamples < d->n ? (size_t)nsamples : d->n;
+    const size_t np = m->param_count, nin = n * m->in_size;
     uint32_t *idx = malloc(sizeof *idx * n);
-    float *x = malloc(sizeof(float) * n * m->in_size);
+    float *x = malloc(sizeof(float) * nin);
     int32_t *label = d->label ? malloc(sizeof(int32_t) * n) : NULL;
     float *y = d->y ? malloc(sizeof(float) * n * d->ydim) : NULL;
-    float *analytic = malloc(sizeof(float) * m->param_count + 1);
-    float *dinput = calloc(n * m->in_size, sizeof(float));
-    if (!idx || !x || (d->label && !label) || (d->y && !y) || !analytic || !dinput) {
-        fprintf(stderr, "gradcheck: out of memory\n");
-        free(idx), free(x), free(label), free(y), free(analytic), free(dinput);
-        return 1;
+    /* the gradients: be's, then (with ref) the cpu's */
+    float *grad = calloc(2 * np + 1, sizeof(float)), *dinput = calloc(2 * nin, sizeof(float));
+    int status = -1;
+    if (!idx || !x || (d->label && !label) || (d->y && !y) || !grad || !dinput) {
+        nrt_errorf(err, "gradcheck: out of memory");
+        goto done;
     }
     for (size_t i = 0; i < n; i++)
         idx[i] = (uint32_t)i;
     nrt_dataset_gather(d, idx, n, x, label, y);
-    nrt_batch b = {(int)n, x, label, y};
-    net->dropout_key = nrt_stream_key(seed, NRT_STREAM_DROPOUT);
-    net->training = 1;
-    net->dinput = dinput;
-    loss_at(net, &b);
-    m->backward(net, &b);
-    memcpy(analytic, net->grad, sizeof(float) * m->param_count);
-    net->dinput = NULL;
+    Probe p = {be, {(int)n, x, label, y}, param, buffers, err};
+    float loss;
+    if (be->set_params(be->ctx, param, buffers, err) ||
+        be->gradient(be->ctx, &p.b, &loss, grad, dinput, err))
+        goto done;
 
     Check c = {0};
     int verbose = getenv("NETRT_GRADCHECK_VERBOSE") != NULL;
     for (int i = 0; i < m->n_params; i++) {
-        const nrt_param *p = &m->params[i];
-        size_t stride = p->size > 64 ? p->size / 64 : 1; /* at most ~64 per tensor */
-        for (size_t k = 0; k < p->size; k += stride)
-            check_one(net, &b, net->param + p->offset + k, analytic[p->offset + k],
-                      p->name, (long long)k, &c, verbose);
+        const nrt_param *t = &m->params[i];
+        size_t stride = t->size > 64 ? t->size / 64 : 1; /* at most ~64 per tensor */
+        for (size_t k = 0; k < t->size; k += stride)
+            if (check_one(&p, param + t->offset + k, 1, grad[t->offset + k], t->name,
+                          (long long)k, &c, verbose))
+                goto done;
     }
-    size_t nin = n * m->in_size, stride = nin > 256 ? nin / 256 : 1;
+    /* the weights as they were, for the input's checks */
+    if (be->set_params(be->ctx, param, buffers, err))
+        goto done;
+    size_t stride = nin > 256 ? nin / 256 : 1;
     for (size_t k = 0; k < nin; k += stride)
-        check_one(net, &b, x + k, dinput[k], "input", (long long)k, &c, verbose);
-    printf("gradcheck: %lld values checked on %zu samples, %lld at kinks, max error %.3g: %s\n",
-           c.checked, n, c.kinks, c.max_err, c.failed ? "FAILED" : "ok");
+        if (check_one(&p, x + k, 0, dinput[k], "input", (long long)k, &c, verbose))
+            goto done;
+    printf("gradcheck on %s: %lld values checked on %zu samples, %lld at kinks, max error "
+           "%.3g: %s\n", be->name, c.checked, n, c.kinks, c.max_err, c.failed ? "FAILED" : "ok");
+    status = c.failed ? 1 : 0;
+    if (!ref)
+        goto done;
+
+    float *rgrad = grad + np, *rdinput = dinput + nin;
+    if (ref->set_params(ref->ctx, param, buffers, err) ||
+        ref->gradient(ref->ctx, &p.b, &loss, rgrad, rdinput, err)) {
+        status = -1;
+        goto done;
+    }
+    long long failed = 0;
+    const double scale = fmax(largest(rgrad, np), largest(rdinput, nin));
+    double worst = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const nrt_param *t = &m->params[i];
+        worst = fmax(worst, compare_tensor(be->name, t->name, grad + t->offset,
+                                           rgrad + t->offset, t->size, scale, &failed));
+    }
+    worst = fmax(worst, compare_tensor(be->name, "input", dinput, rdinput, nin, scale, &failed));
+    printf("gradcheck: %s's gradients against the cpu's: %zu values, the largest difference "
+           "%.2g of its tolerance: %s\n", be->name, np + nin, worst, failed ? "FAILED" : "ok");
+    if (failed)
+        status = 1;
+done:
+    free(idx);
     free(x);
     free(label);
     free(y);
-    free(idx);
-    free(analytic);
-    net->dinput = NULL;
+    free(grad);
     free(dinput);
-    return c.failed ? 1 : 0;
+    return status;
 }

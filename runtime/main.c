@@ -138,7 +138,8 @@ static void usage(const nrt_model *m, const char *prog, FILE *out)
             "                     at the end, instead of stopping at the first\n"
             "  --quiet            print nothing but errors\n"
             "  --gradcheck N      check the gradients on N training samples against\n"
-            "                     central finite differences, and exit\n"
+            "                     central finite differences, on the --device (on a\n"
+            "                     GPU also against the cpu's), and exit\n"
             "  --help             print this help\n",
             prog, m->name, NETRT_VERSION, m->source, m->device, m->epochs, m->batch,
             (double)m->optim.lr, (unsigned long long)m->seed,
@@ -1227,16 +1228,18 @@ static void prefer_passive_waits(char **argv)
 #endif
 }
 
-/* --gradcheck: the cpu's passes against finite differences. */
-static int run_gradcheck(Run *r)
+/* --gradcheck: the passes of the device the run selected against finite
+ * differences and, on a GPU, against the cpu's. */
+static int run_gradcheck(Run *r, const nrt_run_config *rc)
 {
-    nrt_net net;
-    if (nrt_net_alloc(&net, r->m, r->o->gradcheck, &r->err))
+    nrt_backend cpu = {0};
+    const int gpu = strcmp(r->be.name, "cpu") != 0;
+    if (gpu && nrt_cpu_open(r->m, rc, &cpu, &r->err))
         return -1;
-    memcpy(net.param, r->param, sizeof(float) * r->m->param_count);
-    memcpy(net.buffers, r->buffers, r->m->buffer_bytes);
-    int status = nrt_gradcheck(&net, &r->data.train, r->o->gradcheck, r->o->seed);
-    nrt_net_free(&net);
+    int status = nrt_gradcheck(r->m, &r->be, gpu ? &cpu : NULL, &r->data.train,
+                               r->o->gradcheck, r->param, r->buffers, &r->err);
+    if (cpu.close)
+        cpu.close(cpu.ctx);
     return status;
 }
 
@@ -1403,13 +1406,11 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         nrt_errorf(err, "--resume and --load: the checkpoint holds the weights; give one");
         goto fail;
     }
-    if (o.gradcheck > 0) {
-        status = run_gradcheck(&r);
-        if (status < 0)
-            goto fail;
-        goto done;
-    }
-    nrt_run_config rc = {.cap = o.batch,
+    /* --gradcheck's batch is its samples, which the training set may
+     * have fewer of */
+    nrt_run_config rc = {.cap = o.gradcheck > 0 && (size_t)o.gradcheck > r.data.train.n
+                                    ? (int)r.data.train.n
+                                    : o.gradcheck > 0 ? o.gradcheck : o.batch,
                          .dropout_key = nrt_stream_key(o.seed, NRT_STREAM_DROPOUT),
                          .optim = m->optim};
     rc.optim.lr = r.lr;
@@ -1420,6 +1421,12 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         printf("device: %s\n", note);
     if (r.be.set_params(r.be.ctx, r.param, r.buffers, err))
         goto fail;
+    if (o.gradcheck > 0) {
+        status = run_gradcheck(&r, &rc);
+        if (status < 0)
+            goto fail;
+        goto done;
+    }
     if (stop_signal) {
         status = stopped_early(prog);
         goto done;

@@ -31,7 +31,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 11
+#define NETRT_ABI 12
 
 #ifdef __cplusplus
 extern "C" {
@@ -715,6 +715,13 @@ typedef struct nrt_backend {
      * the capacity; labels already checked); loss as for step, and added
      * to the loss sum as step's is. */
     int (*train_batch)(void *ctx, const nrt_batch *b, float *loss, nrt_error *err);
+    /* --gradcheck: the forward pass on a batch the caller holds, in
+     * training mode with the dropout masks of the current step, and no
+     * update: its mean loss; with grad not NULL, then the backward pass:
+     * d loss / d parameters into grad [param_count] and, with dinput not
+     * NULL, d loss / d input into dinput [n, in_size]. */
+    int (*gradient)(void *ctx, const nrt_batch *b, float *loss, float *grad, float *dinput,
+                    nrt_error *err);
     /* Bytes of device memory in use at the peak (0 on the cpu). */
     size_t (*peak_memory)(void *ctx);
     void (*close)(void *ctx);
@@ -925,10 +932,14 @@ void nrt_session_close(nrt_session *s);
 
 /* ------------------------------------------------------------ gradcheck.c */
 
-/* Compares every gradient of the cpu's backward pass (sampled) with central
- * finite differences on the first nsamples samples of d, prints the verdict
- * and returns 0 if all agree, else 1. */
-int nrt_gradcheck(nrt_net *net, const nrt_dataset *d, int nsamples, uint64_t seed);
+/* Compares the gradients of be's backward pass (sampled) with central
+ * finite differences on the first nsamples samples of d, from the weights
+ * param and buffers (param is moved and put back); with ref (the cpu, when
+ * be is a GPU) not NULL, also every gradient with ref's.  Prints the
+ * verdicts; returns 0 if all agree, 1 if not, -1 on an error (err). */
+int nrt_gradcheck(const nrt_model *m, const nrt_backend *be, const nrt_backend *ref,
+                  const nrt_dataset *d, int nsamples, float *param, const void *buffers,
+                  nrt_error *err);
 
 /* ----------------------------------------------------------------- main.c */
 

@@ -9,7 +9,12 @@
 # Where the loss has a kink inside [p-h, p+h] (relu at 0, a maxpool tie),
 # the one-sided differences disagree and the analytic gradient must equal
 # one of them (an rnn's relu too).  relu_kink and maxpool_ties put inputs on the kinks on purpose.
+# NETC_TRAIN_DEVICE=cuda checks the GPU's backward passes so (tests/emu_train.sh
+# runs it on the emulated device, tests/gpu/run.sh on a real one), and
+# every gradient of them, of the parameters and the input, against the
+# cpu's within 1e-5 of the tensor's largest.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
+DEV=${NETC_TRAIN_DEVICE:-cpu}
 
 . "$SRC/tests/gradcheck/data.sh"
 
@@ -18,12 +23,26 @@ run_check() { # MODEL: its gradients on its data (tests/gradcheck/data.sh)
     gradcheck_data "$1" "$data"
     prog=$WORK/$1
     compile "$SRC/tests/gradcheck/$model" "$prog" || return
-    out=$(NETRT_GRADCHECK_VERBOSE=1 "$prog" --data "$data" --gradcheck 4 --seed 3 2>&1)
+    out=$(NETRT_GRADCHECK_VERBOSE=1 "$prog" --data "$data" --gradcheck 4 --seed 3 --device "$DEV" 2>&1)
     status=$?
     echo "$out" | grep -v '^kink' | sed "s/^/  $model: /"
     check "[ $status -eq 0 ]" "$model: gradcheck failed"
-    check "echo \"\$out\" | grep -q ': ok$'" "$model: no gradcheck verdict"
+    check "echo \"\$out\" | grep -q '^gradcheck on $DEV.*: ok$'" "$model: no gradcheck verdict on $DEV"
+    [ "$DEV" = cpu ] ||
+        check "echo \"\$out\" | grep -q \"^gradcheck: $DEV.*against the cpu's.*: ok$\"" \
+            "$model: no verdict of the gradients against the cpu's"
 }
+
+# Every layer netc knows is in a model here, so that its backward passes
+# (and, on a GPU, its kernels) are checked: a new layer without one fails.
+printf 'model m {\n    input x[1]\n    target value(1)\n    no_such_layer\n    loss mse\n    optimizer sgd\n}\n' \
+    > "$WORK/layers.net"
+layers=$("$NETC" --check "$WORK/layers.net" 2>&1 | sed -n 's/.*note: layers: //p' | tr -d ,)
+check "[ -n \"\$layers\" ]" "netc did not list its layers"
+for l in $layers; do
+    check "grep -q -E '^[[:space:]]*[a-z0-9_]*[[:space:]]*=?[[:space:]]*$l([[:space:](]|\$)' \"\$SRC\"/tests/gradcheck/*.net" \
+        "layer $l is in no model of tests/gradcheck"
+done
 
 for f in "$SRC"/tests/gradcheck/*.net; do
     case $f in */relu_kink.net | */maxpool_ties.net) continue ;; esac # below

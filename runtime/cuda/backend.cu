@@ -59,6 +59,7 @@ struct Ctx {
     Scalars *dev, *host;
     float *opt_m, *opt_v;  /* optimizer state (sgd: momentum buffer) */
     float *bx, *by;        /* the batch buffers every pass reads */
+    float *dinput;         /* --gradcheck's d loss / d input, or NULL */
     int32_t *blabel;
     nrt_cublas cublas;
     char *blas_ws;
@@ -537,6 +538,39 @@ static int be_train_batch(void *ctx, const nrt_batch *b, float *loss, nrt_error 
                 : NRT_CUDA(cudaStreamSynchronize(c->net.stream), err); /* the caller's x is free */
 }
 
+/* --gradcheck: forward and backward on the caller's batch, eagerly and
+ * without an update.  The input's gradient, which training never needs,
+ * goes to a buffer of its own, allocated the first time it is asked for. */
+static int be_gradient(void *ctx, const nrt_batch *b, float *loss, float *grad, float *dinput,
+                       nrt_error *err)
+{
+    Ctx *c = (Ctx *)ctx;
+    nrt_cuda_net *net = &c->net;
+    const size_t nin = (size_t)b->n * c->m->in_size;
+    if (b->n < 1 || b->n > net->cap)
+        return nrt_errorf(err, "internal error: a batch of %d samples (the capacity is %d)", b->n,
+                          net->cap);
+    if (grad && dinput && !c->dinput && dalloc(c, &c->dinput, (size_t)net->cap * c->m->in_size,
+                                               "the input's gradient", err))
+        return -1;
+    net->x = c->bx;
+    net->label = c->blabel;
+    net->y = c->by;
+    net->training = 1;
+    net->dinput = grad && dinput ? c->dinput : NULL;
+    int rc = to_batch(c, b->x, b->label, b->y, (size_t)b->n, cudaMemcpyHostToDevice, err) ||
+                     c->m->cuda->forward(net, b->n, err) ||
+                     (grad && c->m->cuda->backward(net, b->n, err)) ||
+                     (grad && copy(c, grad, net->grad, sizeof(float) * c->m->param_count,
+                                   cudaMemcpyDeviceToHost, err)) ||
+                     (net->dinput && copy(c, dinput, c->dinput, sizeof(float) * nin,
+                                          cudaMemcpyDeviceToHost, err))
+                 ? -1
+                 : read_loss(c, loss, err);
+    net->dinput = NULL;
+    return rc;
+}
+
 /* ----------------------------------------------------------- parameters */
 
 /* On the run's stream: a plain cudaMemcpy would not wait for a
@@ -773,6 +807,7 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
     b.get_state = be_get_state;
     b.set_state = be_set_state;
     b.train_batch = be_train_batch;
+    b.gradient = be_gradient;
     b.peak_memory = be_peak_memory;
     b.close = be_close;
     *out = b;

@@ -68,6 +68,9 @@ struct nrt_cuda_net {
      * model's output [n, n_out]. */
     float *loss;
     const float *out;
+    /* If not NULL, backward writes d loss / d input [n, in_size] here
+     * (--gradcheck; training never needs it). */
+    float *dinput;
     int training;          /* dropout active; forward leaves d loss / d out in gbuf[0] */
     /* Dropout: the mask of value i is a function of the key, the layer,
      * *step and i (philox.h, as on the cpu), so a captured graph replays

@@ -3,6 +3,8 @@
 #   kernels  test_cuda_kernels.cu, every runtime kernel against the cpu
 #   train    boston_mlp and digits_mlp trained on the emulated device against
 #            the cpu (tests/gpu/parity.sh, a few steps)
+#   gradients  --gradcheck on the emulated device of tests/gradcheck's
+#            batchnorm2d model (finite differences and the cpu's gradients)
 # Exits 0 when the tests pass, 1 when they fail, 77 where the emulated
 # device cannot run.  NETC_TOP_SRCDIR names the tree; NETC the compiler.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
@@ -23,8 +25,15 @@ train)
         "$SRC/models/digits_mlp.net" > "$WORK/parity.out" 2>&1
     check "[ $? -eq 0 ]" "parity: $(grep -v '^ok' "$WORK/parity.out" | head -5)"
     ;;
+gradients)
+    . "$SRC/tests/gradcheck/data.sh"
+    gradcheck_data batchnorm2d "$WORK/bn.csv"
+    compile "$SRC/tests/gradcheck/batchnorm2d.net" "$WORK/bn" &&
+        "$WORK/bn" --data "$WORK/bn.csv" --gradcheck 4 --device cuda > "$WORK/bn.out" 2>&1
+    check "[ $? -eq 0 ]" "gradcheck: $(grep -v '^kink' "$WORK/bn.out" | head -3)"
+    ;;
 *)
-    echo "usage: mutant.sh kernels|train" >&2
+    echo "usage: mutant.sh kernels|train|gradients" >&2
     exit 2
     ;;
 esac

@@ -17,7 +17,8 @@ lda@kernels@runtime/cuda/launch.c@ldb, a, lda, &beta@lda, a, ldb, &beta
 half@kernels@runtime/cuda/launch.c@block = {threads, 1, 1}@block = {threads / 2, 1, 1}
 oob@kernels@runtime/cuda/netrt_kernels.cuh@e < total;\n         e += (long long)gridDim.x@e <= total;\n         e += (long long)gridDim.x
 nosync@train@runtime/cuda/backend.cu@sizeof(float), cudaMemcpyDeviceToHost, err) ||\n        NRT_CUDA(cudaStreamSynchronize(c->net.stream), err))\n        return -1;\n    *loss = c->host->loss;@sizeof(float), cudaMemcpyDeviceToHost, err))\n        return -1;\n    *loss = c->host->loss;
-hostread@train@runtime/cuda/backend.cu@        setup_blas(c, err) || alloc_net(c, err))\n        return -1;@        setup_blas(c, err) || alloc_net(c, err))\n        return -1;\n    (void)*(volatile float *)net->param;'
+hostread@train@runtime/cuda/backend.cu@        setup_blas(c, err) || alloc_net(c, err))\n        return -1;@        setup_blas(c, err) || alloc_net(c, err))\n        return -1;\n    (void)*(volatile float *)net->param;
+bwd@gradients@runtime/cuda/netrt_kernels.cuh@(dy[at] - mdy - (x[at] - mean)@(dy[at] - (x[at] - mean)'
 # what each is, for the report
 what() {
     case $1 in
@@ -27,6 +28,7 @@ what() {
     oob) echo "a kernel writing one element past its output" ;;
     nosync) echo "the loss read without waiting for its copy" ;;
     hostread) echo "host code reading a device pointer" ;;
+    bwd) echo "a backward kernel's formula wrong (batchnorm's dx without the mean of dy)" ;;
     esac
 }
 
@@ -39,7 +41,7 @@ run_kind() { # TREE KIND: mutant.sh's exit status
 }
 
 names=${*:-$(printf '%s\n' "$mutants" | cut -d@ -f1)}
-for kind in kernels train; do
+for kind in kernels train gradients; do
     echo "$names" | tr ' ' '\n' | while read -r n; do
         printf '%s\n' "$mutants" | grep -q "^$n@$kind@" && echo x
     done | grep -q x || continue

@@ -139,6 +139,9 @@ stage_parity() {
         # image lists, the loader's flipped batches, resume with flips
         parity_job images.sh env NETC_TRAIN_DEVICE=cuda NETC="$BUILD/netc" NETC_TOP_SRCDIR="$root" \
             sh "$root/tests/images.sh"
+        # every backward pass against finite differences and the cpu's gradients
+        parity_job gradcheck.sh env NETC_TRAIN_DEVICE=cuda NETC="$BUILD/netc" NETC_TOP_SRCDIR="$root" \
+            sh "$root/tests/gradcheck.sh"
     fi
     wait
     : >"$log"
@@ -148,7 +151,7 @@ stage_parity() {
         cat "$f" >>"$log"
         [ "$(cat "$logs/rc.$job")" = 0 ] || rc=1
     done
-    section "Parity with the cpu backend (tests/gpu/parity.sh, DEVICE=$dev; tests/train.sh and tests/images.sh on it)" \
+    section "Parity with the cpu backend (tests/gpu/parity.sh, DEVICE=$dev; tests/train.sh, tests/images.sh and tests/gradcheck.sh on it)" \
         "$log" "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
 }
 
