@@ -12,7 +12,8 @@
 # NETC_TRAIN_DEVICE=cuda checks the GPU's backward passes so (tests/emu_train.sh
 # runs it on the emulated device, tests/gpu/run.sh on a real one), and
 # every gradient of them, of the parameters and the input, against the
-# cpu's within 1e-5 of the tensor's largest.
+# cpu's within 1e-5 of the tensor's largest.  Every layer netc knows must be
+# in a model here, and every activation both fused and as a pass of its own.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 DEV=${NETC_TRAIN_DEVICE:-cpu}
 
@@ -43,6 +44,14 @@ for l in $layers; do
     check "grep -q -E '^[[:space:]]*[a-z0-9_]*[[:space:]]*=?[[:space:]]*$l([[:space:](]|\$)' \"\$SRC\"/tests/gradcheck/*.net" \
         "layer $l is in no model of tests/gradcheck"
 done
+
+# and an activation fused into a layer's epilogue somewhere here is also
+# checked as a pass of its own (their kernels differ on a GPU)
+for f in "$SRC"/tests/gradcheck/*.net; do "$NETC" --emit=ir "$f"; done > "$WORK/ir"
+unfused=$(awk '/^  %[0-9]+ .* = / { sub(/.* = /, ""); sub(/[( ].*/, ""); op = $0; next }
+    op != "" { if (/in its epilogue/) fused[op] = 1; else alone[op] = 1; op = "" }
+    END { for (o in fused) if (!(o in alone)) print o }' "$WORK/ir")
+check "[ -s '$WORK/ir' ] && [ -z '$unfused' ]" "never a pass of its own in tests/gradcheck: $unfused"
 
 for f in "$SRC"/tests/gradcheck/*.net; do
     case $f in */relu_kink.net | */maxpool_ties.net) continue ;; esac # below

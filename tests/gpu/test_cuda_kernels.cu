@@ -36,6 +36,11 @@
  * Device outputs are filled with NaN bytes before each call, so that a
  * value a kernel fails to write is caught.
  *
+ * The kernels netc writes for each model (every layer's passes, the
+ * activations, the fused epilogues) are not here: tests/gradcheck.sh checks
+ * them on the device, every layer netc knows and every activation fused and
+ * not, against finite differences and against the cpu's gradients.
+ *
  * Build (the launchers are in the CUDA runtime library, libnetrt_cuda.a):
  *   nvcc -std=c++17 -O3 -arch=sm_90 -Iruntime -Iruntime/cuda \
  *     tests/gpu/test_cuda_kernels.cu runtime/libnetrt_cuda.a runtime/libnetrt.a \
