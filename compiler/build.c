@@ -371,6 +371,8 @@ int build_program(const BuildOptions *o, const char *csrc, bool cuda, const char
         add_words(a, &c, NETC_CUDA_CFLAGS);
     }
     add(&c, csrc);
+    if (o->mpi)
+        add(&c, arena_printf(a, "%s/libnetrt_mpi.a", o->libdir));
     if (cuda)
         add(&c, arena_printf(a, "%s/libnetrt_cuda.a", o->libdir));
     add(&c, arena_printf(a, "%s/libnetrt.a", o->libdir));
@@ -378,6 +380,8 @@ int build_program(const BuildOptions *o, const char *csrc, bool cuda, const char
         const char *culibs = getenv("NETC_CUDA_LIBS");
         add_words(a, &c, culibs && *culibs ? culibs : NETC_CUDA_LIBS);
     }
+    if (o->mpi)
+        add_words(a, &c, NETC_MPI_LIBS);
     add_words(a, &c, NETC_LINK);
     add(&c, "-o");
     add(&c, tmp);

@@ -152,6 +152,8 @@ void emit_driver(Emit *e, bool cuda)
     emitf(e, ".backward = backward,");
     if (cuda)
         emitf(e, ".cuda = &cuda_model,");
+    if (e->opt->mpi)
+        emitf(e, ".dist = &nrt_mpi, /* mpirun: data-parallel over MPI (libnetrt_mpi) */");
     e->indent--;
     emitf(e, "};");
     emit_blank(e);

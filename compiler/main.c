@@ -49,6 +49,9 @@ static void usage(FILE *out)
           "  --jit           the program carries its kernels' source and compiles them\n"
           "                  with NVRTC on first run, for the GPU present, through a\n"
           "                  disk cache (no nvcc needed; default: nvcc, ahead of time)\n"
+          "  --mpi           the program trains data-parallel when mpirun (or srun)\n"
+          "                  starts it: each rank its share of every batch, the\n"
+          "                  gradients averaged over MPI (netc configured --with-mpi)\n"
           "  --cuda-arch=LIST  the GPUs nvcc compiles the kernels for, ahead of time:\n"
           "                  sm_90, or sm_80,sm_90 (default: configure's, " NETC_CUDA_ARCH ");\n"
           "                  the last's PTX too, for newer GPUs\n"
@@ -127,6 +130,11 @@ static const char *const kind_names[] = {"c", NULL, "cuda", "ir", "dot", "summar
 #define NETC_WITH_CUDA true
 #else
 #define NETC_WITH_CUDA false
+#endif
+#ifdef NETC_HAVE_MPI
+#define NETC_WITH_MPI true
+#else
+#define NETC_WITH_MPI false
 #endif
 
 /* "models/digits.net" -> "digits" */
@@ -427,7 +435,8 @@ static void find_runtime(BuildOptions *o, Arena *a)
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *out = NULL, *cuda_arch = NULL;
-    bool check = false, emit = false, verbose = false, no_cuda = false, lines = true, jit = false;
+    bool check = false, emit = false, verbose = false, no_cuda = false, lines = true, jit = false,
+         mpi = false;
     int kind = EMIT_C;
     Deps deps = {0};
 
@@ -458,6 +467,13 @@ int main(int argc, char **argv)
             no_cuda = true;
         } else if (!strcmp(a, "--jit")) {
             jit = true;
+        } else if (!strcmp(a, "--mpi")) {
+            if (!NETC_WITH_MPI) {
+                fprintf(stderr, "netc: error: --mpi: this netc was built without MPI "
+                        "(configure --with-mpi, with OpenMPI's mpicc on the PATH)\n");
+                return 2;
+            }
+            mpi = true;
         } else if (!strncmp(a, "--cuda-arch=", 12)) {
             Arena *tmp = arena_new();
             const char *bad = build_bad_arch(tmp, a + 12);
@@ -556,7 +572,12 @@ int main(int argc, char **argv)
                   "--device cpu; 'device auto' falls back to the cpu");
         diag_flush(&d);
     }
-    EmitOptions eo = {.source = source_name(model_path), .lines = lines, .cuda = cuda};
+    if (mpi && kind == EMIT_LIB && emit) {
+        fprintf(stderr, "netc: error: --mpi builds a program (mpirun starts it); --emit=lib "
+                "makes a library\n");
+        goto done;
+    }
+    EmitOptions eo = {.source = source_name(model_path), .lines = lines, .cuda = cuda, .mpi = mpi};
     const char *targets[3] = {out};
     int ntargets = 1;
     const char *prereqs[10] = {model_path};
@@ -584,6 +605,7 @@ int main(int argc, char **argv)
     find_runtime(&bo, arena);
     bo.verbose = verbose;
     bo.cuda_arch = cuda_arch;
+    bo.mpi = mpi;
     if (cuda_arch && (jit || !cuda || emit))
         fprintf(stderr, "netc: warning: --cuda-arch is ignored: %s\n",
                 jit ? "--jit compiles for the GPU present" : emit ? "--emit writes no kernels' "
@@ -592,6 +614,8 @@ int main(int argc, char **argv)
     prereqs[nprereqs++] = arena_printf(arena, "%s/netrt.h", bo.incdir);
     prereqs[nprereqs++] = arena_printf(arena, "%s/philox.h", bo.incdir);
     prereqs[nprereqs++] = arena_printf(arena, "%s/libnetrt.a", bo.libdir);
+    if (mpi)
+        prereqs[nprereqs++] = arena_printf(arena, "%s/libnetrt_mpi.a", bo.libdir);
     if (cuda) {
         const char *cudainc = arena_printf(arena, "%s/cuda", bo.incdir);
         if (access(cudainc, F_OK) != 0) /* installed: beside netrt.h */

@@ -395,6 +395,7 @@ typedef struct EmitOptions {
                              a program, with main() */
     const char *lib_header; /* --emit=lib: the header's file name, included */
     bool cuda;            /* the C file holds the CUDA passes too */
+    bool mpi;             /* the program joins data-parallel runs (--mpi) */
     const char *fatbin_path; /* with cuda: the kernels compiled ahead of time
                                 (nvcc), a file the assembler includes in the
                                 program (.incbin); NULL: their source, for
@@ -494,6 +495,7 @@ typedef struct BuildOptions {
     const char *model;     /* the model file, as #line names it */
     const char *cuda_arch; /* the GPU architectures nvcc compiles for
                               ("sm_80,sm_90"); NULL: configure's */
+    bool mpi;              /* link libnetrt_mpi and MPI (--mpi) */
     bool verbose;
 } BuildOptions;
 

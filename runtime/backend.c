@@ -47,7 +47,7 @@ int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err)
     net->cap = cap;
     size_t c = (size_t)cap;
     net->param = alloc_floats(m->param_count, sizeof(float), &ok);
-    net->grad = alloc_floats(m->param_count, sizeof(float), &ok);
+    net->grad = alloc_floats(m->param_count + 1, sizeof(float), &ok); /* + a rank's loss */
     net->buffers = alloc_floats(m->buffer_bytes, 1, &ok);
     net->act = alloc_floats(c * m->act_size, sizeof(float), &ok);
     net->iact = alloc_floats(c * m->iact_size, sizeof(int32_t), &ok);
@@ -95,28 +95,44 @@ static nrt_batch gather(Batcher *bt, const nrt_dataset *d, const uint32_t *idx, 
 
 /* ------------------------------------------------------------- evaluation */
 
+/* The sums of a set's samples lo .. hi - 1 in evaluation mode: the loss
+ * times the samples, and the correct predictions (class targets). */
 typedef struct Eval {
-    double loss, accuracy;
+    double loss, correct;
 } Eval;
 
-static Eval evaluate(nrt_net *net, Batcher *bt, const nrt_dataset *d, int cap, uint32_t *idx)
+static Eval evaluate(nrt_net *net, Batcher *bt, const nrt_dataset *d, size_t lo, size_t hi,
+                     int cap, uint32_t *idx)
 {
     const nrt_model *m = net->model;
-    double loss = 0;
-    long long correct = 0;
+    Eval e = {0, 0};
     net->training = 0;
-    for (size_t i = 0; i < d->n; i++)
-        idx[i] = (uint32_t)i;
-    for (size_t s = 0; s < d->n; s += (size_t)cap) {
-        size_t n = d->n - s < (size_t)cap ? d->n - s : (size_t)cap;
-        nrt_batch b = gather(bt, d, idx + s, n);
+    for (size_t i = lo; i < hi; i++)
+        idx[i - lo] = (uint32_t)i;
+    for (size_t s = lo; s < hi; s += (size_t)cap) {
+        size_t n = hi - s < (size_t)cap ? hi - s : (size_t)cap;
+        nrt_batch b = gather(bt, d, idx + (s - lo), n);
         const float *out;
-        loss += (double)m->forward(net, &b, &out) * (double)n;
+        e.loss += (double)m->forward(net, &b, &out) * (double)n;
         if (m->target_kind == NRT_TARGET_CLASS)
-            correct += nrt_correct(out, b.label, b.n, m->n_out);
+            e.correct += (double)nrt_correct(out, b.label, b.n, m->n_out);
     }
-    Eval e = {loss / (double)d->n, (double)correct / (double)d->n};
     return e;
+}
+
+/* A rank's share of n samples from start: the global batch cut in size
+ * contiguous parts that differ by one sample at most (all of it alone). */
+typedef struct Share {
+    size_t start, n;
+} Share;
+
+static Share share(const nrt_comm *comm, size_t start, size_t n)
+{
+    if (!comm)
+        return (Share){start, n};
+    const size_t lo = n * (size_t)comm->rank / (size_t)comm->size,
+                 hi = n * ((size_t)comm->rank + 1) / (size_t)comm->size;
+    return (Share){start + lo, hi - lo};
 }
 
 /* ------------------------------------------------------------------- cpu */
@@ -124,6 +140,7 @@ static Eval evaluate(nrt_net *net, Batcher *bt, const nrt_dataset *d, int cap, u
 /* The cpu backend: the generated passes on this machine's cores. */
 typedef struct Cpu {
     const nrt_model *m;
+    const nrt_comm *comm;  /* several ranks, or NULL */
     nrt_net net;
     nrt_optim_state opt;
     Batcher bt;
@@ -184,15 +201,42 @@ static int cpu_set_order(void *ctx, const nrt_order *order, size_t start, nrt_er
     return 0;
 }
 
+/* Several ranks: the gradient of the rank's share of the batch (k of n
+ * samples, k maybe 0) weighted by k / n, and its loss, summed over the
+ * ranks in one reduction of the flat buffer (the loss in the slot past the
+ * gradients): the batch's mean gradient and loss on every rank. */
+static int reduce(Cpu *c, float *loss, size_t k, size_t n, nrt_error *err)
+{
+    const size_t np = c->m->param_count;
+    float *g = c->net.grad;
+    if (k == 0) {
+        memset(g, 0, sizeof(float) * np);
+        *loss = 0;
+    }
+    const float w = (float)((double)k / (double)n);
+    for (size_t i = 0; i < np; i++)
+        g[i] *= w;
+    g[np] = *loss * w;
+    if (c->comm->sum_floats(c->comm->ctx, g, np + 1, err))
+        return -1;
+    *loss = g[np];
+    return 0;
+}
+
 static int cpu_step(void *ctx, size_t start, int n, float *loss, nrt_error *err)
 {
-    (void)err;
     Cpu *c = ctx;
-    nrt_batch b = gather(&c->bt, c->train, c->order + start, (size_t)n);
-    const float *out;
-    c->net.training = 1;
-    float l = c->m->forward(&c->net, &b, &out);
-    c->m->backward(&c->net, &b);
+    const Share sh = share(c->comm, start, (size_t)n);
+    float l = 0;
+    if (sh.n > 0) {
+        nrt_batch b = gather(&c->bt, c->train, c->order + sh.start, sh.n);
+        const float *out;
+        c->net.training = 1;
+        l = c->m->forward(&c->net, &b, &out);
+        c->m->backward(&c->net, &b);
+    }
+    if (c->comm && reduce(c, &l, sh.n, (size_t)n, err))
+        return -1;
     nrt_optim_step(&c->opt, c->net.param, c->net.grad);
     c->net.step++;
     c->loss_sum += (double)l * (double)n;
@@ -210,6 +254,9 @@ static int cpu_take_loss_sum(void *ctx, double *sum, nrt_error *err)
     return 0;
 }
 
+/* Several ranks: each evaluates its share of the set, with rank 0's
+ * buffers (running statistics; DDP's broadcast_buffers), and the sums are
+ * added up, exactly as one process would count them. */
 static int cpu_evaluate(void *ctx, int which, double *loss, double *accuracy, nrt_error *err)
 {
     Cpu *c = ctx;
@@ -217,9 +264,17 @@ static int cpu_evaluate(void *ctx, int which, double *loss, double *accuracy, nr
     if (!d || d->n == 0)
         return nrt_errorf(err, "internal error: no %s data to evaluate",
                           which == NRT_EVAL_TEST ? "test" : "validation");
-    Eval e = evaluate(&c->net, &c->bt, d, c->net.cap, c->eval_idx);
-    *loss = e.loss;
-    *accuracy = c->m->target_kind == NRT_TARGET_CLASS ? e.accuracy : NAN;
+    const nrt_comm *comm = c->comm;
+    if (comm && c->m->buffer_bytes &&
+        comm->broadcast(comm->ctx, c->net.buffers, c->m->buffer_bytes, err))
+        return -1;
+    const Share sh = share(comm, 0, d->n);
+    Eval e = evaluate(&c->net, &c->bt, d, sh.start, sh.start + sh.n, c->net.cap, c->eval_idx);
+    double sums[2] = {e.loss, e.correct};
+    if (comm && comm->sum_doubles(comm->ctx, sums, 2, err))
+        return -1;
+    *loss = sums[0] / (double)d->n;
+    *accuracy = c->m->target_kind == NRT_TARGET_CLASS ? sums[1] / (double)d->n : NAN;
     return 0;
 }
 
@@ -248,8 +303,9 @@ static int cpu_predict(void *ctx, const float *x, size_t n, float *out, nrt_erro
 /* One update from a batch the caller holds. */
 static int cpu_train_batch(void *ctx, const nrt_batch *b, float *loss, nrt_error *err)
 {
-    (void)err;
     Cpu *c = ctx;
+    if (c->comm)
+        return nrt_errorf(err, "internal error: a caller's batch with several ranks");
     const float *out;
     c->net.training = 1;
     float l = c->m->forward(&c->net, b, &out);
@@ -351,6 +407,7 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
         return nrt_errorf(err, "out of memory");
     }
     c->net.dropout_key = rc->dropout_key;
+    c->comm = rc->comm;
     *be = (nrt_backend){.ctx = c,
                         .name = "cpu",
                         .loss_free = 1,
@@ -412,6 +469,13 @@ int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *
                               "model's device is cpu, netc --no-cuda, or a netc without CUDA); "
                               "use cpu or auto", dev);
         snprintf(note, note_len, "cpu (auto: this program was built without CUDA)");
+        return nrt_cpu_open(m, &rc, be, err);
+    }
+    if (rc.comm) { /* NCCL, one GPU a rank: not yet */
+        if (is_cuda)
+            return nrt_errorf(err, "device %s: a run of several ranks trains on the cpu (on "
+                              "GPUs, not yet); use cpu or auto", dev);
+        snprintf(note, note_len, "cpu (auto: a run of several ranks trains on the cpu)");
         return nrt_cpu_open(m, &rc, be, err);
     }
     int count = m->cuda->device_count(err);

@@ -12,8 +12,8 @@
  *    "optimizer." and the parameter's name: optimizer.0.weight.exp_avg,
  *    .exp_avg_sq (Adam), .momentum_buffer (SGD with momentum);
  *  - in the metadata, the counters: the epoch under way and how many of its
- *    samples are done, the updates done, the seed, the batch size and
- *    whether the epochs are shuffled, the epoch's loss sum so far and the
+ *    samples are done, the updates done, the seed, the batch size (a
+ *    rank's) and the ranks, whether the epochs are shuffled, the epoch's loss sum so far and the
  *    learning-rate schedule's state; and what a resumed run takes from the
  *    checkpoint unless told otherwise: the number of epochs and the data.
  *    Doubles are written in C's hexadecimal notation (%a), which reads
@@ -32,6 +32,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -139,6 +140,7 @@ int nrt_checkpoint_save(const char *dir, const nrt_model *m, const nrt_optim *h,
     put(&mt, "step", "%" PRIu64, c->step);
     put(&mt, "seed", "%" PRIu64, c->seed);
     put(&mt, "batch", "%" PRId64, c->batch);
+    put(&mt, "ranks", "%d", c->ranks > 1 ? c->ranks : 1);
     put(&mt, "shuffle", "%d", c->shuffle);
     put(&mt, "epochs", "%" PRId64, c->epochs);
     put_str(&mt, "data", c->data ? c->data : "");
@@ -323,6 +325,8 @@ int nrt_checkpoint_load(const char *dir, const nrt_model *m, const nrt_optim *h,
     c->step = (uint64_t)get_int(&r, "step", 0, NRT_STEPS_MAX);
     c->seed = (uint64_t)get_int(&r, "seed", 0, NRT_SEED_MAX);
     c->batch = get_int(&r, "batch", 1, NRT_BATCH_MAX);
+    /* (a checkpoint from before data parallelism has no ranks: one) */
+    c->ranks = nrt_safetensors_meta(f, "ranks") ? (int)get_int(&r, "ranks", 1, INT_MAX) : 1;
     c->shuffle = (int)get_int(&r, "shuffle", 0, 1);
     c->epochs = get_int(&r, "epochs", 0, NRT_EPOCHS_MAX);
     c->loss_sum = get_double(&r, "loss_sum", finite, "a finite number");

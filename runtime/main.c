@@ -531,6 +531,9 @@ typedef struct Run {
     char *resumed_paths; /* the checkpoint's data paths, where o's may point */
     int64_t last_epoch;    /* the last epoch ended (TensorBoard's test step) */
     double lr;         /* the optimizer's now */
+    nrt_comm comm;     /* the ranks of a data-parallel run (size 0: alone) */
+    int world;         /* comm.size, or 1 */
+    int world_failed;  /* an error every rank has: they end without an abort */
     nrt_error err;
 } Run;
 
@@ -633,7 +636,8 @@ static int save_checkpoint(Run *r, int64_t epoch, size_t position)
 {
     const Options *o = r->o;
     nrt_checkpoint c = {.epoch = epoch, .position = position, .seed = o->seed,
-                        .batch = o->batch, .shuffle = o->shuffle, .epochs = o->epochs,
+                        .batch = o->batch, .ranks = r->world, .shuffle = o->shuffle,
+                        .epochs = o->epochs,
                         .data = o->data, .valid_data = o->valid_data,
                         .test_data = o->test_data, .sched = r->sched,
                         .param = r->param, .m = r->opt_m, .v = r->opt_v,
@@ -649,6 +653,8 @@ static int save_checkpoint(Run *r, int64_t epoch, size_t position)
 /* A signal stopped the run at position of epoch: saved, if asked to. */
 static int interrupted(Run *r, int64_t epoch, size_t position)
 {
+    if (r->comm.rank != 0) /* rank 0 says it, and saves */
+        return 128 + stop_signal;
     const char *name = signal_name();
     if (!r->o->quiet && isatty(2))
         fputs("\r\033[K", stderr);
@@ -735,6 +741,21 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
     return o->checkpoint ? save_checkpoint(r, epoch + 1, 0) : 0;
 }
 
+/* Whether the run stops before its next step: a signal caught.  Ranks
+ * decide it together (a signal may reach them at different steps), so
+ * that they stop at the same one.  -1 on an error. */
+static int stopping(Run *r)
+{
+    if (r->world == 1)
+        return stop_signal != 0;
+    double caught = stop_signal != 0;
+    if (r->comm.sum_doubles(r->comm.ctx, &caught, 1, &r->err))
+        return -1;
+    if (caught > 0 && !stop_signal)
+        stop_signal = SIGTERM; /* another rank's (mpirun sends SIGTERM) */
+    return caught > 0;
+}
+
 /* The epochs: the order of the samples, the steps, the epoch's end.  The
  * loss of a step is read from the backend only when it is needed (a
  * logged step, the live progress line) unless reading it costs nothing
@@ -767,12 +788,17 @@ static int train(Run *r)
             return -1;
         double shown_sum = 0, last_shown = te;
         size_t seen = 0, shown = 0, s = start;
-        for (; s < d->n; s += (size_t)o->batch) {
-            if (stop_signal)
+        /* a step's batch: --batch on each rank */
+        const size_t batch = (size_t)o->batch * (size_t)r->world;
+        for (; s < d->n; s += batch) {
+            int stop = stopping(r);
+            if (stop < 0)
+                return -1;
+            if (stop)
                 return interrupted(r, epoch, s);
             if (o->max_steps >= 0 && r->steps >= o->max_steps)
                 break;
-            size_t n = d->n - s < (size_t)o->batch ? d->n - s : (size_t)o->batch;
+            size_t n = d->n - s < batch ? d->n - s : batch;
             int logged = (r->metrics >= 0 || r->tb) && o->log_every &&
                          (r->steps + 1) % o->log_every == 0;
             int show = live && now() - last_shown > 0.1;
@@ -911,6 +937,11 @@ static int read_checkpoint(Run *r, Options *o)
     if (o->given_batch && o->batch != c.batch)
         return nrt_errorf(err, "%s: the run has batches of %lld; resume it without --batch",
                           o->resume, (long long)c.batch);
+    if (c.ranks != r->world)
+        return nrt_errorf(err, "%s: the run was on %d rank%s; resume it on %d (mpirun -np %d), "
+                          "or start it anew with --load %s/%s", o->resume, c.ranks,
+                          c.ranks == 1 ? "" : "s", c.ranks, c.ranks, o->resume,
+                          NRT_CHECKPOINT_FILE);
     if (o->given_shuffle && o->shuffle != c.shuffle)
         return nrt_errorf(err, "%s: the run shuffles its epochs; resume it without --no-shuffle",
                           o->resume);
@@ -1283,6 +1314,9 @@ static int run_training(Run *r)
         return nrt_errorf(&r->err, "%s/%s: metadata 'position' = %llu: past the end of the "
                           "training data (%zu samples)", o->resume, NRT_CHECKPOINT_FILE,
                           (unsigned long long)r->start_position, d->train.n);
+    if ((m->transforms.flip_p > 0 || d->decoding) && r->world > 1)
+        return nrt_errorf(&r->err, "a run of several ranks on images: not yet (train it in one "
+                          "process)");
     if ((m->transforms.flip_p > 0 || d->decoding) &&
         nrt_loader_open(&d->train, d->decoding, m->in_dim[0], m->in_dim[1], m->in_dim[2],
                         m->transforms.flip_p, nrt_stream_key(o->seed, NRT_STREAM_AUGMENT),
@@ -1312,8 +1346,79 @@ static int run_training(Run *r)
     if (t)
         return t;
     /* a signal after the last step: the test is left out, not the save */
-    r->test_left_out = d->has_test && stop_signal;
-    return d->has_test && !stop_signal ? test(r, r->last_epoch) : 0;
+    int stop = stopping(r);
+    if (stop < 0)
+        return -1;
+    r->test_left_out = d->has_test && stop;
+    return d->has_test && !stop ? test(r, r->last_epoch) : 0;
+}
+
+/* FNV-1a over bytes, continuing from h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static uint64_t fnv_set(uint64_t h, const nrt_dataset *d)
+{
+    h = fnv(h, &d->n, sizeof d->n);
+    h = fnv(h, &d->dim, sizeof d->dim);
+    if (d->x)
+        h = fnv(h, d->x, sizeof(float) * d->n * d->dim);
+    if (d->label)
+        h = fnv(h, d->label, sizeof(int32_t) * d->n);
+    if (d->y)
+        h = fnv(h, d->y, sizeof(float) * d->n * d->ydim);
+    return h;
+}
+
+/* Several ranks: that every rank runs the same program, model, data and
+ * flags (a hash of them compared with rank 0's), then rank 0's weights on
+ * every rank.  A rank that differs is named, by every rank. */
+static int join_world(Run *r)
+{
+    const Options *o = r->o;
+    const nrt_model *m = r->m;
+    const Data *d = &r->data;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = fnv(h, m->name, strlen(m->name));
+    const int64_t run[] = {m->abi, (int64_t)m->param_count, (int64_t)m->in_size, o->batch,
+                           (int64_t)o->seed, o->epochs, o->shuffle, o->max_steps, o->eval,
+                           d->has_valid, d->has_test};
+    h = fnv(h, run, sizeof run);
+    h = fnv(h, &r->lr, sizeof r->lr);
+    h = fnv_set(h, &d->train);
+    if (d->has_valid)
+        h = fnv_set(h, &d->valid);
+    if (d->has_test)
+        h = fnv_set(h, &d->test);
+    uint64_t *all = malloc(sizeof *all * (size_t)r->world);
+    if (!all)
+        return nrt_errorf(&r->err, "out of memory");
+    int rc = r->comm.gather_u64(r->comm.ctx, h, all, &r->err);
+    char list[200] = "";
+    size_t len = 0;
+    int odd = 0;
+    for (int k = 1; rc == 0 && k < r->world; k++)
+        if (all[k] != all[0] && len < sizeof list - 20)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", odd++ ? ", " : "", k);
+    free(all);
+    if (rc)
+        return -1;
+    if (odd) {
+        r->world_failed = 1; /* every rank knows: no need to abort */
+        return nrt_errorf(&r->err, "rank%s %s differ%s from rank 0 in the program, the model, "
+                          "the data or the flags: every rank must run the same", odd > 1 ? "s" : "",
+                          list, odd > 1 ? "" : "s");
+    }
+    return r->comm.broadcast(r->comm.ctx, r->param, sizeof(float) * m->param_count, &r->err) ||
+                   (m->buffer_bytes &&
+                    r->comm.broadcast(r->comm.ctx, r->buffers, m->buffer_bytes, &r->err))
+               ? -1
+               : 0;
 }
 
 /* A signal caught during start-up: the work is not begun.  Returns the
@@ -1370,6 +1475,29 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
     int dev_index;
     if (nrt_device_parse(o.device, &dev_index, err) < 0)
         goto fail;
+    char rank_prog[256];
+    if (m->dist && m->dist->open(&r.comm, err) < 0)
+        goto fail;
+    r.world = r.comm.size > 1 ? r.comm.size : 1;
+    if (r.world > 1) {
+        /* messages name the rank; rank 0 alone writes and prints */
+        snprintf(rank_prog, sizeof rank_prog, "%.200s (rank %d of %d)", prog, r.comm.rank,
+                 r.world);
+        r.prog = prog = rank_prog;
+        if (o.gradcheck) {
+            nrt_errorf(err, "--gradcheck runs in one process, not in a run of several ranks");
+            r.world_failed = 1;
+            goto fail;
+        }
+        if (r.comm.rank != 0) {
+            if (o.predict) { /* rank 0's work alone */
+                status = 0;
+                goto done;
+            }
+            o.quiet = 1;
+            o.metrics = o.logdir = o.save = o.checkpoint = NULL;
+        }
+    }
     const size_t np = m->param_count ? m->param_count : 1;
     const int slots = nrt_optim_slots(&m->optim);
     r.param = calloc(np, sizeof(float));
@@ -1406,19 +1534,28 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         nrt_errorf(err, "--resume and --load: the checkpoint holds the weights; give one");
         goto fail;
     }
+    if (r.world > 1 && join_world(&r))
+        goto fail;
     /* --gradcheck's batch is its samples, which the training set may
      * have fewer of */
     nrt_run_config rc = {.cap = o.gradcheck > 0 && (size_t)o.gradcheck > r.data.train.n
                                     ? (int)r.data.train.n
                                     : o.gradcheck > 0 ? o.gradcheck : o.batch,
-                         .dropout_key = nrt_stream_key(o.seed, NRT_STREAM_DROPOUT),
-                         .optim = m->optim};
+                         /* (each rank's masks its own) */
+                         .dropout_key = nrt_stream_key(o.seed, NRT_STREAM_DROPOUT) +
+                                        (uint64_t)(r.world > 1 ? r.comm.rank : 0),
+                         .optim = m->optim,
+                         .comm = r.world > 1 ? &r.comm : NULL};
     rc.optim.lr = r.lr;
     char note[256];
     if (nrt_backend_open(m, o.device, &rc, &r.be, note, sizeof note, err))
         goto fail;
     if (note[0] && !o.quiet && !o.predict)
         printf("device: %s\n", note);
+    if (r.world > 1 && !o.quiet)
+        printf("world: %d ranks on %d host%s (%s), each on %s; batch %d a rank, %lld in all\n",
+               r.world, r.comm.hosts, r.comm.hosts == 1 ? "" : "s", m->dist->name, r.be.name,
+               o.batch, (long long)o.batch * r.world);
     if (r.be.set_params(r.be.ctx, r.param, r.buffers, err))
         goto fail;
     if (o.gradcheck > 0) {
@@ -1462,7 +1599,13 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
     status = stop_signal ? stopped_late(&r) : 0;
     goto done;
 fail:
-    fail(prog, "%s", err->msg);
+    if (!r.world_failed || r.comm.rank == 0) /* an error all ranks have: rank 0 says it */
+        fail(prog, "%s", err->msg);
+    /* a rank that fails alone would leave the others waiting */
+    if (r.world > 1 && !r.world_failed) {
+        fflush(NULL);
+        r.comm.abort(r.comm.ctx, 1);
+    }
 done:
     close_logs(&r); /* after an error: what it says is not news */
     if (r.be.close)
@@ -1476,5 +1619,7 @@ done:
     nrt_loader_close(r.loader);
     report_skipped(prog, &r.data);
     data_free(&r.data);
+    if (r.comm.close)
+        r.comm.close(r.comm.ctx);
     return status;
 }

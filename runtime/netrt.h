@@ -660,11 +660,49 @@ typedef struct nrt_batch {
 /* ---------------------------------------------------------- backends */
 
 /* What a run asks of the device it trains on. */
+/* The processes of a data-parallel run (mpirun, srun): rank of size, the
+ * processes started together, each training on its share of every batch.
+ * libnetrt_mpi gives one over MPI (a program built with netc --mpi).  All
+ * calls are collective (every rank makes them, in the same order) and
+ * return 0, or -1 with a message in err. */
+typedef struct nrt_comm {
+    int rank, size;
+    int local_rank;          /* among the ranks on this host */
+    int hosts;               /* the hosts the ranks run on */
+    void *ctx;
+    /* v = the sum of every rank's v, on every rank */
+    int (*sum_floats)(void *ctx, float *v, size_t n, nrt_error *err);
+    int (*sum_doubles)(void *ctx, double *v, size_t n, nrt_error *err);
+    /* bytes from rank 0 to every rank */
+    int (*broadcast)(void *ctx, void *v, size_t bytes, nrt_error *err);
+    /* all[k] = rank k's mine, on every rank */
+    int (*gather_u64)(void *ctx, uint64_t mine, uint64_t *all, nrt_error *err);
+    /* Ends every rank's process with status (a rank that cannot go on
+     * while the others wait in a collective). */
+    void (*abort)(void *ctx, int status);
+    void (*close)(void *ctx);
+} nrt_comm;
+
+/* How a program joins a data-parallel run: in a program built with netc
+ * --mpi, nrt_mpi (libnetrt_mpi). */
+typedef struct nrt_dist {
+    const char *name;        /* "MPI" */
+    /* 1 and *comm where the process was started as a rank of a run of
+     * several (mpirun, srun), 0 where it runs alone, -1 on an error. */
+    int (*open)(nrt_comm *comm, nrt_error *err);
+} nrt_dist;
+
+extern const nrt_dist nrt_mpi;
+
 typedef struct nrt_run_config {
     int device;              /* CUDA device index (cuda backends) */
     int cap;                 /* largest batch */
     uint64_t dropout_key;    /* from the run's --seed (main.c) */
     nrt_optim optim;         /* hyperparameters, the --lr flag applied */
+    /* Several ranks, or NULL: a step's batch is then the global batch,
+     * of which the backend trains on its rank's share, and the gradients
+     * are averaged over the ranks; evaluation shares the set and sums. */
+    const nrt_comm *comm;
 } nrt_run_config;
 
 enum nrt_eval_set { NRT_EVAL_VALID = 0, NRT_EVAL_TEST = 1 };
@@ -815,6 +853,8 @@ typedef struct nrt_model {
     void (*backward)(nrt_net *net, const nrt_batch *b);
     /* The CUDA passes, or NULL in a program built without CUDA. */
     const nrt_cuda_model *cuda;
+    /* Data parallelism across processes, or NULL (netc without --mpi). */
+    const nrt_dist *dist;
 } nrt_model;
 
 /* ----------------------------------------------------------- checkpoint.c */
@@ -838,7 +878,8 @@ typedef struct nrt_checkpoint {
     uint64_t position;      /* samples of it done */
     uint64_t step;          /* updates done */
     uint64_t seed;
-    int64_t batch;
+    int64_t batch;          /* on each rank */
+    int ranks;              /* of a data-parallel run (1: alone) */
     int shuffle;
     int64_t epochs;         /* the run's length */
     const char *data;       /* the training data's path */
