@@ -863,6 +863,12 @@ static int train(Run *r)
         printf("trained %d epoch%s (%lld step%s) in %.2f s: %.0f samples/s\n", epochs_done,
                epochs_done == 1 ? "" : "s", r->steps, r->steps == 1 ? "" : "s", secs,
                total_samples / secs);
+    if (!o->quiet && epochs_done > 0 && r->world > 1) { /* rank 0's, since the start */
+        const double c = r->comm.seconds(r->comm.ctx);
+        printf("communication: %.3f ms a step, %.0f%% of the training time (collectives over "
+               "%s)\n", 1e3 * c / (double)(r->steps > 0 ? r->steps : 1), 100 * c / secs,
+               r->m->dist->name);
+    }
     return 0;
 }
 

@@ -677,6 +677,9 @@ typedef struct nrt_comm {
     int (*broadcast)(void *ctx, void *v, size_t bytes, nrt_error *err);
     /* all[k] = rank k's mine, on every rank */
     int (*gather_u64)(void *ctx, uint64_t mine, uint64_t *all, nrt_error *err);
+    /* Seconds this rank has spent in the calls above (waiting for the
+     * others included). */
+    double (*seconds)(void *ctx);
     /* Ends every rank's process with status (a rank that cannot go on
      * while the others wait in a collective). */
     void (*abort)(void *ctx, int status);

@@ -76,6 +76,7 @@ for m in mlp cnn; do
     check "[ \$(grep -c '^world: 2 ranks on 1 host (MPI), each on cpu; batch 16 a rank, 32 in all' '$WORK/$m.out') -eq 1 ]" \
         "$m: no world line (once): $(head -3 "$WORK/$m.out")"
     check "[ \$(grep -c '^test_loss' '$WORK/$m.out') -eq 1 ]" "$m: ranks other than 0 print"
+    check "grep -q '^communication: [0-9.]* ms a step' '$WORK/$m.out'" "$m: no communication line"
 done
 a1=$(field "$WORK/cnn.one" test_accuracy) a2=$(field "$WORK/cnn.two" test_accuracy)
 check "[ -n '$a1' ] && [ '$a1' = '$a2' ]" "cnn: test accuracy $a2 on 2 ranks, $a1 alone"

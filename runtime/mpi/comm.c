@@ -16,7 +16,20 @@
 
 typedef struct Mpi {
     MPI_Comm world; /* a duplicate of MPI_COMM_WORLD: netc's own */
+    double busy;    /* seconds in collectives */
 } Mpi;
+
+/* Counts the time since t, when a collective began; passes rc on. */
+static int timed(Mpi *c, double t, int rc)
+{
+    c->busy += MPI_Wtime() - t;
+    return rc;
+}
+
+static double seconds(void *ctx)
+{
+    return ((Mpi *)ctx)->busy;
+}
 
 static int check(int rc, const char *call, nrt_error *err)
 {
@@ -35,7 +48,9 @@ static int sum_floats(void *ctx, float *v, size_t n, nrt_error *err)
     /* counts are ints: a gradient of more than 2^31 floats goes in parts */
     for (size_t at = 0; at < n; at += INT32_MAX) {
         int k = n - at < INT32_MAX ? (int)(n - at) : INT32_MAX;
-        if (check(MPI_Allreduce(MPI_IN_PLACE, v + at, k, MPI_FLOAT, MPI_SUM, c->world),
+        const double t = MPI_Wtime();
+        if (check(timed(c, t, MPI_Allreduce(MPI_IN_PLACE, v + at, k, MPI_FLOAT, MPI_SUM,
+                                            c->world)),
                   "MPI_Allreduce", err))
             return -1;
     }
@@ -47,7 +62,8 @@ static int sum_doubles(void *ctx, double *v, size_t n, nrt_error *err)
     Mpi *c = ctx;
     if (n > INT32_MAX)
         return nrt_errorf(err, "internal error: a sum of %zu doubles", n);
-    return check(MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, c->world),
+    const double t = MPI_Wtime();
+    return check(timed(c, t, MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, c->world)),
                  "MPI_Allreduce", err);
 }
 
@@ -56,7 +72,9 @@ static int broadcast(void *ctx, void *v, size_t bytes, nrt_error *err)
     Mpi *c = ctx;
     for (size_t at = 0; at < bytes; at += INT32_MAX) {
         int k = bytes - at < INT32_MAX ? (int)(bytes - at) : INT32_MAX;
-        if (check(MPI_Bcast((char *)v + at, k, MPI_BYTE, 0, c->world), "MPI_Bcast", err))
+        const double t = MPI_Wtime();
+        if (check(timed(c, t, MPI_Bcast((char *)v + at, k, MPI_BYTE, 0, c->world)), "MPI_Bcast",
+                  err))
             return -1;
     }
     return 0;
@@ -65,7 +83,9 @@ static int broadcast(void *ctx, void *v, size_t bytes, nrt_error *err)
 static int gather_u64(void *ctx, uint64_t mine, uint64_t *all, nrt_error *err)
 {
     Mpi *c = ctx;
-    return check(MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, c->world),
+    const double t = MPI_Wtime();
+    return check(timed(c, t, MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T,
+                                           c->world)),
                  "MPI_Allgather", err);
 }
 
@@ -138,7 +158,8 @@ static int mpi_open(nrt_comm *comm, nrt_error *err)
     }
     *comm = (nrt_comm){.rank = rank, .size = size, .local_rank = lrank, .hosts = hosts,
                        .ctx = c, .sum_floats = sum_floats, .sum_doubles = sum_doubles,
-                       .broadcast = broadcast, .gather_u64 = gather_u64, .abort = mpi_abort,
+                       .broadcast = broadcast, .gather_u64 = gather_u64,
+                       .seconds = seconds, .abort = mpi_abort,
                        .close = mpi_close};
     return 1;
 }
