@@ -89,7 +89,7 @@ static void batcher_free(Batcher *b)
 static nrt_batch gather(Batcher *bt, const nrt_dataset *d, const uint32_t *idx, size_t n)
 {
     nrt_dataset_gather(d, idx, n, bt->x, d->label ? bt->label : NULL, d->y ? bt->y : NULL);
-    nrt_batch b = {(int)n, bt->x, bt->label, bt->y};
+    nrt_batch b = {(int)n, bt->x, bt->label, bt->y, 0};
     return b;
 }
 
@@ -120,19 +120,17 @@ static Eval evaluate(nrt_net *net, Batcher *bt, const nrt_dataset *d, size_t lo,
     return e;
 }
 
-/* A rank's share of n samples from start: the global batch cut in size
- * contiguous parts that differ by one sample at most (all of it alone). */
+/* This rank's share of n samples from start (all of them alone). */
 typedef struct Share {
     size_t start, n;
 } Share;
 
 static Share share(const nrt_comm *comm, size_t start, size_t n)
 {
-    if (!comm)
-        return (Share){start, n};
-    const size_t lo = n * (size_t)comm->rank / (size_t)comm->size,
-                 hi = n * ((size_t)comm->rank + 1) / (size_t)comm->size;
-    return (Share){start + lo, hi - lo};
+    Share sh = {start, n};
+    if (comm)
+        sh.n = nrt_share(comm->rank, comm->size, start, n, &sh.start);
+    return sh;
 }
 
 /* ------------------------------------------------------------------- cpu */
@@ -223,26 +221,33 @@ static int reduce(Cpu *c, float *loss, size_t k, size_t n, nrt_error *err)
     return 0;
 }
 
+/* A step on b, this rank's share (maybe empty) of a batch of total
+ * samples: forward, backward, the ranks' sum, the update. */
+static int update(Cpu *c, const nrt_batch *b, size_t total, float *loss, nrt_error *err)
+{
+    float l = 0;
+    if (b->n > 0) {
+        const float *out;
+        c->net.training = 1;
+        l = c->m->forward(&c->net, b, &out);
+        c->m->backward(&c->net, b);
+    }
+    if (c->comm && reduce(c, &l, (size_t)b->n, total, err))
+        return -1;
+    nrt_optim_step(&c->opt, c->net.param, c->net.grad);
+    c->net.step++;
+    c->loss_sum += (double)l * (double)total;
+    if (loss)
+        *loss = l;
+    return 0;
+}
+
 static int cpu_step(void *ctx, size_t start, int n, float *loss, nrt_error *err)
 {
     Cpu *c = ctx;
     const Share sh = share(c->comm, start, (size_t)n);
-    float l = 0;
-    if (sh.n > 0) {
-        nrt_batch b = gather(&c->bt, c->train, c->order + sh.start, sh.n);
-        const float *out;
-        c->net.training = 1;
-        l = c->m->forward(&c->net, &b, &out);
-        c->m->backward(&c->net, &b);
-    }
-    if (c->comm && reduce(c, &l, sh.n, (size_t)n, err))
-        return -1;
-    nrt_optim_step(&c->opt, c->net.param, c->net.grad);
-    c->net.step++;
-    c->loss_sum += (double)l * (double)n;
-    if (loss)
-        *loss = l;
-    return 0;
+    nrt_batch b = gather(&c->bt, c->train, c->order + sh.start, sh.n);
+    return update(c, &b, (size_t)n, loss, err);
 }
 
 static int cpu_take_loss_sum(void *ctx, double *sum, nrt_error *err)
@@ -292,7 +297,7 @@ static int cpu_predict(void *ctx, const float *x, size_t n, float *out, nrt_erro
     memset(c->bt.y, 0, sizeof(float) * cap * nout);
     for (size_t s = 0; s < n; s += cap) {
         size_t k = n - s < cap ? n - s : cap;
-        nrt_batch b = {(int)k, x + s * m->in_size, c->bt.label, c->bt.y};
+        nrt_batch b = {(int)k, x + s * m->in_size, c->bt.label, c->bt.y, 0};
         const float *y;
         m->forward(&c->net, &b, &y);
         memcpy(out + s * nout, y, sizeof(float) * k * nout);
@@ -300,22 +305,11 @@ static int cpu_predict(void *ctx, const float *x, size_t n, float *out, nrt_erro
     return 0;
 }
 
-/* One update from a batch the caller holds. */
+/* One update from a batch the caller holds: with several ranks, this
+ * rank's share of the step's (b->total samples). */
 static int cpu_train_batch(void *ctx, const nrt_batch *b, float *loss, nrt_error *err)
 {
-    Cpu *c = ctx;
-    if (c->comm)
-        return nrt_errorf(err, "internal error: a caller's batch with several ranks");
-    const float *out;
-    c->net.training = 1;
-    float l = c->m->forward(&c->net, b, &out);
-    c->m->backward(&c->net, b);
-    nrt_optim_step(&c->opt, c->net.param, c->net.grad);
-    c->net.step++;
-    c->loss_sum += (double)l * (double)b->n;
-    if (loss)
-        *loss = l;
-    return 0;
+    return update(ctx, b, b->total > 0 ? (size_t)b->total : (size_t)b->n, loss, err);
 }
 
 static int cpu_gradient(void *ctx, const nrt_batch *b, float *loss, float *grad, float *dinput,

@@ -152,7 +152,7 @@ int nrt_gradcheck(const nrt_model *m, const nrt_backend *be, const nrt_backend *
     for (size_t i = 0; i < n; i++)
         idx[i] = (uint32_t)i;
     nrt_dataset_gather(d, idx, n, x, label, y);
-    Probe p = {be, {(int)n, x, label, y}, param, buffers, err};
+    Probe p = {be, {(int)n, x, label, y, 0}, param, buffers, err};
     float loss;
     if (be->set_params(be->ctx, param, buffers, err) ||
         be->gradient(be->ctx, &p.b, &loss, grad, dinput, err))

@@ -32,6 +32,7 @@ typedef struct Slot {
     int32_t *label;
     uint32_t *idx;   /* the batch's samples */
     int n;
+    int total;       /* the whole batch's samples, on all ranks */
     int failed;      /* an image could not be decoded: why in err */
     nrt_error err;
     uint64_t gen;    /* the epoch generation it was filled for */
@@ -58,23 +59,27 @@ struct nrt_loader {
     uint64_t epoch;
     size_t start, nbatches;
     int batch;
+    int rank, ranks; /* the share of each batch made (nrt_share) */
     size_t claimed;  /* batches handed to workers */
     size_t taken;    /* batches handed to the training loop */
     int busy;        /* workers filling a slot */
     int quit;
 };
 
-/* Batch j of the epoch into s: its samples' features, flipped left to
- * right when the coin says so, and their targets; each waited for while
- * it is being decoded. */
+/* Batch j of the epoch (the rank's share of it) into s: its samples'
+ * features, flipped left to right when the coin says so, and their
+ * targets; each waited for while it is being decoded. */
 static void fill(const nrt_loader *l, const nrt_order *order, uint64_t epoch, size_t start,
                  int batch, size_t j, Slot *s)
 {
     const nrt_dataset *d = l->d;
-    const size_t first = start + j * (size_t)batch;
-    const size_t n = d->n - first < (size_t)batch ? d->n - first : (size_t)batch;
+    const size_t whole = start + j * (size_t)batch;
+    const size_t total = d->n - whole < (size_t)batch ? d->n - whole : (size_t)batch;
+    size_t first;
+    const size_t n = nrt_share(l->rank, l->ranks, whole, total, &first);
     const size_t w = (size_t)l->w, rows = (size_t)l->c * (size_t)l->h;
     s->failed = 0;
+    s->total = (int)total;
     nrt_order_fill(order, first, n, s->idx);
     for (size_t k = 0; k < n; k++) {
         const uint32_t i = s->idx[k];
@@ -144,7 +149,7 @@ int nrt_loader_open(const nrt_dataset *d, nrt_images *images, int c, int h, int 
     if (!l)
         return nrt_errorf(err, "out of memory");
     *l = (nrt_loader){.d = d, .images = images, .c = c, .h = h, .w = w, .cut = nrt_dropout_cut(flip_p),
-                      .key = key, .cap = cap};
+                      .key = key, .cap = cap, .rank = 0, .ranks = 1};
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
     const int nthreads = workers > 0 ? workers : 1;
@@ -172,6 +177,14 @@ int nrt_loader_open(const nrt_dataset *d, nrt_images *images, int c, int h, int 
     }
     *out = l;
     return 0;
+}
+
+void nrt_loader_share(nrt_loader *l, int rank, int ranks)
+{
+    pthread_mutex_lock(&l->mu);
+    l->rank = rank;
+    l->ranks = ranks;
+    pthread_mutex_unlock(&l->mu);
 }
 
 void nrt_loader_epoch(nrt_loader *l, const nrt_order *order, uint64_t epoch, size_t start,
@@ -210,7 +223,7 @@ int nrt_loader_next(nrt_loader *l, nrt_batch *b, nrt_error *err)
         *err = s->err;
         return -1;
     }
-    *b = (nrt_batch){s->n, s->x, s->label, s->y};
+    *b = (nrt_batch){s->n, s->x, s->label, s->y, s->total};
     return 0;
 }
 

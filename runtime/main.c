@@ -783,7 +783,8 @@ static int train(Run *r)
             nrt_images_start(r->data.decoding, &order, start, err))
             return -1;
         if (r->loader)
-            nrt_loader_epoch(r->loader, &order, (uint64_t)epoch, start, o->batch);
+            nrt_loader_epoch(r->loader, &order, (uint64_t)epoch, start,
+                             o->batch * r->world);
         else if (be->set_order(be->ctx, &order, start, err))
             return -1;
         double shown_sum = 0, last_shown = te;
@@ -1320,14 +1321,13 @@ static int run_training(Run *r)
         return nrt_errorf(&r->err, "%s/%s: metadata 'position' = %llu: past the end of the "
                           "training data (%zu samples)", o->resume, NRT_CHECKPOINT_FILE,
                           (unsigned long long)r->start_position, d->train.n);
-    if ((m->transforms.flip_p > 0 || d->decoding) && r->world > 1)
-        return nrt_errorf(&r->err, "a run of several ranks on images: not yet (train it in one "
-                          "process)");
     if ((m->transforms.flip_p > 0 || d->decoding) &&
         nrt_loader_open(&d->train, d->decoding, m->in_dim[0], m->in_dim[1], m->in_dim[2],
                         m->transforms.flip_p, nrt_stream_key(o->seed, NRT_STREAM_AUGMENT),
                         o->batch, o->workers, &r->loader, &r->err))
         return -1;
+    if (r->loader && r->world > 1)
+        nrt_loader_share(r->loader, r->comm.rank, r->world);
     /* with a loader, the training batches come from the host each step */
     if (be->set_data(be->ctx, r->loader ? NULL : &d->train, d->has_valid ? &d->valid : NULL,
                      d->has_test ? &d->test : NULL, &r->err))

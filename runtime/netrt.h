@@ -263,6 +263,10 @@ typedef struct nrt_loader nrt_loader;
 int nrt_loader_open(const nrt_dataset *d, nrt_images *images, int c, int h, int w,
                     double flip_p, uint64_t key, int cap, int workers, nrt_loader **out,
                     nrt_error *err);
+/* With several ranks (data parallel), the loader's batches are rank's
+ * share of each (nrt_share), their total the whole batch's size; by
+ * default rank 0 of 1. */
+void nrt_loader_share(nrt_loader *l, int rank, int ranks);
 /* Starts an epoch (abandoning any under way): batches of `batch`
  * samples, the first at position start of order. */
 void nrt_loader_epoch(nrt_loader *l, const nrt_order *order, uint64_t epoch, size_t start,
@@ -655,7 +659,21 @@ typedef struct nrt_batch {
     const float *x;
     const int32_t *label;
     const float *y;
+    /* With several ranks: the samples of the step's batch on all of them
+     * (n of which are this rank's, maybe none); 0 where it is n. */
+    int total;
 } nrt_batch;
+
+/* A rank's share of the n samples from start of a step's batch: the batch
+ * cut in `ranks` contiguous parts that differ by one sample at most.  Its
+ * count; its first sample's position at *first. */
+static inline size_t nrt_share(int rank, int ranks, size_t start, size_t n, size_t *first)
+{
+    const size_t lo = n * (size_t)rank / (size_t)ranks,
+                 hi = n * ((size_t)rank + 1) / (size_t)ranks;
+    *first = start + lo;
+    return hi - lo;
+}
 
 /* ---------------------------------------------------------- backends */
 

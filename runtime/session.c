@@ -185,7 +185,7 @@ int nrt_session_train_step(nrt_session *s, const float *x, const int32_t *label,
     const float *xs = prepared(s, x, (size_t)n, "train_step", err);
     if (!xs)
         return -1;
-    nrt_batch b = {n, xs, cls ? label : NULL, cls ? NULL : y};
+    nrt_batch b = {n, xs, cls ? label : NULL, cls ? NULL : y, 0};
     return s->be.train_batch(s->be.ctx, &b, loss, err);
 }
 

@@ -6,7 +6,8 @@
 #    SGD and momentum; Adam divides by the root of a running square, which
 #    magnifies the last bit of a near-zero gradient: 1.04e-6 at step 100),
 #    across epoch ends and the epoch's partial last batch; the test loss
-#    and accuracy, evaluated in shares and summed, agree too;
+#    and accuracy, evaluated in shares and summed, agree too; and for
+#    image lists with random flips (the loader's threads make each share);
 #  - a last batch smaller than the ranks (one rank with no sample);
 #  - rank 0 alone writes (--metrics, --save) and prints (the world line);
 #  - a program built with --mpi and run alone trains as one built without;
@@ -80,6 +81,23 @@ for m in mlp cnn; do
 done
 a1=$(field "$WORK/cnn.one" test_accuracy) a2=$(field "$WORK/cnn.two" test_accuracy)
 check "[ -n '$a1' ] && [ '$a1' = '$a2' ]" "cnn: test accuracy $a2 on 2 ranks, $a1 alone"
+
+# images: the loader's threads make each rank's share of every batch, with
+# the flips an unshared batch has (cnn101 on data/digit_images, validated)
+compile_mpi models/cnn101.net "$WORK/img"
+if "$WORK/img" --device cpu --max-steps 0 2>&1 | grep -q 'built without stb_image'; then
+    echo "images: skipped, the runtime was built without stb_image"
+else
+    "$WORK/img" --device cpu --batch 32 --max-steps 30 --metrics "$WORK/img.one" --log-every 1 --quiet
+    run 2 "$WORK/img" --device cpu --batch 16 --max-steps 30 --metrics "$WORK/img.two" \
+        --log-every 1 --quiet > "$WORK/img.out" 2>&1
+    check "[ $? -eq 0 ]" "images on 2 ranks: $(head -3 "$WORK/img.out")"
+    d=$(losses "$WORK/img.one" "$WORK/img.two")
+    echo "images: 2 ranks x 16 against 1 x 32: $d"
+    check "[ '${d%% *}' = 30 ] && below '${d#* }' 1e-6" "images: step losses differ: $d"
+    check "close '$(field "$WORK/img.one" valid_loss)' '$(field "$WORK/img.two" valid_loss)' 1e-6" \
+        "images: the validation loss differs"
+fi
 
 # 2. a last batch of one sample: rank 0 has none (405 = 2 x 202 + 1)
 "$WORK/mlp" --device cpu --batch 404 --epochs 3 --metrics "$WORK/last.one" --log-every 1 --quiet
