@@ -9,6 +9,10 @@
 #   stop PID SIG            signal a background job, wait (bounded) for it
 #   await PID               wait (bounded) for a background job
 #   $default_signals CMD... run CMD with SIGINT and SIGTERM not ignored
+#   losses A B              two --metrics files' steps: the count, the largest
+#                           relative difference of their losses
+#   field FILE KEY          KEY's value in the last --metrics record that has it
+#   below X TOL, close A B TOL   X <= TOL; |A - B| <= TOL |A|
 # Run by hand from the build tree: NETC=./netc NETC_TOP_SRCDIR=. sh tests/x.sh
 set -u
 SRC=${NETC_TOP_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -74,6 +78,27 @@ same_prediction() {
             if ($i == $i + 0 && a[i] == a[i] + 0) { if ($i - a[i] > 1e-6 || a[i] - $i > 1e-6) exit 1 }
             else if ($i != a[i]) exit 1 }'
 }
+
+# losses A B: the number of steps of two --metrics files and the largest
+# relative difference of their losses ("N D"), or what does not match
+losses() {
+    awk 'FNR == 1 { f++ }
+        /"step"/ { match($0, /"loss": [^,}]*/); v = substr($0, RSTART + 8, RLENGTH - 8)
+                   match($0, /"step": [0-9]*/); s = substr($0, RSTART + 8, RLENGTH - 8)
+                   if (f == 1) a[s] = v; else b[s] = v }
+        END { m = 0; n = 0
+              for (s in a) { if (!(s in b)) { print "step " s " missing"; exit }
+                             d = a[s] - b[s]; if (d < 0) d = -d
+                             r = d / (a[s] < 0 ? -a[s] : a[s]); if (r > m) m = r; n++ }
+              for (s in b) if (!(s in a)) { print "step " s " extra"; exit }
+              print n, m }' "$1" "$2"
+}
+# field FILE KEY: KEY's value in the last record that has it
+field() { sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" "$1" | tail -n 1; }
+# below X TOL: X <= TOL
+below() { awk -v x="$1" -v t="$2" 'BEGIN { exit !(x != "" && x + 0 <= t + 0) }'; }
+# close A B TOL: |A - B| <= TOL |A|
+close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; if (a < 0) a = -a; exit !(a != "" && d <= t * a) }'; }
 
 finish() {
     echo "$test_name: $checks checks, $failures failed"

@@ -32,26 +32,6 @@ run() { # NP ARGS...: mpirun, bounded
     timeout -k 5 120 mpirun -np "$_np" "$@"
 }
 
-# losses A B: the largest relative difference of two --metrics files' step losses
-losses() {
-    awk 'FNR == 1 { f++ }
-        /"step"/ { match($0, /"loss": [^,}]*/); v = substr($0, RSTART + 8, RLENGTH - 8)
-                   match($0, /"step": [0-9]*/); s = substr($0, RSTART + 8, RLENGTH - 8)
-                   if (f == 1) a[s] = v; else b[s] = v }
-        END { m = 0; n = 0
-              for (s in a) { if (!(s in b)) { print "step " s " missing"; exit }
-                             d = a[s] - b[s]; if (d < 0) d = -d
-                             r = d / (a[s] < 0 ? -a[s] : a[s]); if (r > m) m = r; n++ }
-              for (s in b) if (!(s in a)) { print "step " s " extra"; exit }
-              print n, m }' "$1" "$2"
-}
-# field FILE KEY: KEY's value in the record that has it
-field() { sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" "$1" | tail -n 1; }
-# below X TOL: X <= TOL
-below() { awk -v x="$1" -v t="$2" 'BEGIN { exit !(x != "" && x + 0 <= t + 0) }'; }
-# close A B TOL: |A - B| <= TOL |A|
-close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; if (a < 0) a = -a; exit !(a != "" && d <= t * a) }'; }
-
 cd "$SRC" || exit 1 # the models name their data from the source tree
 compile_mpi() { # MODEL PROG
     "$NETC" --mpi "$1" -o "$2" || { echo "FAIL: netc --mpi $1" >&2; failures=$((failures + 1)); }
