@@ -9,6 +9,9 @@
 #  - a rank that never calls the collective (late), exits after joining
 #    (exit), calls another one (mismatch) or never joins (init): the others
 #    fail, the rank named, within NETC_EMU_NCCL_TIMEOUT, and none hangs;
+#    two processes given the same rank (rank), or different numbers of
+#    ranks (size): every rank fails (at once, or a rank that comes after
+#    the others gave up, within the timeout);
 #  - a segment of the same id that a crashed rank left is replaced (stale).
 # Skipped (77) where tests/emu.sh is, and without nccl.h.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
@@ -67,6 +70,18 @@ check "[ $rc -eq 1 ] && has 'rank 0: exit 1' 'rank 1: exit 1' \
     'ncclCommInitRank (rank [01] of 3): .*rank 2 never came in 2 s (NETC_EMU_NCCL_TIMEOUT)' \
     '^segment: removed$' && within 10" \
     "a rank that never joins: $(head -20 "$out")"
+
+run rank 3 2
+check "[ $rc -eq 1 ] && has 'rank 0: exit 1' 'rank 1: exit 1' 'rank 2: exit 1' \
+    'rank 0 has joined already, as pid [0-9]*: two processes were given the same rank' \
+    '^segment: removed$' && within 10" \
+    "two processes as rank 0: $(head -20 "$out")"
+
+run size 3 2
+check "[ $rc -eq 1 ] && has 'rank 0: exit 1' 'rank 1: exit 1' 'rank 2: exit 1' \
+    'this rank was told [34] ranks, the first to come (pid [0-9]*) [34] ranks' \
+    '^segment: removed$' && within 10" \
+    "ranks told different numbers of ranks: $(head -20 "$out")"
 
 run stale 2 30
 check "[ $rc -eq 0 ] && oks 2 && has '^stale segment: there$' \

@@ -171,7 +171,7 @@ struct Header {
     uint32_t nranks;
     uint64_t chunk;          /* bytes of each rank's data */
     pthread_mutex_t mutex;   /* robust, process-shared: joining, leaving, giving up */
-    std::atomic<int32_t> gave_up; /* rank + 1 of the first rank that failed, or 0 */
+    std::atomic<int32_t> gave_up; /* rank + 1 of the first rank that failed, -1, or 0 */
     char why[400];           /* its reason, written before gave_up */
     char id[NCCL_UNIQUE_ID_BYTES];
 };
@@ -242,6 +242,25 @@ int dead_rank(const Header *h, const Comm &c)
     return -1;
 }
 
+/* Says that rank (-1: a process that could not join) gives up on the
+ * communicator, unless one did already: the others fail at their next
+ * barrier, with why, instead of waiting.  The caller holds the segment's
+ * mutex. */
+void publish(Header *h, int rank, const std::string &why)
+{
+    if (!h->gave_up.load()) {
+        snprintf(h->why, sizeof h->why, "%s", why.c_str());
+        h->gave_up.store(rank >= 0 ? rank + 1 : -1, std::memory_order_release);
+    }
+}
+
+void give_up(Comm &c, const std::string &why)
+{
+    lock_segment(c.h);
+    publish(c.h, c.rank, why);
+    pthread_mutex_unlock(&c.h->mutex);
+}
+
 enum Look { USE, AGAIN, FAIL };
 
 /* Joins c.h, mapped: USE, AGAIN (it is being made, is going, or was
@@ -278,8 +297,10 @@ Look join_mapped(Comm &c, const ncclUniqueId &id, ncclResult_t *r, std::string *
         look = AGAIN;
     } else if ((int)h->nranks != c.nranks) {
         *r = ncclInvalidArgument;
-        *why = format("this rank was told %d ranks, the rank that came first (pid %d) %u",
+        *why = format("this rank was told %d ranks, the first to come (pid %d) %u ranks",
                       c.nranks, (int)h->creator.load(), h->nranks);
+        publish(h, -1, format("pid %d, rank %d of %d: %s", (int)getpid(), c.rank, c.nranks,
+                              why->c_str()));
         look = FAIL;
     } else if (going) { /* an earlier communicator of this id is going */
         look = AGAIN;
@@ -287,6 +308,8 @@ Look join_mapped(Comm &c, const ncclUniqueId &id, ncclResult_t *r, std::string *
         *r = ncclInvalidUsage;
         *why = format("rank %d has joined already, as pid %d: two processes were given the "
                       "same rank", c.rank, (int)pid);
+        publish(h, -1, format("pid %d, rank %d of %d: %s", (int)getpid(), c.rank, c.nranks,
+                              why->c_str()));
         look = FAIL;
     } else {
         c.slot(c.rank)->pid.store(getpid());
@@ -375,18 +398,6 @@ ncclResult_t join(Comm &c, const ncclUniqueId &id, double deadline, std::string 
     }
 }
 
-/* This rank gives up on the communicator: the others fail at their next
- * barrier with why instead of waiting for it. */
-void give_up(Comm &c, const std::string &why)
-{
-    lock_segment(c.h);
-    if (!c.h->gave_up.load()) {
-        snprintf(c.h->why, sizeof c.h->why, "%s", why.c_str());
-        c.h->gave_up.store(c.rank + 1, std::memory_order_release);
-    }
-    pthread_mutex_unlock(&c.h->mutex);
-}
-
 /* Leaves the segment; if it still has its name (not every rank came), the
  * last to leave (every other rank left, died or never came) unlinks it. */
 void leave(Comm &c)
@@ -434,7 +445,8 @@ int barrier(Comm &c, double deadline, const char *hint, std::string *why)
         if (missing.empty())
             return 0;
         if (const int g = h->gave_up.load(std::memory_order_acquire)) {
-            *why = format("rank %d gave up on the communicator: %s", g - 1, h->why);
+            *why = g > 0 ? format("rank %d gave up on the communicator: %s", g - 1, h->why)
+                         : format("a process could not join the communicator: %s", h->why);
             return -1;
         }
         for (int r : missing)

@@ -22,6 +22,8 @@
  *   exit   the last rank exits after joining: the others fail at once
  *   mismatch  the last rank's all-reduce has one element fewer: all fail
  *   init   the last rank never calls ncclCommInitRank: the others' fails
+ *   rank   the last rank says it is rank 0 too: every rank's init fails
+ *   size   the last rank is told one rank more: every rank's init fails
  *   stale  a rank 0 of the same id killed while it waits in
  *          ncclCommInitRank left the segment behind: it is replaced, and
  *          the ranks run as in ok
@@ -216,7 +218,9 @@ static int rank_main(const char *mode, ncclUniqueId id)
         return 0; /* never comes */
     CUDA(cudaSetDevice(0));
     ncclComm_t comm;
-    NCCL(ncclCommInitRank(&comm, n, id, r));
+    const int as = last && !strcmp(mode, "rank") ? 0 : r;
+    const int of = last && !strcmp(mode, "size") ? n + 1 : n;
+    NCCL(ncclCommInitRank(&comm, of, id, as));
     if (!strcmp(mode, "ok") || !strcmp(mode, "stale"))
         return collectives(comm);
     if (last && strcmp(mode, "mismatch")) {
@@ -271,7 +275,8 @@ static pid_t start(const char *mode, ncclUniqueId id, int r, int n)
 int main(int argc, char **argv)
 {
     if (argc != 3 || atoi(argv[2]) < 1 || atoi(argv[2]) > 8) {
-        fprintf(stderr, "usage: nccl_test ok|late|exit|mismatch|init|stale NRANKS (1 to 8)\n");
+        fprintf(stderr, "usage: nccl_test ok|late|exit|mismatch|init|rank|size|stale NRANKS "
+                        "(1 to 8)\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IONBF, 0);
