@@ -754,8 +754,8 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm)
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
-    if (!comm)
-        return error(ncclInvalidArgument, "ncclCommDestroy: comm is NULL");
+    if (!comm) /* as NCCL 2.28 does */
+        return ncclSuccess;
     synchronize();
     Comm &c = *comm->c;
     leave(c);
