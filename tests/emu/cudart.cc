@@ -367,6 +367,14 @@ void emu::enqueue_op(cudaStream_t s, std::function<void()> op)
     enqueue(stream_of(s), std::move(op));
 }
 
+void emu::lose_context(void) { sticky = cudaErrorLaunchFailure; }
+
+void emu::synchronize(void)
+{
+    std::lock_guard<std::recursive_mutex> g(lock());
+    drain_all();
+}
+
 /* ------------------------------------------------------------ the API */
 
 extern "C" {

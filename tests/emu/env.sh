@@ -1,6 +1,8 @@
 # tests/emu/env.sh — sourced by the tests that run GPU code on the emulated
 # device, after tests/lib.sh.  Builds, under $WORK:
-#   lib/      the emulated libcudart.so.13, libcublas.so.13, libnvrtc.so.13
+#   lib/      the emulated libcudart.so.13, libcublas.so.13, libnvrtc.so.13,
+#             and libnccl.so.2 where nccl.h is found (beside the CUDA
+#             headers, or in /usr/include or /usr/local/include)
 #   netclib/  libnetrt_cuda.a with its CUDA sources compiled by nvcc.py,
 #             beside the real libnetrt.a: what netc links programs against
 # and exports what makes netc build, and its programs run, for the
@@ -27,20 +29,29 @@ export NETC_EMU_LIBDIR="$EMU_LIB" NETC_EMU_CUDA_INCLUDE="$cuda_inc"
 export NETC_EMU_NVCC="$PYTHON $EMU/nvcc.py"
 emu_nvcc() { "$PYTHON" "$EMU/nvcc.py" "$@"; }
 
-# emu_lib NAME SOURCES...: lib/libNAME.so.MAJOR and its libNAME.so link
+# emu_lib NAME MAJOR SOURCES...: lib/libNAME.so.MAJOR and its libNAME.so link
 emu_lib() {
     _name=$1
-    shift
+    _major=$2
+    shift 2
     # shellcheck disable=SC2086
     ${CXX:-c++} -std=c++17 -O2 -fPIC -shared -Wall -Wextra -Wno-attributes -I"$cuda_inc" \
         -I"$EMU" -DNETC_EMU_NVCC_PY="\"$EMU/nvcc.py\"" "$@" \
-        -Wl,-soname,lib$_name.so.$cuda_major -o "$EMU_LIB/lib$_name.so.$cuda_major" \
+        -Wl,-soname,lib$_name.so.$_major -o "$EMU_LIB/lib$_name.so.$_major" \
         -L"$EMU_LIB" -ldl >> "$WORK/emu-build.log" 2>&1 &&
-        ln -sf "lib$_name.so.$cuda_major" "$EMU_LIB/lib$_name.so"
+        ln -sf "lib$_name.so.$_major" "$EMU_LIB/lib$_name.so"
 }
-emu_lib cudart "$EMU/device.cc" "$EMU/cudart.cc" &&
-    emu_lib cublas "$EMU/cublas.cc" -lcudart &&
-    emu_lib nvrtc "$EMU/nvrtc.cc"
+nccl_inc=
+for d in "$cuda_inc" /usr/include /usr/local/include; do
+    [ -f "$d/nccl.h" ] && { nccl_inc=$d; break; }
+done
+emu_lib cudart "$cuda_major" "$EMU/device.cc" "$EMU/cudart.cc" &&
+    emu_lib cublas "$cuda_major" "$EMU/cublas.cc" -lcudart &&
+    emu_lib nvrtc "$cuda_major" "$EMU/nvrtc.cc" &&
+    if [ -n "$nccl_inc" ]; then
+        emu_lib nccl "$(sed -n 's/^#define NCCL_MAJOR *\([0-9]*\)$/\1/p' "$nccl_inc/nccl.h")" \
+            -I"$nccl_inc" "$EMU/nccl.cc" -lcudart -lpthread
+    fi
 check "[ $? -eq 0 ] && ! grep -q warning '$WORK/emu-build.log'" \
     "the emulated libraries do not build cleanly: $(head -20 "$WORK/emu-build.log")"
 [ -f "$EMU_LIB/libnvrtc.so" ] || finish

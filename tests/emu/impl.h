@@ -1,7 +1,7 @@
 /*
  * impl.h — the emulated device's insides, shared by device.cc (CUDA
  * threads as fibers), cudart.cc (the CUDA runtime API: memory, streams,
- * graphs, libraries) and cublas.cc.  Not seen by device code (emu.h is).
+ * graphs, libraries), cublas.cc and nccl.cc.  Not seen by device code (emu.h is).
  */
 #ifndef NETC_EMU_IMPL_H
 #define NETC_EMU_IMPL_H
@@ -61,6 +61,14 @@ struct DeviceWork {
 
 /* Puts op on s's queue (or its capture), as a kernel launch would be. */
 void enqueue_op(cudaStream_t s, std::function<void()> op);
+/* The op running now failed (a collective whose peers never came): the
+ * context is lost, as a failed kernel loses it (cudaErrorLaunchFailure,
+ * sticky).  Called from an op, after a message on stderr. */
+void lose_context(void);
+/* Runs every stream's queued work, as cudaDeviceSynchronize does but
+ * without its refusal during a capture (a communicator's pending
+ * collectives, before it goes). */
+void synchronize(void);
 
 /* The kernel running now and where, for a fault's message: "" when none. */
 std::string running(void);
