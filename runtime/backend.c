@@ -445,6 +445,26 @@ int nrt_device_parse(const char *dev, int *index, nrt_error *err)
     return NRT_DEVICE_CUDA;
 }
 
+int nrt_comm_agree(const nrt_comm *comm, int ok, char *who, size_t len, nrt_error *err)
+{
+    uint64_t *all = malloc(sizeof *all * (size_t)comm->size);
+    if (!all)
+        return nrt_errorf(err, "out of memory");
+    if (comm->gather_u64(comm->ctx, ok != 0, all, err)) {
+        free(all);
+        return -1;
+    }
+    int bad = 0;
+    for (int k = 0; k < comm->size; k++)
+        bad += !all[k];
+    size_t at = (size_t)snprintf(who, len, "rank%s", bad > 1 ? "s" : "");
+    for (int k = 0, n = 0; k < comm->size && at < len; k++)
+        if (!all[k])
+            at += (size_t)snprintf(who + at, len - at, "%s%d", n++ ? ", " : " ", k);
+    free(all);
+    return bad == 0;
+}
+
 int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *rc0,
                      nrt_backend *be, char *note, size_t note_len, nrt_error *err)
 {
@@ -465,14 +485,28 @@ int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *
         snprintf(note, note_len, "cpu (auto: this program was built without CUDA)");
         return nrt_cpu_open(m, &rc, be, err);
     }
-    if (rc.comm) { /* NCCL, one GPU a rank: not yet */
-        if (is_cuda)
-            return nrt_errorf(err, "device %s: a run of several ranks trains on the cpu (on "
-                              "GPUs, not yet); use cpu or auto", dev);
-        snprintf(note, note_len, "cpu (auto: a run of several ranks trains on the cpu)");
-        return nrt_cpu_open(m, &rc, be, err);
-    }
     int count = m->cuda->device_count(err);
+    if (rc.comm) {
+        /* One GPU a rank, the local rank's unless named (cuda:N), and
+         * every rank on a GPU or none: they sum over NCCL or over MPI. */
+        if (!strchr(dev, ':'))
+            rc.device = rc.comm->local_rank;
+        char who[160];
+        int all = nrt_comm_agree(rc.comm, count > rc.device, who, sizeof who, err);
+        if (all < 0)
+            return -1;
+        if (!all) {
+            const int many = strchr(who, ',') != NULL;
+            if (is_cuda)
+                return nrt_errorf(err, "device %s: %s %s no GPU of %s own (a GPU a rank: "
+                                  "CUDA_VISIBLE_DEVICES, or fewer ranks a host)", dev, who,
+                                  many ? "have" : "has", many ? "their" : "its"),
+                       NRT_ALL_RANKS;
+            snprintf(note, note_len, "cpu (auto: %.100s %s no GPU of %s own: every rank on the "
+                     "cpu)", who, many ? "have" : "has", many ? "their" : "its");
+            return nrt_cpu_open(m, &rc, be, err);
+        }
+    }
     if (count < 0 && is_cuda)
         return -1;
     const char *visible = NULL; /* named where no device was found */

@@ -1554,14 +1554,18 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
                          .comm = r.world > 1 ? &r.comm : NULL};
     rc.optim.lr = r.lr;
     char note[256];
-    if (nrt_backend_open(m, o.device, &rc, &r.be, note, sizeof note, err))
+    int opened = nrt_backend_open(m, o.device, &rc, &r.be, note, sizeof note, err);
+    if (opened) {
+        r.world_failed = opened == NRT_ALL_RANKS;
         goto fail;
+    }
     if (note[0] && !o.quiet && !o.predict)
         printf("device: %s\n", note);
     if (r.world > 1 && !o.quiet)
-        printf("world: %d ranks on %d host%s (%s), each on %s; batch %d a rank, %lld in all\n",
-               r.world, r.comm.hosts, r.comm.hosts == 1 ? "" : "s", m->dist->name, r.be.name,
-               o.batch, (long long)o.batch * r.world);
+        printf("world: %d ranks on %d host%s (%s), %s%s%s; batch %d a rank, %lld in all\n",
+               r.world, r.comm.hosts, r.comm.hosts == 1 ? "" : "s", m->dist->name,
+               strcmp(r.be.name, "cpu") ? "a GPU each (rank 0's: " : "each on ", r.be.name,
+               strcmp(r.be.name, "cpu") ? ")" : "", o.batch, (long long)o.batch * r.world);
     if (r.be.set_params(r.be.ctx, r.param, r.buffers, err))
         goto fail;
     if (o.gradcheck > 0) {

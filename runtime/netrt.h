@@ -704,6 +704,10 @@ typedef struct nrt_comm {
     void (*close)(void *ctx);
 } nrt_comm;
 
+/* Whether ok holds on every rank: 1, or 0 with the ranks where it does not
+ * in who ("rank 1", "ranks 1, 3"); -1 on an error.  Collective. */
+int nrt_comm_agree(const nrt_comm *comm, int ok, char *who, size_t len, nrt_error *err);
+
 /* How a program joins a data-parallel run: in a program built with netc
  * --mpi, nrt_mpi (libnetrt_mpi). */
 typedef struct nrt_dist {
@@ -815,6 +819,9 @@ typedef struct nrt_cuda_code {
 #define NRT_DW_PARTIAL_MAX (1 << 21)
 
 #define NRT_UNAVAILABLE (-2)
+/* An error every rank of a data-parallel run has at once (a collective
+ * decision): rank 0 says it, and none aborts the others. */
+#define NRT_ALL_RANKS (-3)
 
 typedef struct nrt_cuda_model {
     /* The passes on the device, over the net's stream; 0 or -1 (err). */
@@ -951,7 +958,10 @@ int nrt_device_parse(const char *dev, int *index, nrt_error *err);
 /* Opens the backend dev names (rc->device is replaced by dev's index).
  * "auto" is the first CUDA device when there is one, else the cpu; what
  * it chose, and why, goes to note ("cpu (auto: no CUDA device)"), which
- * is left empty for a device named outright. */
+ * is left empty for a device named outright.  With rc->comm, each rank
+ * takes the GPU of its local rank (unless dev is cuda:N), and the ranks
+ * all take GPUs or all the cpu.  0, -1, or NRT_ALL_RANKS (every rank has
+ * the error). */
 int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *rc,
                      nrt_backend *be, char *note, size_t note_len, nrt_error *err);
 

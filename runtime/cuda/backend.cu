@@ -63,6 +63,10 @@ struct Ctx {
     int32_t *blabel;
     nrt_cublas cublas;
     char *blas_ws;
+    /* several ranks: the gradients summed over NCCL (else comm NULL) */
+    const nrt_comm *comm;
+    nrt_nccl nccl;
+    ncclComm_t nc;
     /* data */
     int data_tried, has_data, resident;
     int has_eval[2];       /* a validation set, a test set (NRT_EVAL_*) */
@@ -164,39 +168,54 @@ static void keep_graph(Ctx *c, int n, cudaGraphExec_t exec)
 
 /* ----------------------------------------------------------------- step */
 
-/* The whole step on the stream: what a graph captures.  gather: the batch
- * comes from the resident training set (else it is in the batch buffers
- * already). */
-static int enqueue_step(Ctx *c, int n, int gather, nrt_error *err)
+/* The whole step on the stream: what a graph captures.  Its batch is k
+ * samples from position offset past the device cursor (gather: from the
+ * resident training set; else they are in the batch buffers already);
+ * with several ranks, this rank's share of the step's n (alone k == n),
+ * whose gradients and loss NCCL sums, weighted by the shares.  A rank
+ * with no sample (the last batch smaller than the ranks) adds zeros. */
+static int enqueue_step(Ctx *c, int k, int n, size_t offset, int gather, nrt_error *err)
 {
     nrt_cuda_net *net = &c->net;
+    cudaStream_t s = net->stream;
+    const size_t np = c->m->param_count;
     net->x = c->bx;
     net->label = c->blabel;
     net->y = c->by;
     net->training = 1;
     const DevData *d = &c->dtrain;
     Scalars *sc = c->dev;
-    if ((gather &&
-         nrt_cuda_gather(net->stream, c->sms, d->x, d->label, d->y, &sc->order, &sc->cursor, n,
-                         c->train.dim, c->train.ydim, c->bx, c->blabel, c->by, err)) ||
-        c->m->cuda->forward(net, n, err) || c->m->cuda->backward(net, n, err) ||
-        nrt_cuda_optim(net->stream, c->sms, &c->h, net->param, net->grad, c->opt_m, c->opt_v,
-                       c->m->param_count, &sc->step, err))
+    if (k > 0 ? (gather && nrt_cuda_gather(s, c->sms, d->x, d->label, d->y, &sc->order,
+                                           &sc->cursor, offset, k, c->train.dim,
+                                           c->train.ydim, c->bx, c->blabel, c->by, err)) ||
+                    c->m->cuda->forward(net, k, err) || c->m->cuda->backward(net, k, err)
+              : NRT_CUDA(cudaMemsetAsync(net->grad, 0, sizeof(float) * np, s), err) ||
+                    NRT_CUDA(cudaMemsetAsync(&sc->loss, 0, sizeof(float), s), err))
         return -1;
-    return nrt_cuda_end_step(net->stream, &sc->loss, n, &sc->loss_sum, &sc->cursor, &sc->step,
-                             err);
+    if (c->comm &&
+        (nrt_cuda_weigh(s, c->sms, net->grad, np, &sc->loss, (float)((double)k / n), err) ||
+         NRT_NCCL(&c->nccl, c->nccl.AllReduce(net->grad, net->grad, np + 1, ncclFloat, ncclSum,
+                                              c->nc, s), err) ||
+         nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err)))
+        return -1;
+    if (nrt_cuda_optim(s, c->sms, &c->h, net->param, net->grad, c->opt_m, c->opt_v, np,
+                       &sc->step, err))
+        return -1;
+    return nrt_cuda_end_step(s, &sc->loss, n, &sc->loss_sum, &sc->cursor, &sc->step, err);
 }
 
-/* Captures the step for batch size n.  The capture ends even when the
- * step failed: a stream left capturing is unusable. */
-static int capture_step(Ctx *c, int n, cudaGraphExec_t *exec, nrt_error *err)
+/* Captures the step for a batch of n (k of them this rank's, from offset).
+ * The capture ends even when the step failed: a stream left capturing is
+ * unusable. */
+static int capture_step(Ctx *c, int k, int n, size_t offset, cudaGraphExec_t *exec,
+                        nrt_error *err)
 {
     cudaStream_t s = c->net.stream;
     cudaGraph_t g = NULL;
     *exec = NULL;
     if (NRT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), err))
         return -1;
-    int rc = enqueue_step(c, n, c->resident, err);
+    int rc = enqueue_step(c, k, n, offset, c->resident, err);
     cudaError_t e = cudaStreamEndCapture(s, &g);
     if (rc == 0)
         rc = NRT_CUDA(e, err);
@@ -274,9 +293,12 @@ static int be_step(void *ctx, size_t start, int n, float *loss, nrt_error *err)
     Ctx *c = (Ctx *)ctx;
     if (!c->has_data)
         return nrt_errorf(err, "internal error: a step before the data was set");
-    if (n < 1 || n > c->net.cap)
+    size_t first = start; /* this rank's share: k samples from first */
+    const int k = c->comm ? (int)nrt_share(c->comm->rank, c->comm->size, start, (size_t)n, &first)
+                          : n;
+    if (n < 1 || k > c->net.cap)
         return nrt_errorf(err, "internal error: a step of %d samples (the batch capacity is %d)",
-                          n, c->net.cap);
+                          k, c->net.cap);
     /* The device's cursor says where the step starts; the host's copy of
      * it checks that the caller agrees. */
     if (start != c->cursor)
@@ -285,7 +307,7 @@ static int be_step(void *ctx, size_t start, int n, float *loss, nrt_error *err)
     if ((size_t)n > c->host->order.n - start)
         return nrt_errorf(err, "internal error: a step past the end of the epoch's order "
                           "(%zu + %d > %u)", start, n, c->host->order.n);
-    if (!c->resident && stage_batch(c, start, n, err))
+    if (!c->resident && stage_batch(c, first, k, err))
         return -1;
     cudaGraphExec_t exec = find_graph(c, n);
     if (exec) {
@@ -295,7 +317,8 @@ static int be_step(void *ctx, size_t start, int n, float *loss, nrt_error *err)
         /* The first step of a size runs eagerly, which also loads every
          * kernel and sets cuBLAS up outside of a capture; the graph is
          * captured (not run) right after, for the next ones. */
-        if (enqueue_step(c, n, c->resident, err) || capture_step(c, n, &exec, err))
+        if (enqueue_step(c, k, n, first - start, c->resident, err) ||
+            capture_step(c, k, n, first - start, &exec, err))
             return -1;
         keep_graph(c, n, exec);
     }
@@ -449,16 +472,17 @@ static int be_take_loss_sum(void *ctx, double *sum, nrt_error *err)
     return 0;
 }
 
-/* A set in order, batches of up to cap, each counted by k_eval. */
-static int evaluate_batches(Ctx *c, const DevData *d, nrt_error *err)
+/* A set's samples lo .. hi - 1 in order, batches of up to cap, each
+ * counted by k_eval. */
+static int evaluate_batches(Ctx *c, const DevData *d, size_t lo, size_t hi, nrt_error *err)
 {
     nrt_cuda_net *net = &c->net;
     const size_t cap = (size_t)net->cap, dim = c->m->in_size, ydim = (size_t)c->m->n_out;
     net->x = c->bx;
     net->label = c->blabel;
     net->y = c->by;
-    for (size_t first = 0; first < d->n; first += cap) {
-        const size_t n = d->n - first < cap ? d->n - first : cap;
+    for (size_t first = lo; first < hi; first += cap) {
+        const size_t n = hi - first < cap ? hi - first : cap;
         if (to_batch(c, d->x ? d->x + first * dim : NULL, d->label ? d->label + first : NULL,
                      d->y ? d->y + first * ydim : NULL, n, cudaMemcpyDeviceToDevice, err) ||
             c->m->cuda->forward(net, (int)n, err))
@@ -468,6 +492,27 @@ static int evaluate_batches(Ctx *c, const DevData *d, nrt_error *err)
             return -1;
     }
     return 0;
+}
+
+/* Rank 0's buffers (running statistics) on every rank, through the host:
+ * DDP's broadcast_buffers, before an evaluation. */
+static int share_buffers(Ctx *c, nrt_error *err)
+{
+    const size_t bytes = c->m->buffer_bytes;
+    if (!bytes)
+        return 0;
+    void *h = malloc(bytes);
+    if (!h)
+        return nrt_errorf(err, "out of memory");
+    int rc = copy(c, h, c->net.buffers, bytes, cudaMemcpyDeviceToHost, err) ||
+                     NRT_CUDA(cudaStreamSynchronize(c->net.stream), err) ||
+                     c->comm->broadcast(c->comm->ctx, h, bytes, err) ||
+                     copy(c, c->net.buffers, h, bytes, cudaMemcpyHostToDevice, err) ||
+                     NRT_CUDA(cudaStreamSynchronize(c->net.stream), err)
+                 ? -1
+                 : 0;
+    free(h);
+    return rc;
 }
 
 static int be_evaluate(void *ctx, int which, double *loss, double *accuracy, nrt_error *err)
@@ -482,16 +527,26 @@ static int be_evaluate(void *ctx, int which, double *loss, double *accuracy, nrt
     const size_t both = sizeof(double) + sizeof(unsigned long long);
     if (NRT_CUDA(cudaMemsetAsync(&c->dev->eval_loss, 0, both, s), err))
         return -1;
+    /* several ranks: each its share, with rank 0's buffers, then the sums */
+    size_t lo = 0, count = c->deval[k].n;
+    if (c->comm) {
+        count = nrt_share(c->comm->rank, c->comm->size, 0, c->deval[k].n, &lo);
+        if (share_buffers(c, err))
+            return -1;
+    }
     c->net.training = 0;
-    int rc = evaluate_batches(c, &c->deval[k], err);
+    int rc = evaluate_batches(c, &c->deval[k], lo, lo + count, err);
     c->net.training = 1;
     if (rc || copy(c, &c->host->eval_loss, &c->dev->eval_loss, both, cudaMemcpyDeviceToHost,
                    err) ||
         NRT_CUDA(cudaStreamSynchronize(s), err))
         return -1;
+    double sums[2] = {c->host->eval_loss, (double)c->host->correct};
+    if (c->comm && c->comm->sum_doubles(c->comm->ctx, sums, 2, err))
+        return -1;
     const double n = (double)c->deval[k].n;
-    *loss = c->host->eval_loss / n;
-    *accuracy = c->m->target_kind == NRT_TARGET_CLASS ? (double)c->host->correct / n : NAN;
+    *loss = sums[0] / n;
+    *accuracy = c->m->target_kind == NRT_TARGET_CLASS ? sums[1] / n : NAN;
     return 0;
 }
 
@@ -528,11 +583,12 @@ static int be_predict(void *ctx, const float *x, size_t n, float *out, nrt_error
 static int be_train_batch(void *ctx, const nrt_batch *b, float *loss, nrt_error *err)
 {
     Ctx *c = (Ctx *)ctx;
-    if (b->n < 1 || b->n > c->net.cap)
+    const int n = b->total > 0 ? b->total : b->n; /* b: this rank's share of n */
+    if (b->n < (c->comm ? 0 : 1) || b->n > c->net.cap || n < b->n)
         return nrt_errorf(err, "internal error: a batch of %d samples (the capacity is %d)", b->n,
                           c->net.cap);
     if (to_batch(c, b->x, b->label, b->y, (size_t)b->n, cudaMemcpyHostToDevice, err) ||
-        enqueue_step(c, b->n, 0, err))
+        enqueue_step(c, b->n, n, 0, 0, err))
         return -1;
     return loss ? read_loss(c, loss, err)
                 : NRT_CUDA(cudaStreamSynchronize(c->net.stream), err); /* the caller's x is free */
@@ -667,6 +723,9 @@ static void be_close(void *ctx)
     for (int i = 0; i < 3; i++)
         if (ev[i])
             (void)cudaEventDestroy(ev[i]);
+    if (c->nc)
+        (void)c->nccl.CommDestroy(c->nc);
+    nrt_nccl_unload(&c->nccl);
     if (c->net.blas)
         (void)c->cublas.Destroy(c->net.blas);
     nrt_cublas_unload(&c->cublas);
@@ -707,7 +766,7 @@ static int alloc_net(Ctx *c, nrt_error *err)
     const int cls = m->target_kind == NRT_TARGET_CLASS;
     const int need_m = c->h.kind == NRT_ADAM || c->h.momentum != 0;
     if (dalloc(c, &net->param, np, "the parameters", err) ||
-        dalloc(c, &net->grad, np, "the gradients", err) ||
+        dalloc(c, &net->grad, np + 1, "the gradients", err) || /* + a rank's loss */
         dalloc(c, &net->buffers, m->buffer_bytes, "the buffers", err) ||
         dalloc(c, &net->act, cap * m->cuda->act_size, "the activations", err) ||
         dalloc(c, &net->gbuf[0], cap * m->grad_size, "the gradient buffers", err) ||
@@ -757,6 +816,37 @@ static int setup(Ctx *c, const nrt_model *m, const nrt_run_config *cfg, char *na
     return NRT_CUDA(cudaStreamSynchronize(net->stream), err);
 }
 
+/* Several ranks: NCCL loaded on every rank (else none goes on: the
+ * device is unavailable, and auto trains on the cpu everywhere), its id
+ * from rank 0 over the ranks' own channel (MPI), and the communicator. */
+static int join_ranks(Ctx *c, const nrt_comm *comm, nrt_error *err)
+{
+    char missing[160];
+    const int loaded = nrt_nccl_load(&c->nccl, err) == 0;
+    nrt_error why = *err;
+    int all = nrt_comm_agree(comm, loaded, missing, sizeof missing, err);
+    if (all < 0)
+        return -1;
+    if (!all) {
+        if (loaded)
+            nrt_errorf(err, "NCCL cannot be loaded on %s", missing);
+        else
+            *err = why;
+        return NRT_UNAVAILABLE;
+    }
+    c->comm = comm;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    /* rank 0's failure here leaves the others in the broadcast: it aborts */
+    if ((comm->rank == 0 && NRT_NCCL(&c->nccl, c->nccl.GetUniqueId(&id), err)) ||
+        comm->broadcast(comm->ctx, &id, sizeof id, err) ||
+        NRT_NCCL(&c->nccl, c->nccl.CommInitRank(&c->nc, comm->size, id, comm->rank), err)) {
+        c->nc = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 static int no_such_device(int device, int count, nrt_error *err)
 {
     if (count == 0)
@@ -783,16 +873,36 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
     Ctx *c = (Ctx *)calloc(1, sizeof *c);
     if (!c)
         return nrt_errorf(err, "out of memory");
-    /* cuBLAS first: without it the device is unavailable, not broken */
-    if (nrt_cublas_load(&c->cublas, err)) {
+    /* cuBLAS first: without it the device is unavailable, not broken (and
+     * with several ranks, unavailable to all if to one) */
+    const int blas = nrt_cublas_load(&c->cublas, err) == 0;
+    int all = blas;
+    if (cfg->comm) {
+        char who[160];
+        nrt_error why = *err;
+        all = nrt_comm_agree(cfg->comm, blas, who, sizeof who, err);
+        if (all == 0 && blas)
+            nrt_errorf(err, "cuBLAS cannot be loaded on %s", who);
+        else if (all == 0)
+            *err = why;
+    }
+    if (all != 1) {
+        nrt_cublas_unload(&c->cublas);
         free(c);
-        return NRT_UNAVAILABLE;
+        return all < 0 ? -1 : NRT_UNAVAILABLE;
     }
     nrt_backend b;
     memset(&b, 0, sizeof b);
     if (setup(c, m, cfg, b.name, sizeof b.name, err)) {
         be_close(c);
         return -1;
+    }
+    if (cfg->comm) {
+        int joined = join_ranks(c, cfg->comm, err);
+        if (joined) {
+            be_close(c);
+            return joined;
+        }
     }
     b.ctx = c;
     b.set_data = be_set_data;

@@ -37,6 +37,14 @@ int nrt_cublas_check(const nrt_cublas *b, cublasStatus_t s, const char *call,
                       b->GetStatusName(s), b->GetStatusString(s));
 }
 
+int nrt_nccl_check(const nrt_nccl *n, ncclResult_t r, const char *call, const char *file,
+                   int line, nrt_error *err)
+{
+    if (r == ncclSuccess)
+        return 0;
+    return nrt_errorf(err, "%s failed at %s:%d: %s", call, file, line, n->GetErrorString(r));
+}
+
 int nrt_cuda_launched(const char *what, const char *file, int line,
                       nrt_error *err)
 {
@@ -189,11 +197,12 @@ static unsigned blocks_for(int sms, size_t work)
  * evaluated here: shuffling costs no pass of its own. */
 static __global__ void k_gather(const float *__restrict__ sx, const int32_t *__restrict__ sl,
                                 const float *__restrict__ sy, const nrt_order *__restrict__ order,
-                                const unsigned long long *__restrict__ cursor, int n,
-                                size_t dim, size_t ydim, float *__restrict__ x,
-                                int32_t *__restrict__ label, float *__restrict__ y)
+                                const unsigned long long *__restrict__ cursor,
+                                unsigned long long offset, int n, size_t dim, size_t ydim,
+                                float *__restrict__ x, int32_t *__restrict__ label,
+                                float *__restrict__ y)
 {
-    const unsigned long long first = *cursor;
+    const unsigned long long first = *cursor + offset;
     const nrt_order o = *order;
     const unsigned lane = threadIdx.x % 32;
     const size_t warps = (size_t)gridDim.x * (blockDim.x / 32);
@@ -212,12 +221,42 @@ static __global__ void k_gather(const float *__restrict__ sx, const int32_t *__r
 
 int nrt_cuda_gather(cudaStream_t s, int sms, const float *sx, const int32_t *sl,
                     const float *sy, const nrt_order *order, const unsigned long long *cursor,
-                    int n, size_t dim, size_t ydim, float *x, int32_t *label, float *y,
-                    nrt_error *err)
+                    size_t offset, int n, size_t dim, size_t ydim, float *x, int32_t *label,
+                    float *y, nrt_error *err)
 {
-    k_gather<<<blocks_for(sms, (size_t)n * 32), THREADS, 0, s>>>(sx, sl, sy, order, cursor, n,
-                                                                  dim, ydim, x, label, y);
+    k_gather<<<blocks_for(sms, (size_t)n * 32), THREADS, 0, s>>>(
+        sx, sl, sy, order, cursor, (unsigned long long)offset, n, dim, ydim, x, label, y);
     return NRT_LAUNCHED("k_gather", err);
+}
+
+/* Several ranks: this rank's gradient and loss weighted by its share w of
+ * the batch, the loss in the slot past the gradients, to be summed. */
+static __global__ void k_weigh(float *__restrict__ g, size_t n, const float *__restrict__ loss,
+                               float w)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        g[i] = __fmul_rn(g[i], w);
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        g[n] = __fmul_rn(*loss, w);
+}
+
+static __global__ void k_copy_loss(const float *from, float *loss)
+{
+    *loss = *from;
+}
+
+int nrt_cuda_weigh(cudaStream_t s, int sms, float *grad, size_t n, const float *loss, float w,
+                   nrt_error *err)
+{
+    k_weigh<<<blocks_for(sms, n), THREADS, 0, s>>>(grad, n, loss, w);
+    return NRT_LAUNCHED("k_weigh", err);
+}
+
+int nrt_cuda_copy_loss(cudaStream_t s, const float *from, float *loss, nrt_error *err)
+{
+    k_copy_loss<<<1, 1, 0, s>>>(from, loss);
+    return NRT_LAUNCHED("k_copy_loss", err);
 }
 
 /* The optimizers reproduce optim.c operation for operation in fp32.  The

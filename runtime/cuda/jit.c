@@ -218,7 +218,7 @@ static void nvrtc_close(Nvrtc *nv)
 static int nvrtc_open(Nvrtc *nv, nrt_error *err)
 {
     memset(nv, 0, sizeof *nv);
-    nv->lib = nrt_dl_open("libnvrtc", "NVRTC", err);
+    nv->lib = nrt_dl_open("libnvrtc", CUDART_VERSION / 1000, "NVRTC", err);
     if (!nv->lib)
         return -1;
 #define LOAD(f) nrt_dl_sym(nv->lib, "nvrtc" #f, &nv->f, "NVRTC", err)

@@ -24,6 +24,20 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#else
+/* NCCL is loaded with dlopen (libs.c): without its header, the few types
+ * of its stable C API (NCCL 2) that the runtime uses. */
+#define NCCL_MAJOR 2
+typedef struct ncclComm *ncclComm_t;
+typedef struct {
+    char internal[128];
+} ncclUniqueId;
+typedef enum { ncclSuccess = 0 } ncclResult_t;
+typedef enum { ncclSum = 0 } ncclRedOp_t;
+typedef enum { ncclFloat32 = 7, ncclFloat = 7 } ncclDataType_t;
+#endif
 
 #include "netrt.h"
 
@@ -46,6 +60,18 @@ typedef struct nrt_cublas {
     const char *(*GetStatusName)(cublasStatus_t);
     const char *(*GetStatusString)(cublasStatus_t);
 } nrt_cublas;
+
+/* NCCL, loaded with dlopen by a run of several ranks on GPUs. */
+typedef struct nrt_nccl {
+    void *lib;
+    ncclResult_t (*GetUniqueId)(ncclUniqueId *);
+    ncclResult_t (*CommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
+    ncclResult_t (*CommDestroy)(ncclComm_t);
+    ncclResult_t (*CommAbort)(ncclComm_t);
+    ncclResult_t (*AllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
+                              ncclComm_t, cudaStream_t);
+    const char *(*GetErrorString)(ncclResult_t);
+} nrt_nccl;
 
 /* A run's device state.  Pointers are device memory, sized for cap
  * samples a batch. */
@@ -107,6 +133,9 @@ int nrt_cuda_launched(const char *what, const char *file, int line,
 
 #define NRT_CUDA(call, err) nrt_cuda_check((call), #call, __FILE__, __LINE__, (err))
 #define NRT_CUBLAS(b, call, err) nrt_cublas_check((b), (call), #call, __FILE__, __LINE__, (err))
+int nrt_nccl_check(const nrt_nccl *n, ncclResult_t r, const char *call, const char *file,
+                   int line, nrt_error *err);
+#define NRT_NCCL(n, call, err) nrt_nccl_check((n), (call), #call, __FILE__, __LINE__, (err))
 #define NRT_LAUNCHED(what, err) nrt_cuda_launched((what), __FILE__, __LINE__, (err))
 
 /* Device memory, tracked: nrt_cuda_alloc counts what is in use and its
@@ -132,14 +161,18 @@ int nrt_cuda_jit_info(const nrt_model *m, const char *arch, int device, FILE *ou
 
 /* -------------------------------------------------------------- libs.c */
 
-/* Loads STEM.so.MAJOR (the CUDA major version built with), else STEM.so;
- * NULL with "cannot load WHAT: ..." in err. */
-void *nrt_dl_open(const char *stem, const char *what, nrt_error *err);
+/* Loads STEM.so.MAJOR (major: the library's; the CUDA major version built
+ * with for CUDA's own), else STEM.so; NULL with "cannot load WHAT: ..." in
+ * err. */
+void *nrt_dl_open(const char *stem, int major, const char *what, nrt_error *err);
 /* Stores LIB's symbol NAME into the function pointer at fn; 0 or -1. */
 int nrt_dl_sym(void *lib, const char *name, void *fn, const char *what, nrt_error *err);
 /* Loads cuBLAS: 0, or NRT_UNAVAILABLE with the reason in err. */
 int nrt_cublas_load(nrt_cublas *b, nrt_error *err);
 void nrt_cublas_unload(nrt_cublas *b);
+/* Loads NCCL: 0, or NRT_UNAVAILABLE with the reason in err. */
+int nrt_nccl_load(nrt_nccl *n, nrt_error *err);
+void nrt_nccl_unload(nrt_nccl *n);
 
 /* ------------------------------------------------------------ module.c */
 
@@ -232,13 +265,18 @@ int nrt_cu_mse(nrt_cuda_net *net, const float *y, const float *t, int n, int dim
 }
 
 /* The runtime's own kernels (device.cu), launched by backend.cu on stream
- * s: the batch gather at the device cursor, the optimizer over the flat
- * buffers, the end of a step (loss sum, cursor, step counter) and an
- * evaluation batch's loss and correct predictions. */
+ * s: the batch gather at the device cursor (plus offset: a rank's share),
+ * the optimizer over the flat buffers, the end of a step (loss sum,
+ * cursor, step counter) and an evaluation batch's loss and correct
+ * predictions; with several ranks, the gradient and loss weighted by the
+ * rank's share (the loss put at grad[n]) and the summed loss copied back. */
 int nrt_cuda_gather(cudaStream_t s, int sms, const float *sx, const int32_t *sl,
                     const float *sy, const nrt_order *order, const unsigned long long *cursor,
-                    int n, size_t dim, size_t ydim, float *x, int32_t *label, float *y,
-                    nrt_error *err);
+                    size_t offset, int n, size_t dim, size_t ydim, float *x, int32_t *label,
+                    float *y, nrt_error *err);
+int nrt_cuda_weigh(cudaStream_t s, int sms, float *grad, size_t n, const float *loss, float w,
+                   nrt_error *err);
+int nrt_cuda_copy_loss(cudaStream_t s, const float *from, float *loss, nrt_error *err);
 int nrt_cuda_optim(cudaStream_t s, int sms, const nrt_optim *h, float *param,
                    const float *grad, float *m, float *v, size_t n,
                    const unsigned long long *step, nrt_error *err);

@@ -307,6 +307,8 @@ bool refused_in_capture(const char *call)
     return true;
 }
 
+bool eager; /* emu::run_eagerly */
+
 void enqueue(CUstream_st *s, std::function<void()> op)
 {
     if (s->capture) {
@@ -315,6 +317,8 @@ void enqueue(CUstream_st *s, std::function<void()> op)
     }
     s->q.push_back(std::move(op));
     s->enq++;
+    if (eager)
+        drain(s);
 }
 
 const char *kind_word(Kind k) { return k == DEVICE ? "device" : k == PINNED ? "pinned" : "pageable"; }
@@ -368,6 +372,13 @@ void emu::enqueue_op(cudaStream_t s, std::function<void()> op)
 }
 
 void emu::lose_context(void) { sticky = cudaErrorLaunchFailure; }
+
+void emu::run_eagerly(void)
+{
+    std::lock_guard<std::recursive_mutex> g(lock());
+    drain_all();
+    eager = true;
+}
 
 void emu::synchronize(void)
 {

@@ -73,6 +73,8 @@ for f in backend device; do
 done
 [ $emu_rt_ok = 1 ] && ar rcs "$WORK/netclib/libnetrt_cuda.a" "$WORK"/netclib/*.o &&
     ln -s "$BUILD/runtime/libnetrt.a" "$WORK/netclib/libnetrt.a" || emu_rt_ok=0
+# netc --mpi's, where netc was built with MPI
+[ -e "$BUILD/runtime/libnetrt_mpi.a" ] && ln -s "$BUILD/runtime/libnetrt_mpi.a" "$WORK/netclib/"
 check "[ $emu_rt_ok = 1 ]" \
     "the runtime does not build for the emulated device: $(grep -m10 -i error "$WORK/emu-build.log")"
 [ $emu_rt_ok = 1 ] || finish

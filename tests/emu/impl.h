@@ -61,6 +61,14 @@ struct DeviceWork {
 
 /* Puts op on s's queue (or its capture), as a kernel launch would be. */
 void enqueue_op(cudaStream_t s, std::function<void()> op);
+/* From now on the process's streams run their work as it is enqueued
+ * (outside captures), not when the host waits.  A process that joined a
+ * communicator (nccl.cc): a rank's collective then runs whatever its host
+ * goes on to wait for (another rank, over MPI), as a GPU would run it;
+ * lazily, two ranks could each wait on the host for the other while their
+ * collectives sit queued.  The price: such a process no longer shows a
+ * missing synchronisation as stale data. */
+void run_eagerly(void);
 /* The op running now failed (a collective whose peers never came): the
  * context is lost, as a failed kernel loses it (cudaErrorLaunchFailure,
  * sticky).  Called from an op, after a message on stderr. */

@@ -741,6 +741,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
                      why.c_str());
     }
     *comm = new ncclComm{c};
+    emu::run_eagerly(); /* the peers' collectives progress as on GPUs */
     return ncclSuccess;
 }
 

@@ -1,0 +1,82 @@
+# tests/emu_mpi.sh — data-parallel training on GPUs: mpirun -np 2 of a
+# program built with netc --mpi for netc's emulated device, each rank on
+# an emulated GPU of its own (its local rank's), the gradients summed by
+# the emulated NCCL across the two processes inside the step's CUDA graph:
+#  - 2 ranks at batch 16 give the step losses of one process on one GPU at
+#    32 (within 1e-6 relative over 30 steps; boston_mlp and a digits CNN),
+#    across epoch ends and partial last batches, and the test loss too;
+#  - a last batch of one sample (one rank with none);
+#  - two ranks and one GPU: --device cuda says which rank has none, auto
+#    trains every rank on the cpu;
+#  - an NCCL that cannot be used: --device cuda says why, auto trains every
+#    rank on the cpu.
+# Skipped (77) where tests/emu.sh is, or without MPI, mpirun or nccl.h.
+. "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
+[ "${NETC_HAVE_MPI:-no}" = yes ] || skip "netc was configured without MPI (configure --with-mpi)"
+command -v mpirun > /dev/null || skip "no mpirun on the PATH (Debian: openmpi-bin)"
+. "$SRC/tests/emu/env.sh"
+[ -e "$EMU_LIB/libnccl.so.2" ] || skip "no nccl.h: the emulated NCCL was not built"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+export NETC_EMU_DEVICES=2 NETC_EMU_NCCL_TIMEOUT=60
+run() { # NP ARGS...: mpirun, bounded
+    _np=$1
+    shift
+    timeout -k 5 300 mpirun -np "$_np" "$@"
+}
+
+cd "$SRC" || exit 1 # the models name their data from the source tree
+sed 's/adam(lr=1e-3)/sgd(lr=0.05, momentum=0.9)/' models/digits_cnn.net > "$WORK/cnn.net"
+for m in mlp cnn; do
+    src=models/boston_mlp.net
+    [ $m = cnn ] && src=$WORK/cnn.net
+    "$NETC" --mpi "$src" -o "$WORK/$m" || { echo "FAIL: netc --mpi $src" >&2; failures=$((failures + 1)); }
+done
+
+for m in mlp cnn; do
+    "$WORK/$m" --device cuda --batch 32 --max-steps 30 --metrics "$WORK/$m.one" --log-every 1 \
+        --quiet
+    run 2 "$WORK/$m" --device cuda --batch 16 --max-steps 30 --metrics "$WORK/$m.two" \
+        --log-every 1 > "$WORK/$m.out" 2>&1
+    check "[ $? -eq 0 ]" "$m on 2 emulated GPUs: $(grep -v '^ *$' "$WORK/$m.out" | head -5)"
+    check "grep -q '^world: 2 ranks on 1 host (MPI), a GPU each (rank 0.s: cuda:0' '$WORK/$m.out'" \
+        "$m: the world line: $(grep world "$WORK/$m.out")"
+    d=$(losses "$WORK/$m.one" "$WORK/$m.two")
+    echo "$m: 2 emulated GPUs x 16 against 1 x 32: steps, largest relative difference: $d"
+    check "[ '${d%% *}' = 30 ] && below '${d#* }' 1e-6" "$m: step losses differ: $d"
+    t1=$(field "$WORK/$m.one" test_loss) t2=$(field "$WORK/$m.two" test_loss)
+    check "close '$t1' '$t2' 1e-6" "$m: test loss $t2 on 2 GPUs, $t1 on one"
+done
+
+# a last batch of one sample (405 = 2 x 202 + 1): rank 0 adds zeros
+"$WORK/mlp" --device cuda --batch 404 --epochs 2 --metrics "$WORK/last.one" --log-every 1 --quiet
+run 2 "$WORK/mlp" --device cuda --batch 202 --epochs 2 --metrics "$WORK/last.two" --log-every 1 \
+    --quiet > "$WORK/last.out" 2>&1
+check "[ $? -eq 0 ]" "a last batch of one sample on 2 GPUs: $(head -3 "$WORK/last.out")"
+d=$(losses "$WORK/last.one" "$WORK/last.two")
+check "[ '${d%% *}' = 4 ] && below '${d#* }' 1e-6" "a last batch of one sample: $d"
+
+# two ranks, one GPU
+NETC_EMU_DEVICES=1 run 2 "$WORK/mlp" --device cuda --max-steps 2 > "$WORK/one.out" 2>&1
+check "[ $? -ne 0 ] && grep -q 'error: device cuda: rank 1 has no GPU of its own' '$WORK/one.out'" \
+    "two ranks, one GPU, --device cuda: $(grep error "$WORK/one.out")"
+NETC_EMU_DEVICES=1 run 2 "$WORK/mlp" --device auto --max-steps 2 > "$WORK/auto.out" 2>&1
+check "[ $? -eq 0 ] && grep -q '^device: cpu (auto: rank 1 has no GPU of its own: every rank on the cpu)' '$WORK/auto.out'" \
+    "two ranks, one GPU, auto: $(head -3 "$WORK/auto.out")"
+
+# an NCCL that cannot be used (found first, through LD_LIBRARY_PATH):
+# --device cuda says so; auto trains every rank on the cpu
+mkdir -p "$WORK/badnccl"
+echo 'int not_nccl;' > "$WORK/badnccl/empty.c"
+${CC:-cc} -shared -fPIC -o "$WORK/badnccl/libnccl.so.2" "$WORK/badnccl/empty.c"
+for dev in cuda auto; do
+    LD_LIBRARY_PATH="$WORK/badnccl:$LD_LIBRARY_PATH" run 2 "$WORK/mlp" --device $dev --max-steps 2 \
+        > "$WORK/bad.$dev" 2>&1
+    echo $? > "$WORK/bad.$dev.rc"
+done
+check "[ \$(cat '$WORK/bad.cuda.rc') -ne 0 ] && grep -q 'error: device cuda: NCCL has no ncclGetUniqueId' '$WORK/bad.cuda'" \
+    "an unusable NCCL, --device cuda: $(grep error "$WORK/bad.cuda" | head -2)"
+check "[ \$(cat '$WORK/bad.auto.rc') -eq 0 ] && grep -q '^device: cpu (auto: NCCL has no ncclGetUniqueId' '$WORK/bad.auto'" \
+    "an unusable NCCL, auto: $(head -3 "$WORK/bad.auto")"
+finish
