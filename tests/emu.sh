@@ -60,6 +60,7 @@ expect hostptr 'argument 1 is .*neither device memory nor pinned host memory' \
     '^launch: invalid argument$' "a host pointer given to a kernel"
 expect bounds 'more than its __launch_bounds__(256)' \
     '^launch: too many resources requested for launch$' "a launch beyond __launch_bounds__"
+expect unset '^unset nan$' "a template's shared array not filled with NaN"
 expect shared '^shared 765 762$' "a kernel with 48 KiB of static shared data (it must run)"
 # ptxas' limit: the same kernel with 49 KiB, which nvcc.py must refuse,
 # naming the kernel and its three arrays

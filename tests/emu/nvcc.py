@@ -128,9 +128,10 @@ def translate(text):
 # ptxas refuses a kernel whose static __shared__ data exceeds 48 KiB.  Here
 # the host compiler's assembly of a source says the same: emu.h puts each
 # __shared__ array in section netc_emu_shared and marks it `retain' (flag R;
-# GCC drops the section of a template's static, not the mark), `.size'
-# gives its bytes, and a function's body (from its label to its `.size')
-# names the arrays and the functions it uses.  A kernel's use is the sum
+# GCC drops the section of a template's static, not the mark, and
+# shared_sections puts it back), `.size' gives its bytes, and a function's
+# body (from its label to its `.size') names the arrays and the functions
+# it uses.  A kernel's use is the sum
 # over the arrays it names itself or through the functions it calls,
 # inlined or not, each array once.
 
@@ -138,6 +139,8 @@ SHARED_MAX = 0xc000
 SYMBOL = re.compile(r"[A-Za-z_.$][\w.$]*")
 LABEL = re.compile(r"([A-Za-z_.$][\w.$]*):")
 SECTION = re.compile(r'\.(?:section|pushsection)\s+("[^"]*"|[^,\s]+)\s*(?:,\s*"([^"]*)")?')
+RETAINED = re.compile(r'\s*\.section\s+([^,\s]+)\s*,\s*"[^"]*R[^"]*"')
+DIRECTIVE = re.compile(r'(\s*\.section\s+)([^,\s]+)(.*)')
 
 
 class Assembly:
@@ -215,6 +218,24 @@ class Assembly:
                     seen.add(s)
                     todo.append(s)
         return found
+
+
+def shared_sections(asm):
+    """ASM with every section marked R (emu.h's __shared__ arrays) renamed
+    netc_emu_shared, as data, not bss (ld would make two output sections,
+    and __start_netc_emu_shared mark one): where GCC gives a template's
+    statics a section of their own, and the device would not fill them."""
+    renamed = {m.group(1) for m in map(RETAINED.match, asm.splitlines()) if m}
+    renamed.discard("netc_emu_shared")
+    if not renamed:
+        return asm
+
+    def line(text):
+        m = DIRECTIVE.match(text)
+        if not m or m.group(2) not in renamed:
+            return text
+        return m.group(1) + "netc_emu_shared" + m.group(3).replace("@nobits", "@progbits")
+    return "\n".join(map(line, asm.split("\n")))
 
 
 def demangle(names):
@@ -307,7 +328,10 @@ def main(argv):
             if subprocess.call(cmd) != 0:
                 return 1
             with open(asm) as f:
-                check_shared(src, f.read(), kernels)
+                text = shared_sections(f.read())
+            check_shared(src, text, kernels)
+            with open(asm, "w") as f:
+                f.write(text)
             obj = o["out"] if o["mode"] == "compile" else os.path.join(tmp, "%d.o" % i)
             cmd = cxx + [f for f in cxxflags if f.startswith(("-m", "-Wa,"))] + [
                 "-c", "-x", "assembler", asm, "-o", obj]

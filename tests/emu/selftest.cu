@@ -13,6 +13,7 @@
  *   lda         cublasSgemm with lda smaller than the rows
  *   hostptr     a kernel given a pageable host pointer
  *   bounds      a kernel launched with more threads than its __launch_bounds__
+ *   unset       a template kernel reads its __shared__ array unwritten: NaN
  *   shared      a kernel with 48 KiB of static shared data, the most ptxas
  *               allows: built with -DSHARED_KIB=49, this file must be refused
  *               by the emulated nvcc, as by ptxas
@@ -20,6 +21,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +58,17 @@ __global__ void fill(float *out, int n)
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i <= n) /* the bug: <= */
         out[i] = 2.0f;
+}
+
+/* A template's shared array, read where no thread wrote it (write is 0):
+ * NaN bytes, as every shared array is filled before each block. */
+template <int M> __global__ void unset(float *out, int write)
+{
+    __shared__ float t[M];
+    if (write)
+        t[threadIdx.x] = 1.0f;
+    __syncthreads();
+    out[threadIdx.x] = t[threadIdx.x];
 }
 
 /* big_shared's static shared data, SHARED_KIB KiB in all (floats): its own
@@ -173,6 +186,14 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "bounds")) {
         block_sum<<<1, 2 * N, 0, s>>>(x, out, 1);
         return fail("launch", cudaGetLastError());
+    }
+    if (!strcmp(mode, "unset")) {
+        unset<N><<<1, N, 0, s>>>(out, 0);
+        cudaError_t e = cudaMemcpyAsync(r, out, sizeof r, cudaMemcpyDeviceToHost, s);
+        if (e != cudaSuccess || (e = cudaStreamSynchronize(s)) != cudaSuccess)
+            return fail("unset", e);
+        printf("unset %s\n", isnan(r[0]) && isnan(r[1]) ? "nan" : "a number");
+        return 0;
     }
     if (!strcmp(mode, "shared")) {
         big_shared<<<1, N, 0, s>>>(x, out);
