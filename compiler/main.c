@@ -121,10 +121,12 @@ static char *read_file(const char *path, size_t *len)
     return buf;
 }
 
-/* What netc can write: --emit=KIND (and the C a CUDA build compiles). */
+/* What netc can write: --emit=KIND (and the C a CUDA build compiles, with
+ * the unit of nvcc's fatbin). */
 enum { EMIT_C, EMIT_C_FOR_CUDA, EMIT_CUDA, EMIT_IR, EMIT_DOT, EMIT_SUMMARY, EMIT_LIB,
-       EMIT_LIB_HEADER };
-static const char *const kind_names[] = {"c", NULL, "cuda", "ir", "dot", "summary", "lib", NULL};
+       EMIT_LIB_HEADER, EMIT_FATBIN };
+static const char *const kind_names[] = {"c", NULL, "cuda", "ir", "dot", "summary", "lib", NULL,
+                                         NULL};
 
 #ifdef NETC_HAVE_CUDA
 #define NETC_WITH_CUDA true
@@ -180,6 +182,9 @@ static void emit_kind(FILE *f, const Program *p, const EmitOptions *o, Arena *a,
         break;
     case EMIT_LIB_HEADER:
         emit_lib_header(f, p, o, a);
+        break;
+    case EMIT_FATBIN:
+        emit_cuda_fatbin(f, p, o, a);
         break;
     default:
         emit_c(f, p, o, a, kind == EMIT_C_FOR_CUDA);
@@ -319,21 +324,28 @@ static char *write_temp(const Program *p, const EmitOptions *o0, Arena *a, const
 }
 
 /* Writes the program's sources into dir, named after the model, and
- * builds the program out from them (with eo->cuda, its kernels compiled by
- * nvcc unless jit).  0 or -1, the error said. */
+ * builds the program out from them: one C file, or with eo->cuda ahead of
+ * time (not jit), the kernels compiled by nvcc while the host code is by
+ * the C compiler, then the fatbin's unit, and the link.  0 or -1, the
+ * error said. */
 static int build(const Program *p, EmitOptions *eo, const BuildOptions *bo, Arena *a,
                  const char *dir, const char *model_path, bool jit, const char *out)
 {
     const char *stem = default_output(a, source_name(model_path));
-    int rc = 0;
-    if (eo->cuda && !jit) { /* ahead of time: nvcc compiles the kernels, the program includes them */
-        char *cusrc = write_temp(p, eo, a, dir, stem, EMIT_CUDA, ".cu");
-        rc = cusrc ? build_fatbin(bo, cusrc, &eo->fatbin_size) : -1;
-        eo->fatbin_path = cusrc ? arena_printf(a, "%s.fatbin", cusrc) : NULL;
+    if (!eo->cuda || jit) {
+        char *csrc = write_temp(p, eo, a, dir, stem, eo->cuda ? EMIT_C_FOR_CUDA : EMIT_C, ".c");
+        return csrc ? build_program(bo, csrc, NULL, eo->cuda, out) : -1;
     }
-    char *csrc = rc ? NULL : write_temp(p, eo, a, dir, stem, eo->cuda ? EMIT_C_FOR_CUDA : EMIT_C, ".c");
-    rc = csrc ? build_program(bo, csrc, eo->cuda, out) : -1;
-    return rc;
+    char *cusrc = write_temp(p, eo, a, dir, stem, EMIT_CUDA, ".cu");
+    if (!cusrc)
+        return -1;
+    eo->fatbin_path = arena_printf(a, "%s.fatbin", cusrc);
+    char *csrc = write_temp(p, eo, a, dir, stem, EMIT_C_FOR_CUDA, ".c");
+    const char *obj = arena_printf(a, "%s/%s.o", dir, stem);
+    if (!csrc || build_objects(bo, cusrc, csrc, obj, &eo->fatbin_size))
+        return -1;
+    char *fsrc = write_temp(p, eo, a, dir, stem, EMIT_FATBIN, ".fatbin.c");
+    return fsrc ? build_program(bo, fsrc, obj, true, out) : -1;
 }
 
 /* -MD, -MF, -MP, -MT: make dependencies of the output, as gcc writes them. */

@@ -398,9 +398,10 @@ typedef struct EmitOptions {
     bool mpi;             /* the program joins data-parallel runs (--mpi) */
     const char *fatbin_path; /* with cuda: the kernels compiled ahead of time
                                 (nvcc), a file the assembler includes in the
-                                program (.incbin); NULL: their source, for
+                                program (.incbin) through the fatbin's own
+                                unit (EMIT_FATBIN); NULL: their source, for
                                 the JIT */
-    size_t fatbin_size;
+    size_t fatbin_size;      /* its bytes, for the fatbin's unit */
 } EmitOptions;
 
 typedef struct KernelList KernelList;
@@ -459,9 +460,13 @@ const char *source_line(const Program *p, const Stmt *s);
 
 /* Writes the kernel source of the program (--emit=cuda, MODEL.cu). */
 void emit_cuda(FILE *out, const Program *p, const EmitOptions *o, Arena *a);
-/* Writes the CUDA host passes, the kernels (embedded fatbin or source) and
- * the static nrt_cuda_model cuda_model, inside the C file. */
+/* Writes the CUDA host passes, the kernels (their source, or the fatbin
+ * unit's declaration) and the static nrt_cuda_model cuda_model, inside
+ * the C file. */
 void emit_cuda_host(Emit *e);
+/* The program's unit of nvcc's fatbin (o->fatbin_path and _size): the
+ * model's nrt_cuda_code, which emit_cuda_host's host code declares. */
+void emit_cuda_fatbin(FILE *out, const Program *p, const EmitOptions *o, Arena *a);
 /* Kernel NAME_INDEX_WHAT of node n (n NULL: kernel WHAT): while the
  * kernel source is written, its definition — extern "C" __global__, with
  * __launch_bounds__(bounds) unless 0, the parameters and the body's
@@ -499,21 +504,29 @@ typedef struct BuildOptions {
     bool verbose;
 } BuildOptions;
 
-/* A new private temporary directory (TMPDIR or /tmp) for a build's files;
- * from now on a stop signal stops the compiler and removes what
- * build_temp was given.  NULL (with the error said) on failure. */
+/* A new private temporary directory (TMPDIR or /tmp) for a build's files,
+ * and the compilers' own (their TMPDIR); from now on a stop signal stops
+ * the compilers and removes what build_temp was given.  NULL (with the
+ * error said) on failure. */
 const char *build_tempdir(Arena *a);
-/* Marks path (a file, or a directory emptied first) as temporary: removed
- * by build_remove_temps or a stop signal, the last marked first. */
+/* Marks path (a file, or a directory, removed with what is in it) as
+ * temporary: removed by build_remove_temps or a stop signal, the last
+ * marked first. */
 void build_temp(const char *path);
 void build_remove_temps(void);
 
-/* Compiles the C file csrc (with cuda, its CUDA passes too) into the
- * executable out, atomically. */
-int build_program(const BuildOptions *o, const char *csrc, bool cuda, const char *out);
-/* nvcc's fatbin of the kernel source cusrc, for o->cuda_arch, in the file
- * cusrc.fatbin (removed with the temporaries): 0 and its *size, or -1. */
-int build_fatbin(const BuildOptions *o, const char *cusrc, size_t *size);
+/* Compiles the C file csrc (with cuda, its CUDA passes too) and links it
+ * with obj (an object of build_objects, or NULL) into the executable out,
+ * atomically.  0 or -1, the error said. */
+int build_program(const BuildOptions *o, const char *csrc, const char *obj, bool cuda,
+                  const char *out);
+/* Two compilers at once: nvcc's fatbin of the kernel source cusrc, for
+ * o->cuda_arch, in the file cusrc.fatbin (its *fatbin_size), and the C
+ * compiler's object obj of the host code csrc (both removed with the
+ * temporaries).  0, or -1 with the error said and the other compiler
+ * stopped. */
+int build_objects(const BuildOptions *o, const char *cusrc, const char *csrc, const char *obj,
+                  size_t *fatbin_size);
 /* NULL if list is a comma-separated list of architectures like sm_90,
  * else the first word that is not. */
 const char *build_bad_arch(Arena *a, const char *list);

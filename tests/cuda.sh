@@ -8,7 +8,10 @@
 # links no CUDA library (the runtime statically; cuBLAS and NVRTC are
 # loaded when needed), lists devices, and without a GPU falls back to the
 # cpu under --device auto and refuses --device cuda with one clear
-# sentence; a model whose device is cpu gets no kernels at all.
+# sentence; a model whose device is cpu gets no kernels at all.  Ahead of
+# time nvcc and the C compiler run at once: the program is the same
+# whatever TMPDIR is, a failure of either is reported as its own and
+# stops the other, and a failure or a stop signal leaves nothing behind.
 # Skipped (77) when netc was configured without CUDA.  The GPU checks
 # themselves are tests/gpu/run.sh.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
@@ -124,6 +127,67 @@ check "[ $? -eq 0 ] && '$WORK/prog_q' --jit-arch sm_90 2>&1 | grep -q '^compiled
     "a TMPDIR with a quote, a backslash and a space: $(cat "$WORK/q.log")"
 (cd "$SRC" && "$WORK/prog_q" --device cpu --max-steps 2 --quiet)
 check "[ $? -eq 0 ]" "the program built in a TMPDIR with a quote does not run"
+
+# Ahead of time, nvcc compiles the kernels while the C compiler compiles
+# the host code into an object; then the fatbin's own unit and the link.
+# The program is the same whatever TMPDIR is, and nothing is left there.
+mkdir -p "$WORK/t1" "$WORK/t2"
+TMPDIR=$WORK/t1 "$NETC" -v --cuda-arch=sm_90 "$model" -o "$WORK/same1" > "$WORK/same1.log" 2>&1
+check "[ $? -eq 0 ] && grep -q ' -c .*/boston_mlp\.c -o .*/boston_mlp\.o\$' '$WORK/same1.log' &&
+       grep -q '/boston_mlp\.o .*/boston_mlp\.fatbin\.c ' '$WORK/same1.log'" \
+    "-v does not show the host object and the fatbin's unit: $(cat "$WORK/same1.log")"
+TMPDIR=$WORK/t2 "$NETC" --cuda-arch=sm_90 "$model" -o "$WORK/same2"
+check "cmp '$WORK/same1' '$WORK/same2'" "two builds of one model with CUDA differ"
+left() { find "$WORK/t1" "$WORK/t2" -mindepth 1 | sed 's,.*/,,'; }
+check "[ -z \"\$(left)\" ]" "a CUDA build left temporary files: $(left)"
+# still running: any process whose command line names a scratch folder
+alive() { ps -eo stat=,args= | grep -v '^Z' | grep -F "$WORK/t1/" | grep -v grep; }
+
+# A compiler that fails while the other runs is the one reported; the
+# other is stopped, and nothing is left: neither netc's files nor those
+# of nvcc stopped, which it does not always remove itself.
+printf '#!/bin/sh\nsleep 1\necho "cc1: out of memory allocating 65536 bytes" >&2\nexit 1\n' \
+    > "$WORK/cc-fails"
+printf '#!/bin/sh\necho $$ > "%s"\nexec sleep 30\n' "$WORK/cc.pid" > "$WORK/cc-slow"
+printf '#!/bin/sh\nsleep 1\necho "nvcc: out of memory" >&2\nexit 2\n' > "$WORK/nvcc-fails"
+chmod +x "$WORK/cc-fails" "$WORK/cc-slow" "$WORK/nvcc-fails"
+big=$SRC/models/digits_cnn.net
+TMPDIR=$WORK/t1 NETC_CC=$WORK/cc-fails "$NETC" --cuda-arch=sm_90 "$big" -o "$WORK/fail" 2> "$WORK/err"
+check "[ $? -eq 1 ] && grep -q '^cc1: out of memory' '$WORK/err' &&
+       grep -q 'error: the C compiler failed (exit status 1); its messages above say why' '$WORK/err' &&
+       ! grep -q nvcc '$WORK/err' && [ ! -e '$WORK/fail' ]" \
+    "the C compiler failing while nvcc runs: $(cat "$WORK/err")"
+check "[ -z \"\$(left)\" ] && [ -z \"\$(alive)\" ]" \
+    "the C compiler failing while nvcc runs left files or nvcc: $(left) $(alive)"
+rm -f "$WORK/cc.pid"
+TMPDIR=$WORK/t1 NETC_CC=$WORK/cc-slow NETC_NVCC=$WORK/nvcc-fails "$NETC" "$big" -o "$WORK/fail" \
+    2> "$WORK/err"
+check "[ $? -eq 1 ] && grep -q '^nvcc: out of memory' '$WORK/err' &&
+       grep -q 'error: nvcc failed (exit status 2); its messages above say why' '$WORK/err' &&
+       ! grep -q 'C compiler' '$WORK/err' && [ ! -e '$WORK/fail' ]" \
+    "nvcc failing while the C compiler runs: $(cat "$WORK/err")"
+check "[ -s '$WORK/cc.pid' ] && ! kill -0 \$(cat '$WORK/cc.pid') 2> /dev/null && [ -z \"\$(left)\" ]" \
+    "nvcc failing while the C compiler runs left it running or files: $(left)"
+
+# Stopped by SIGINT or SIGTERM while both run, netc stops both (nvcc, the
+# real one, with its cicc and ptxas) and leaves nothing.
+if [ -n "$default_signals" ]; then
+    for sig_status in INT:130 TERM:143; do
+        sig=${sig_status%:*} want=${sig_status#*:}
+        rm -f "$WORK/cc.pid"
+        TMPDIR=$WORK/t1 NETC_CC=$WORK/cc-slow $default_signals "$NETC" "$big" -o "$WORK/fail" \
+            2> /dev/null &
+        pid=$!
+        i=0
+        while [ ! -s "$WORK/cc.pid" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+        sleep 1 # nvcc is into cicc by now
+        stop $pid $sig
+        rc=$?
+        check "[ $rc -eq $want ]" "SIG$sig while both compilers run: exit status $rc, not $want"
+        check "[ -z \"\$(left)\" ] && [ -z \"\$(alive)\" ] && ! kill -0 \$(cat '$WORK/cc.pid') 2> /dev/null" \
+            "SIG$sig while both compilers run left files or a compiler: $(left) $(alive)"
+    done
+fi
 
 # No CUDA library is needed to start: none is linked dynamically.
 if [ -x "$WORK/prog" ] && command -v readelf > /dev/null 2>&1; then

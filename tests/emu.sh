@@ -5,7 +5,8 @@
 #    missing barrier, a divergent barrier, a host read of device memory, a
 #    write past an allocation, a result read before its stream is waited
 #    for, a synchronisation inside a capture, a too-small lda, a host
-#    pointer given to a kernel, a launch beyond __launch_bounds__);
+#    pointer given to a kernel, a launch beyond __launch_bounds__, a
+#    kernel with more than 48 KiB of static shared data);
 #  - tests/gpu/test_cuda_kernels.cu, every runtime kernel against the cpu,
 #    in a shuffled and in the reversed thread order.
 # Skipped (77) without the CUDA toolkit's headers (netc configured without
@@ -59,6 +60,19 @@ expect hostptr 'argument 1 is .*neither device memory nor pinned host memory' \
     '^launch: invalid argument$' "a host pointer given to a kernel"
 expect bounds 'more than its __launch_bounds__(256)' \
     '^launch: too many resources requested for launch$' "a launch beyond __launch_bounds__"
+expect unset '^unset nan$' "a template's shared array not filled with NaN"
+expect shared '^shared 765 762$' "a kernel with 48 KiB of static shared data (it must run)"
+# ptxas' limit: the same kernel with 49 KiB, which nvcc.py must refuse,
+# naming the kernel and its three arrays
+nvcc -O2 -DSHARED_KIB=49 "$EMU/selftest.cu" -o "$WORK/selftest49" > "$WORK/self49.log" 2>&1
+rc=$?
+refused=0
+[ $rc -ne 0 ] && [ ! -e "$WORK/selftest49" ] &&
+    grep -qF "selftest.cu: error: entry function 'big_shared(float const*, float*)' uses too much shared data (0xc400 bytes, 0xc000 max)" "$WORK/self49.log" &&
+    grep -qF "staged<8192>(float const*)::t (32768 bytes), big_shared(float const*, float*)::own (13312 bytes), staged_far(float const*)::u (4096 bytes)" "$WORK/self49.log" &&
+    refused=1
+check "[ $refused = 1 ]" \
+    "49 KiB of static shared data is not refused as ptxas refuses it (status $rc): $(cat "$WORK/self49.log")"
 
 # ------------------------------------------------------ the runtime kernels
 # The runtime as env.sh built it for the emulated device, and

@@ -79,8 +79,11 @@ static constexpr int warpSize = 32;
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...) [[netc::launch_bounds(__VA_ARGS__)]]
 /* A block's shared arrays: statics in a section of their own, which the
- * device fills with NaN bytes before each block (blocks run one at a time). */
-#define __shared__ static __attribute__((section("netc_emu_shared")))
+ * device fills with NaN bytes before each block (blocks run one at a time).
+ * `retain' marks them (flag R) where the section is lost: GCC puts a
+ * template's statics in a section of their own; nvcc.py counts each
+ * kernel's by that mark, as ptxas refuses more than 48 KiB. */
+#define __shared__ static __attribute__((section("netc_emu_shared"), retain))
 #define __constant__ static
 
 extern "C" char __start_netc_emu_shared[] __attribute__((weak, visibility("hidden")));

@@ -14,10 +14,16 @@ registered (netc_emu::Registrar) so that cudaGetKernel, cudaLibraryGetKernel
 and cudaLaunchKernel find it.  Architecture flags (-arch, -gencode, -code)
 are accepted and ignored: there is one emulated architecture.
 
+As ptxas does, it refuses a kernel whose static shared data exceeds 48 KiB
+(check_shared): each source is compiled to assembly, where the __shared__
+arrays each kernel refers to, itself or through the functions it calls, are
+found and their sizes summed, before the assembly is assembled.
+
 Environment: CXX (default c++), NETC_EMU_CXXFLAGS (default -O2 -g0).
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -84,7 +90,8 @@ KERNEL = re.compile(
 
 
 def translate(text):
-    """Launches rewritten, registrations appended."""
+    """Launches rewritten, registrations appended; and the names of the
+    kernels the text defines, templates included."""
     out, pos = [], 0
     for m in LAUNCH.finditer(text):
         end = text.find(">>>", m.end())
@@ -97,8 +104,9 @@ def translate(text):
         pos = end + 3
     out.append(text[pos:])
     text = "".join(out)
-    regs = []
+    regs, kernels = [], set()
     for m in KERNEL.finditer(text):
+        kernels.add(m.group(2))
         # a template kernel is registered where it is launched, not here
         before = text[max(0, m.start() - 200):m.start()]
         if re.search(r"template\s*<[^;{}]*>\s*(static\s+)?$", before):
@@ -112,7 +120,182 @@ def translate(text):
     for name, bound in regs:
         text += ("static netc_emu::Registrar<decltype(&%s)> netc_emu_reg_%s(&%s, \"%s\", %s);\n"
                  % (name, name, name, name, bound))
-    return text
+    return text, kernels
+
+
+# ------------------------------------------------ static shared data (ptxas)
+#
+# ptxas refuses a kernel whose static __shared__ data exceeds 48 KiB.  Here
+# the host compiler's assembly of a source says the same: emu.h puts each
+# __shared__ array in section netc_emu_shared and marks it `retain' (flag R;
+# GCC drops the section of a template's static, not the mark, and
+# shared_sections puts it back), `.size' gives its bytes, and a function's
+# body (from its label to its `.size') names the arrays and the functions
+# it uses.  A kernel's use is the sum
+# over the arrays it names itself or through the functions it calls,
+# inlined or not, each array once.
+
+SHARED_MAX = 0xc000
+SYMBOL = re.compile(r"[A-Za-z_.$][\w.$]*")
+LABEL = re.compile(r"([A-Za-z_.$][\w.$]*):")
+SECTION = re.compile(r'\.(?:section|pushsection)\s+("[^"]*"|[^,\s]+)\s*(?:,\s*"([^"]*)")?')
+RETAINED = re.compile(r'\s*\.section\s+([^,\s]+)\s*,\s*"[^"]*R[^"]*"')
+DIRECTIVE = re.compile(r'(\s*\.section\s+)([^,\s]+)(.*)')
+
+
+class Assembly:
+    """What check_shared needs of GNU assembly (GCC's or Clang's, x86-64):
+    shared, the size of each __shared__ array; refs, for each function the
+    symbols its body names, a label read as the function it is in."""
+
+    def __init__(self, text):
+        self.shared, self.refs = {}, {}
+        self.sizes, self.where, self.owner, self.functions = {}, {}, {}, set()
+        self.flags, self.section, self.previous, self.stack = {}, ("", ""), ("", ""), []
+        self.open = []  # the functions whose body this line is in
+        for line in text.splitlines():
+            self.read(line.split("#", 1)[0].strip())
+        for name, (section, flags) in self.where.items():
+            if (section == "netc_emu_shared" or "R" in flags) and name in self.sizes:
+                self.shared[name] = self.sizes[name]
+        for f, used in self.refs.items():
+            self.refs[f] = {self.owner.get(s, s) for s in used}
+
+    def read(self, line):
+        label = LABEL.match(line)
+        words = [w.strip() for w in line[5:].split(",")]
+        if self.switch(line):
+            pass
+        elif line.startswith(".type"):
+            if len(words) == 2 and words[1] in ("@function", "%function"):
+                self.functions.add(words[0])
+        elif line.startswith(".size"):
+            if words[0] in self.open:
+                self.open.remove(words[0])
+            elif len(words) == 2 and words[1].isdigit():
+                self.sizes[words[0]] = int(words[1])
+        elif label:
+            name = label.group(1)
+            self.where[name] = self.section
+            if name in self.functions:
+                self.open.append(name)
+                self.refs.setdefault(name, set())
+            elif self.open:
+                self.owner[name] = self.open[-1]
+        else:
+            for f in self.open:
+                self.refs[f] |= set(SYMBOL.findall(line))
+
+    def switch(self, line):
+        """Follows a directive that changes the section: (name, flags)."""
+        m = SECTION.match(line)
+        if m:
+            name = m.group(1).strip('"')
+            if m.group(2) is not None:
+                self.flags[name] = m.group(2)
+            if line.startswith(".push"):
+                self.stack.append(self.section)
+            new = (name, self.flags.get(name, ""))
+        elif line == ".popsection":
+            new = self.stack.pop() if self.stack else self.section
+        elif line == ".previous":
+            new = self.previous
+        elif line in (".text", ".data", ".bss"):
+            new = (line, "")
+        else:
+            return False
+        self.section, self.previous = new, self.section
+        return True
+
+    def arrays(self, function):
+        """The __shared__ arrays FUNCTION uses, itself or through calls."""
+        seen, todo, found = {function}, [function], set()
+        while todo:
+            for s in self.refs[todo.pop()]:
+                if s in self.shared:
+                    found.add(s)
+                elif s in self.refs and s not in seen:
+                    seen.add(s)
+                    todo.append(s)
+        return found
+
+
+def shared_sections(asm):
+    """ASM with every section marked R (emu.h's __shared__ arrays) renamed
+    netc_emu_shared, as data, not bss (ld would make two output sections,
+    and __start_netc_emu_shared mark one): where GCC gives a template's
+    statics a section of their own, and the device would not fill them."""
+    renamed = {m.group(1) for m in map(RETAINED.match, asm.splitlines()) if m}
+    renamed.discard("netc_emu_shared")
+    if not renamed:
+        return asm
+
+    def line(text):
+        m = DIRECTIVE.match(text)
+        if not m or m.group(2) not in renamed:
+            return text
+        return m.group(1) + "netc_emu_shared" + m.group(3).replace("@nobits", "@progbits")
+    return "\n".join(map(line, asm.split("\n")))
+
+
+def demangle(names):
+    """NAMES as c++filt writes them (as they are without c++filt)."""
+    names = list(names)
+    if not names or not shutil.which("c++filt"):
+        return dict(zip(names, names))
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True,
+                         text=True).stdout.split("\n")
+    return dict(zip(names, out)) if len(out) >= len(names) else dict(zip(names, names))
+
+
+def unqualified(demangled):
+    """A demangled function's name alone: kern for void ns::kern<1>(float*)."""
+    d, depth = demangled.replace("(anonymous namespace)", "anon"), 0
+    for i, c in enumerate(d):
+        depth += {"<": 1, ">": -1}.get(c, 0)
+        if c == "(" and depth == 0:
+            d = d[:i]
+            break
+    while d.endswith(">"):  # template arguments
+        depth = 0
+        for i in range(len(d) - 1, -1, -1):
+            depth += {">": 1, "<": -1}.get(d[i], 0)
+            if depth == 0:
+                d = d[:i]
+                break
+        else:
+            break
+    return re.split(r"::| ", d)[-1]
+
+
+def check_shared(src, asm, kernels):
+    """Dies, as ptxas does, if a kernel of SRC (its assembly ASM, its
+    kernels' names KERNELS) uses more than 48 KiB of static shared data."""
+    a = Assembly(asm)
+    if not a.shared:
+        return
+    # a kernel's symbol: its name (extern "C") or a mangled name holding it
+    mangled = [f for f in a.refs if f not in kernels and f.startswith("_Z") and
+               any(re.search(r"(?<![0-9])%d%s" % (len(k), k), f) for k in kernels)]
+    plain = demangle(mangled)
+    errors = []
+    for f in sorted(a.refs):
+        if f not in kernels and unqualified(plain.get(f, f)) not in kernels:
+            continue
+        arrays = a.arrays(f)
+        total = sum(a.shared[s] for s in arrays)
+        if total > SHARED_MAX:
+            errors.append((f, total, sorted(arrays, key=lambda s: (-a.shared[s], s))))
+    if not errors:
+        return
+    names = demangle([f for f, _, _ in errors] + [s for _, _, arrays in errors for s in arrays])
+    for f, total, arrays in errors:
+        sys.stderr.write(
+            "%s: error: entry function '%s' uses too much shared data (0x%x bytes, 0x%x max): "
+            "%d bytes of static __shared__ arrays, more than the 48 KiB ptxas allows a kernel: %s\n"
+            % (src, names[f], total, SHARED_MAX, total,
+               ", ".join("%s (%d bytes)" % (names[s], a.shared[s]) for s in arrays)))
+    sys.exit(1)
 
 
 def main(argv):
@@ -136,12 +319,22 @@ def main(argv):
             if subprocess.call(cmd) != 0:
                 return 1
             with open(ii) as f:
-                text = translate(f.read())
+                text, kernels = translate(f.read())
             cc = os.path.join(tmp, "%d.cc" % i)
             with open(cc, "w") as f:
                 f.write(text)
+            asm = os.path.join(tmp, "%d.s" % i)
+            cmd = cxx + cxxflags + ["-I" + HERE, "-I" + cuda_inc, "-S", "-x", "c++", cc, "-o", asm]
+            if subprocess.call(cmd) != 0:
+                return 1
+            with open(asm) as f:
+                text = shared_sections(f.read())
+            check_shared(src, text, kernels)
+            with open(asm, "w") as f:
+                f.write(text)
             obj = o["out"] if o["mode"] == "compile" else os.path.join(tmp, "%d.o" % i)
-            cmd = cxx + cxxflags + ["-I" + HERE, "-I" + cuda_inc, "-c", "-x", "c++", cc, "-o", obj]
+            cmd = cxx + [f for f in cxxflags if f.startswith(("-m", "-Wa,"))] + [
+                "-c", "-x", "assembler", asm, "-o", obj]
             if subprocess.call(cmd) != 0:
                 return 1
             objs.append(obj)

@@ -13,10 +13,15 @@
  *   lda         cublasSgemm with lda smaller than the rows
  *   hostptr     a kernel given a pageable host pointer
  *   bounds      a kernel launched with more threads than its __launch_bounds__
+ *   unset       a template kernel reads its __shared__ array unwritten: NaN
+ *   shared      a kernel with 48 KiB of static shared data, the most ptxas
+ *               allows: built with -DSHARED_KIB=49, this file must be refused
+ *               by the emulated nvcc, as by ptxas
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +58,56 @@ __global__ void fill(float *out, int n)
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i <= n) /* the bug: <= */
         out[i] = 2.0f;
+}
+
+/* A template's shared array, read where no thread wrote it (write is 0):
+ * NaN bytes, as every shared array is filled before each block. */
+template <int M> __global__ void unset(float *out, int write)
+{
+    __shared__ float t[M];
+    if (write)
+        t[threadIdx.x] = 1.0f;
+    __syncthreads();
+    out[threadIdx.x] = t[threadIdx.x];
+}
+
+/* big_shared's static shared data, SHARED_KIB KiB in all (floats): its own
+ * array, a template's it inlines and an array of a function it calls;
+ * block_sum's 1 KiB is another kernel's and does not count. */
+#ifndef SHARED_KIB
+#define SHARED_KIB 48
+#endif
+#define FAR 1024
+#define NEAR 8192
+#define OWN (SHARED_KIB * 256 - NEAR - FAR)
+
+template <int M> __device__ float staged(const float *x)
+{
+    __shared__ float t[M];
+    for (int i = threadIdx.x; i < M; i += blockDim.x)
+        t[i] = x[i % N];
+    __syncthreads();
+    return t[M - 1 - threadIdx.x];
+}
+
+/* a call, not inlined (no __noinline__: emu.h cannot define it, libstdc++
+ * writes __attribute__((__noinline__))) */
+__device__ __attribute__((noinline)) float staged_far(const float *x)
+{
+    __shared__ float u[FAR];
+    for (int i = threadIdx.x; i < FAR; i += blockDim.x)
+        u[i] = x[i % N];
+    __syncthreads();
+    return u[FAR - 1 - threadIdx.x];
+}
+
+__global__ void big_shared(const float *x, float *out)
+{
+    __shared__ float own[OWN];
+    for (int i = threadIdx.x; i < OWN; i += blockDim.x)
+        own[i] = x[i % N];
+    __syncthreads();
+    out[threadIdx.x] = own[OWN - 1 - threadIdx.x] + staged<NEAR>(x) + staged_far(x);
 }
 
 static int fail(const char *what, cudaError_t e)
@@ -131,6 +186,22 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "bounds")) {
         block_sum<<<1, 2 * N, 0, s>>>(x, out, 1);
         return fail("launch", cudaGetLastError());
+    }
+    if (!strcmp(mode, "unset")) {
+        unset<N><<<1, N, 0, s>>>(out, 0);
+        cudaError_t e = cudaMemcpyAsync(r, out, sizeof r, cudaMemcpyDeviceToHost, s);
+        if (e != cudaSuccess || (e = cudaStreamSynchronize(s)) != cudaSuccess)
+            return fail("unset", e);
+        printf("unset %s\n", isnan(r[0]) && isnan(r[1]) ? "nan" : "a number");
+        return 0;
+    }
+    if (!strcmp(mode, "shared")) {
+        big_shared<<<1, N, 0, s>>>(x, out);
+        cudaError_t e = cudaMemcpyAsync(r, out, sizeof r, cudaMemcpyDeviceToHost, s);
+        if (e != cudaSuccess || (e = cudaStreamSynchronize(s)) != cudaSuccess)
+            return fail("shared", e);
+        printf("shared %g %g\n", r[0], r[1]); /* 3 (255 - t), t = 0, 1 */
+        return 0;
     }
     printf("no mode %s\n", mode);
     return 2;
