@@ -463,15 +463,15 @@ check "[ ! -e '$WORK/notmade' ] && [ -z \"\$(ls -A '$WORK' | grep netc-check)\" 
 
 # ---------------------------------------- signals outside the training loop
 # Pipes make the timing certain: a program reading a pipe or writing to
-# one waits for the test.  Every wait is bounded (timeout, --foreground: a
-# timeout that is sent SIGTERM passes it on to the program alone, where it
-# would otherwise also send it to its process group, the program a second
-# time, and the second SIGTERM stops at once).
+# one waits for the test.  The signal goes to the program's own pid, with
+# no timeout between, and every wait is bounded (timeout for the test's
+# side, await for the program's).  With a timeout between, the start-up
+# check failed twice on a loaded CI machine (exit 143 and nothing said, as
+# if a second SIGTERM had come), and the one after the last epoch on the
+# emulated GPU: timeout -k 5 passes SIGTERM on and kills the program 5 s
+# later, before its test, slow there, was done (exit 137).
 # During start-up, its training data a pipe the test holds back: the
 # program stops before the work begins, saying so.
-# Here the signal goes to the program's own pid, with no timeout between
-# (this check failed twice on a loaded CI machine with one there: exit 143
-# and nothing said, as if a second SIGTERM had come), the wait bounded by await.
 mkfifo "$WORK/slow.csv"
 "$WORK/vt" --epochs 1 --data "$WORK/slow.csv" --checkpoint "$WORK/early" \
     > "$WORK/sigup.out" 2> "$WORK/sigup.err" &
@@ -491,14 +491,14 @@ check "[ ! -s '$WORK/sigup.out' ] && [ ! -e '$WORK/early' ]" "SIGTERM during sta
 i=0
 while [ $i -lt 60 ]; do cat "$TES"; i=$((i + 1)); done > "$WORK/bigtest.csv"
 mkfifo "$WORK/late.jsonl"
-timeout --foreground -k 5 60 "$WORK/vt" --epochs 2 --quiet --metrics "$WORK/late.jsonl" \
+"$WORK/vt" --epochs 2 --quiet --metrics "$WORK/late.jsonl" \
     --test-data "$WORK/bigtest.csv" --save "$WORK/late.safetensors" 2> "$WORK/late.err" &
 pid=$!
 timeout 30 sh -c 'exec < "$1"
 while read -r line; do
     case $line in *"\"epoch\": 2,"*) kill -TERM "$2" ;; esac
 done' sh "$WORK/late.jsonl" $pid
-wait $pid
+await $pid
 st=$?
 check "[ $st -eq 143 ] && grep -q 'stopped by SIGTERM after the last step.*; weights saved to .*late.safetensors' '$WORK/late.err'" \
     "SIGTERM after the last epoch: exit $st, $(cat "$WORK/late.err")"
