@@ -3,6 +3,8 @@
 # program netc builds from the same model trains (--no-shuffle); the copy it
 # loads predicts the same; bad calls fail with a message.  Every model's
 # library compiles without a warning, its header in C++ too.
+# NETC_TRAIN_DEVICE=cuda: the copy on a GPU must run (tests/emu_suite.sh:
+# on the emulated one).
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 
 CC=${NETC_CC:-cc}
@@ -52,9 +54,15 @@ check "grep -q '^m2_layer_net \*m2_layer_net_create' '$WORK/2-layer net.h'" "-o 
 
 # with CUDA, the library is still two files, compiled by the C compiler
 # alone (its kernels' source is in it, for NVRTC at run time); two such
-# libraries link into one program; without a GPU it trains on the cpu
-# (train_digits asks for it), the very weights of the cpu library
+# libraries link into one program; it trains on the cpu (train_digits asks
+# for it), the very weights of the cpu library, and where there is a GPU a
+# third instance predicts on it, within 1e-4 of the cpu.  The runtime and
+# the CUDA libraries are those netc links programs with (NETC_LIB_DIR and
+# NETC_CUDA_LIBS, which tests/emu/env.sh sets; by default the build's).
+DEV=${NETC_TRAIN_DEVICE:-cpu}
 if [ "${NETC_HAVE_CUDA:-no}" = yes ]; then
+    cuda_rt=${NETC_LIB_DIR:-$BUILD/runtime}/libnetrt_cuda.a
+    cuda_libs=${NETC_CUDA_LIBS:-$NETRT_CUDA_LIBS}
     mkdir -p "$WORK/cu"
     check "NETC_CUDA=yes '$NETC' --emit=lib '$SRC/models/digits_cnn.net' -o '$WORK/cu/digits'" \
         "--emit=lib with CUDA failed"
@@ -66,13 +74,18 @@ if [ "${NETC_HAVE_CUDA:-no}" = yes ]; then
     } > "$WORK/cu/train.c"
     # shellcheck disable=SC2086
     $CC -std=c11 -O2 -Wall -Wextra -Werror $RT -I"$SRC/runtime/cuda" $NETRT_CUDA_CFLAGS -I"$WORK/cu" \
-        "$WORK/cu/train.c" "$WORK/cu/digits.c" "$WORK/cu/cu_mlp.c" "$BUILD/runtime/libnetrt_cuda.a" \
-        $LIBS $NETRT_CUDA_LIBS -o "$WORK/cu_train" 2> "$WORK/cucc.err"
+        "$WORK/cu/train.c" "$WORK/cu/digits.c" "$WORK/cu/cu_mlp.c" "$cuda_rt" \
+        $LIBS $cuda_libs -o "$WORK/cu_train" 2> "$WORK/cucc.err"
     check "[ $? -eq 0 ]" "the CUDA libraries do not build with cc: $(head -5 "$WORK/cucc.err")"
     "$WORK/cu_train" "$SRC/data/optdigits.tra" "$SRC/data/optdigits.tes" "$WORK/culib.safetensors" \
         > "$WORK/cuout" 2> "$WORK/cuerr"
     check "[ $? -eq 0 ] && grep -q '^ok$' '$WORK/cuout'" "cu_train: $(cat "$WORK/cuerr")"
+    grep -E "^(no GPU|cuda)" "$WORK/cuout" | sed "s/^/embed.sh: the CUDA library: /"
+    [ "$DEV" = cpu ] ||
+        check "grep -q '^cuda.*: within .* of the cpu' '$WORK/cuout'" "NETC_TRAIN_DEVICE=$DEV: no copy ran on a GPU"
     check "cmp -s '$WORK/lib.safetensors' '$WORK/culib.safetensors'" \
         "the CUDA library on the cpu ends with other weights than the cpu library"
+elif [ "$DEV" != cpu ]; then
+    check false "NETC_TRAIN_DEVICE=$DEV, but netc was configured without CUDA"
 fi
 finish

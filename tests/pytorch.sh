@@ -1,5 +1,7 @@
 #!/bin/sh
-# tests/pytorch.sh — netc's CPU training against PyTorch.
+# tests/pytorch.sh — netc's training against PyTorch's, on the cpu;
+# NETC_TRAIN_DEVICE=cuda runs netc's programs on a GPU (tests/emu_suite.sh:
+# the emulated one), PyTorch still on the cpu.
 #
 # tests/pytorch_check.py does the work: for small models covering every
 # layer, loss and optimizer option, and for the seed models boston_mlp,
@@ -27,7 +29,7 @@ done
 [ -n "$py" ] || skip "no Python with torch (tried '$PYTHON' and /usr/bin/python3)"
 
 "$py" "$SRC/tests/pytorch_check.py" --netc "$NETC" --src "$SRC" --work "$WORK" \
-    --results "$WORK/results"
+    --results "$WORK/results" ${NETC_TRAIN_DEVICE:+--device "$NETC_TRAIN_DEVICE"}
 rc=$?
 # 0: all passed, 1: some failed; anything else (a crash, a signal) or no
 # results at all is a failure of its own

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""netc's CPU training checked against PyTorch (tests/pytorch.sh runs this).
+"""netc's training checked against PyTorch's (tests/pytorch.sh runs this).
 
     pytorch_check.py --netc NETC --src SRCDIR --work DIR [--results FILE]
-                     [--only NAME,...]
+                     [--only NAME,...] [--device DEVICE]
 
 For every model below -- small models written here next to their PyTorch
 twins, which between them have every layer (linear with and without bias;
@@ -50,6 +50,11 @@ A max-pooling window whose two largest inputs are within rounding of each
 other may legitimately send its gradient to different cells in netc and
 PyTorch; the PyTorch run watches for such near-ties and a failure report
 names the closest one.
+
+--device cuda runs every program on a GPU (netc's emulated one under
+tests/emu/env.sh, whose environment the programs are built in), against
+PyTorch on the cpu, with the same tolerances.  Without it, the models'
+own device: auto, the cpu in `make check` (whose netc builds no CUDA).
 
 Only torch is needed: safetensors files are read and written here with
 struct and json.  One line per check goes to stdout ("PASS: ..." or
@@ -934,7 +939,7 @@ def default_bound_ok(model, tensors):
     return not problems, "\n".join(problems)
 
 
-def bad_files(check, spec, prog, work, init):
+def bad_files(check, spec, prog, work, init, dev):
     """Check 4: files that do not fit the model are refused, naming the
     tensor, and nothing is saved."""
     names = list(init)
@@ -977,7 +982,7 @@ def bad_files(check, spec, prog, work, init):
         path = os.path.join(work, f"bad{k}.safetensors")
         out = os.path.join(work, f"bad{k}.out.safetensors")
         st_write(path, tensors, meta={"format": "pt"}, dtypes=dtypes)
-        p = run([prog, "--load", path, "--max-steps", "0", "--save", out, "--quiet"], work)
+        p = run([prog, "--load", path, "--max-steps", "0", "--save", out, "--quiet"] + dev, work)
         named = all(re.search(r"\b" + re.escape(n) + r"\b", p.stderr) for n in must_name)
         ok = p.returncode > 0 and named and not os.path.exists(out)
         check(ok, f"{spec.name}: --load refuses {what}",
@@ -990,12 +995,12 @@ def bad_files(check, spec, prog, work, init):
         raw = f.read()
     with open(path, "wb") as f:
         f.write(raw[:-6])
-    p = run([prog, "--load", path, "--max-steps", "0", "--quiet"], work)
+    p = run([prog, "--load", path, "--max-steps", "0", "--quiet"] + dev, work)
     ok = p.returncode > 0 and "truncated.safetensors" in p.stderr
     check(ok, f"{spec.name}: --load refuses a truncated file, naming it", "" if ok else describe(p))
 
 
-def check_model(check, spec, netc, src, root):
+def check_model(check, spec, netc, src, root, device):
     work = os.path.join(root, spec.name)
     os.makedirs(work, exist_ok=True)
     name = spec.name
@@ -1019,9 +1024,11 @@ def check_model(check, spec, netc, src, root):
         return
     run_flags = ["--data", data["train"]] + (["--test-data", data["test"]] if "test" in data else [])
     run_flags += spec.flags
+    dev = ["--device", device] if device else []  # every run of the program
 
     # 1. interop: netc's initial weights load into the twin, strictly
-    p = run([prog, "--max-steps", "0", "--seed", "7", "--save", "init.safetensors", "--quiet"], work)
+    p = run([prog, "--max-steps", "0", "--seed", "7", "--save", "init.safetensors", "--quiet"] + dev,
+            work)
     if not check(p.returncode == 0, f"{name}: --max-steps 0 --save init.safetensors", describe(p)):
         return
     try:
@@ -1047,7 +1054,7 @@ def check_model(check, spec, netc, src, root):
     # 2. training parity from netc's initial weights
     cmd = [prog, "--load", "init.safetensors", "--no-shuffle", "--batch", str(spec.batch),
            "--epochs", str(spec.epochs), "--metrics", "m.jsonl", "--log-every", "1",
-           "--save", "final.safetensors", "--threads", "1", "--quiet"] + run_flags
+           "--save", "final.safetensors", "--threads", "1", "--quiet"] + run_flags + dev
     if "test" in data:
         cmd += ["--valid-data", data["test"]]
     p = run(cmd, work)
@@ -1104,7 +1111,7 @@ def check_model(check, spec, netc, src, root):
     st_write(os.path.join(work, "torch_init.safetensors"), tmodel.state_dict(),
              meta={"format": "pt"})
     p = run([prog, "--load", "torch_init.safetensors", "--max-steps", "0",
-             "--save", "roundtrip.safetensors", "--quiet"], work)
+             "--save", "roundtrip.safetensors", "--quiet"] + dev, work)
     if check(p.returncode == 0, f"{name}: --load torch_init.safetensors --max-steps 0 --save",
              describe(p)):
         rt, _ = st_read(os.path.join(work, "roundtrip.safetensors"))
@@ -1112,7 +1119,7 @@ def check_model(check, spec, netc, src, root):
         check(ok, f"{name}: PyTorch's weights go through netc bit for bit", detail, note=detail)
     p = run([prog, "--load", "torch_init.safetensors", "--no-shuffle", "--batch", str(spec.batch),
              "--max-steps", "1", "--metrics", "m1.jsonl", "--log-every", "1",
-             "--save", "step1.safetensors", "--threads", "1", "--quiet"] + run_flags, work)
+             "--save", "step1.safetensors", "--threads", "1", "--quiet"] + run_flags + dev, work)
     if check(p.returncode == 0, f"{name}: one step from PyTorch's weights", describe(p)):
         steps, _, _ = read_metrics(os.path.join(work, "m1.jsonl"))
         losses, _, ties = torch_train(tmodel, spec, {k: data[k] for k in ("x", "y", "augment")
@@ -1126,7 +1133,7 @@ def check_model(check, spec, netc, src, root):
 
     # 4. files that do not fit
     if spec.bad_files:
-        bad_files(check, spec, prog, work, init)
+        bad_files(check, spec, prog, work, init, dev)
 
 
 def main():
@@ -1136,10 +1143,12 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--results")
     ap.add_argument("--only", help="comma-separated model names")
+    ap.add_argument("--device", help="the programs' --device (cpu, cuda; default: the models')")
     a = ap.parse_args()
     torch.set_num_threads(1)
     check = Checks(a.results)
-    print(f"torch {torch.__version__}; losses within rtol {LOSS_RTOL:g} + atol {LOSS_ATOL:g}, "
+    print(f"torch {torch.__version__}; netc's programs on {a.device or 'their device'}; "
+          f"losses within rtol {LOSS_RTOL:g} + atol {LOSS_ATOL:g}, "
           f"weights within rtol {W_RTOL:g} + atol {W_ATOL:g}")
     only = set(a.only.split(",")) if a.only else None
     for spec in SPECS:
@@ -1152,7 +1161,7 @@ def main():
             continue
         try:
             check_model(check, spec, os.path.abspath(a.netc), os.path.abspath(a.src),
-                        os.path.abspath(a.work))
+                        os.path.abspath(a.work), a.device)
         except Exception:  # noqa: BLE001 -- report and go on with the next model
             check(False, f"{spec.name}: the check itself failed", traceback.format_exc())
     print(f"pytorch_check: {check.count} checks, {check.failed} failed")

@@ -11,6 +11,8 @@
  *  - streams run lazily: their work runs when the host waits for it
  *    (cudaStreamSynchronize, cudaEventSynchronize, a blocking copy, a copy
  *    to pageable memory), so a missing synchronisation reads stale data;
+ *    a stream holds at most 1024 operations, the oldest half running
+ *    when one more comes, as a GPU's full queue makes the host wait;
  *    a pageable source is copied when the call is made, as CUDA stages it;
  *  - stream capture refuses what CUDA refuses (synchronising, allocating,
  *    pageable copies) and a graph replays what was recorded;
@@ -20,7 +22,8 @@
  *    devices there are.
  *
  * A library of kernels (cudaLibraryLoadData) is a shared object compiled
- * by the emulated nvcc or NVRTC, loaded with dlopen.
+ * by the emulated nvcc or NVRTC, loaded with dlopen: from the copy nvcc.py
+ * keeps in NETC_EMU_IMAGE_DIR, or from a temporary file.
  */
 #include "impl.h"
 
@@ -37,6 +40,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 
 using namespace emu;
 
@@ -309,6 +313,17 @@ bool refused_in_capture(const char *call)
 
 bool eager; /* emu::run_eagerly */
 
+/* A GPU works through a stream while the host goes on, and a host far
+ * ahead waits once the stream's queue is full.  Here a stream's work runs
+ * when the host waits for it, and a stream holds at most QUEUE_DEPTH
+ * operations: one more runs the oldest half, as a full queue makes the
+ * host wait (half, not one: each run opens device memory to the host and
+ * closes it again).  Unbounded, a loop that never waits would queue a
+ * whole epoch, and its first wait (a live progress line reading a loss)
+ * would run all of it.  The newest operations stay queued, so a read that
+ * does not wait for them still reads stale data. */
+const unsigned long long QUEUE_DEPTH = 1024;
+
 void enqueue(CUstream_st *s, std::function<void()> op)
 {
     if (s->capture) {
@@ -319,6 +334,8 @@ void enqueue(CUstream_st *s, std::function<void()> op)
     s->enq++;
     if (eager)
         drain(s);
+    else if (s->enq - s->done > QUEUE_DEPTH)
+        run(s, s->enq - QUEUE_DEPTH / 2);
 }
 
 const char *kind_word(Kind k) { return k == DEVICE ? "device" : k == PINNED ? "pinned" : "pageable"; }
@@ -929,6 +946,47 @@ static size_t elf_size(const void *code)
     return (size_t)h->e_shoff + (size_t)h->e_shnum * h->e_shentsize;
 }
 
+static uint32_t crc32(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xffffffffu;
+    while (n--) {
+        c ^= *p++;
+        for (int k = 0; k < 8; k++)
+            c = c >> 1 ^ (0xedb88320u & (0u - (c & 1)));
+    }
+    return ~c;
+}
+
+/* dlopen needs the image in a file.  The emulated nvcc keeps a copy of
+ * each image it makes in NETC_EMU_IMAGE_DIR (tests/emu/env.sh sets it),
+ * named SIZE-CRC32.so: loaded from there, an image needs no file written,
+ * so a program whose writes are limited (ulimit -f) loads its kernels, as
+ * on a GPU.  Returns that copy's path if it holds the image byte for byte
+ * and was not loaded before in this process (dlopen would give the same
+ * library again, its kernels registered to the first load), else "": the
+ * image is then written to a temporary file. */
+static std::string staged_copy(const void *code, size_t size)
+{
+    static std::set<std::string> loaded;
+    const char *dir = getenv("NETC_EMU_IMAGE_DIR");
+    if (!dir || !*dir)
+        return "";
+    char name[64];
+    snprintf(name, sizeof name, "/%zu-%08x.so", size,
+             (unsigned)crc32((const unsigned char *)code, size));
+    std::string path = dir + std::string(name);
+    FILE *f = loaded.count(path) ? NULL : fopen(path.c_str(), "rb");
+    if (!f)
+        return "";
+    std::vector<char> b(size + 1);
+    const bool same = fread(b.data(), 1, size + 1, f) == size && !memcmp(b.data(), code, size);
+    fclose(f);
+    if (!same)
+        return "";
+    loaded.insert(path);
+    return path;
+}
+
 extern "C" cudaError_t cudaLibraryLoadData(cudaLibrary_t *lib, const void *code,
                                            cudaJitOption *jo, void **jv, unsigned nj,
                                            cudaLibraryOption *lo, void **lv, unsigned nl)
@@ -944,20 +1002,26 @@ extern "C" cudaError_t cudaLibraryLoadData(cudaLibrary_t *lib, const void *code,
              "NVRTC (a real fatbin or cubin cannot run on the emulated device)");
         return ret(cudaErrorInvalidKernelImage);
     }
-    char path[] = "/tmp/netc-emu-lib.XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0 || write(fd, code, size) != (ssize_t)size) {
-        if (fd >= 0)
-            close(fd), unlink(path);
-        fail("cudaLibraryLoadData: cannot write the image to %s", path);
-        return ret(cudaErrorInvalidKernelImage);
+    std::string path = staged_copy(code, size);
+    char tmp[] = "/tmp/netc-emu-lib.XXXXXX";
+    if (path.empty()) {
+        int fd = mkstemp(tmp);
+        if (fd < 0 || write(fd, code, size) != (ssize_t)size) {
+            if (fd >= 0)
+                close(fd), unlink(tmp);
+            fail("cudaLibraryLoadData: cannot write the image to %s (and the emulated nvcc "
+                 "left no copy of it in NETC_EMU_IMAGE_DIR)", tmp);
+            return ret(cudaErrorInvalidKernelImage);
+        }
+        close(fd);
+        path = tmp;
     }
-    close(fd);
     CUlib_st *l = new CUlib_st{nullptr, path};
     set_loading(l);
-    l->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    l->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     set_loading(nullptr);
-    unlink(path);
+    if (path == tmp)
+        unlink(tmp);
     if (!l->handle || !dlsym(l->handle, "netc_emu_image")) {
         fail("cudaLibraryLoadData: %s", l->handle ? "the image was not made by the emulated "
                                                     "nvcc or NVRTC" : dlerror());

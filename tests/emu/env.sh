@@ -11,7 +11,9 @@
 # NETC_CFLAGS (the usual ones and an rpath to the emulated libraries),
 # LD_LIBRARY_PATH (cuBLAS and NVRTC are dlopened), NETC_CACHE_DIR (a JIT cache
 # of the test's own), NETC_CUDA=yes (the suite's default is no),
-# NETC_EMU_LIBDIR and NETC_EMU_CUDA_INCLUDE (nvcc.py's).
+# NETC_EMU_LIBDIR and NETC_EMU_CUDA_INCLUDE (nvcc.py's), NETC_EMU_IMAGE_DIR
+# (lib/images: nvcc.py's copies of the fatbins it makes, which the
+# emulated cudart loads without writing a file).
 # Skips the test (77) without the CUDA toolkit's headers or off x86-64;
 # fails it if the libraries do not build without a warning.
 # Gives emu_nvcc ARGS...: the emulated nvcc.
@@ -26,6 +28,7 @@ cuda_inc=$(echo "${NETRT_CUDA_CFLAGS:-}" | sed -n 's/.*-I\([^ ]*\).*/\1/p')
 cuda_major=$(sed -n 's/^#define CUDART_VERSION *\([0-9]*\)[0-9][0-9][0-9]$/\1/p' \
     "$cuda_inc/cuda_runtime_api.h")
 export NETC_EMU_LIBDIR="$EMU_LIB" NETC_EMU_CUDA_INCLUDE="$cuda_inc"
+export NETC_EMU_IMAGE_DIR="$EMU_LIB/images"
 export NETC_EMU_NVCC="$PYTHON $EMU/nvcc.py"
 emu_nvcc() { "$PYTHON" "$EMU/nvcc.py" "$@"; }
 

@@ -19,7 +19,9 @@ As ptxas does, it refuses a kernel whose static shared data exceeds 48 KiB
 arrays each kernel refers to, itself or through the functions it calls, are
 found and their sizes summed, before the assembly is assembled.
 
-Environment: CXX (default c++), NETC_EMU_CXXFLAGS (default -O2 -g0).
+Environment: CXX (default c++), NETC_EMU_CXXFLAGS (default -O2 -g0),
+NETC_EMU_IMAGE_DIR (where a copy of each fatbin is kept, for
+cudaLibraryLoadData to load without writing a file).
 """
 import os
 import re
@@ -27,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # the emulated libraries: beside this script, or in NETC_EMU_LIBDIR
@@ -298,6 +301,22 @@ def check_shared(src, asm, kernels):
     sys.exit(1)
 
 
+def stage(fatbin):
+    """A copy of the image in NETC_EMU_IMAGE_DIR, named SIZE-CRC32.so, for
+    the emulated cudaLibraryLoadData to dlopen without writing a file."""
+    d = os.environ.get("NETC_EMU_IMAGE_DIR")
+    if not d:
+        return 0
+    with open(fatbin, "rb") as f:
+        image = f.read()
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d)
+    with os.fdopen(fd, "wb") as f:
+        f.write(image)
+    os.replace(tmp, os.path.join(d, "%d-%08x.so" % (len(image), zlib.crc32(image))))
+    return 0
+
+
 def main(argv):
     o = parse(argv)
     if not o["srcs"]:
@@ -343,9 +362,9 @@ def main(argv):
         rpath = ["-L" + LIBDIR, "-Wl,-rpath," + LIBDIR]
         if o["mode"] == "fatbin":
             cmd = cxx + ["-shared", "-o", o["out"]] + objs + rpath + ["-lcudart"]
-        else:
-            cmd = cxx + ["-o", o["out"]] + objs + o["objs"] + rpath + o["ld"] + [
-                "-lcudart", "-lcublas", "-ldl", "-lpthread"]
+            return subprocess.call(cmd) or stage(o["out"])
+        cmd = cxx + ["-o", o["out"]] + objs + o["objs"] + rpath + o["ld"] + [
+            "-lcudart", "-lcublas", "-ldl", "-lpthread"]
         return subprocess.call(cmd)
 
 
