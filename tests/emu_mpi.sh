@@ -35,18 +35,9 @@ for m in mlp cnn; do
 done
 
 for m in mlp cnn; do
-    "$WORK/$m" --device cuda --batch 32 --max-steps 30 --metrics "$WORK/$m.one" --log-every 1 \
-        --quiet
-    run 2 "$WORK/$m" --device cuda --batch 16 --max-steps 30 --metrics "$WORK/$m.two" \
-        --log-every 1 > "$WORK/$m.out" 2>&1
-    check "[ $? -eq 0 ]" "$m on 2 emulated GPUs: $(grep -v '^ *$' "$WORK/$m.out" | head -5)"
+    two_ranks $m "$WORK/$m" cuda 30
     check "grep -q '^world: 2 ranks on 1 host (MPI), a GPU each (rank 0.s: cuda:0' '$WORK/$m.out'" \
         "$m: the world line: $(grep world "$WORK/$m.out")"
-    d=$(losses "$WORK/$m.one" "$WORK/$m.two")
-    echo "$m: 2 emulated GPUs x 16 against 1 x 32: steps, largest relative difference: $d"
-    check "[ '${d%% *}' = 30 ] && below '${d#* }' 1e-6" "$m: step losses differ: $d"
-    t1=$(field "$WORK/$m.one" test_loss) t2=$(field "$WORK/$m.two" test_loss)
-    check "close '$t1' '$t2' 1e-6" "$m: test loss $t2 on 2 GPUs, $t1 on one"
 done
 
 # a last batch of one sample (405 = 2 x 202 + 1): rank 0 adds zeros

@@ -100,6 +100,22 @@ below() { awk -v x="$1" -v t="$2" 'BEGIN { exit !(x != "" && x + 0 <= t + 0) }';
 # close A B TOL: |A - B| <= TOL |A|
 close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; if (a < 0) a = -a; exit !(a != "" && d <= t * a) }'; }
 
+# two_ranks NAME PROG DEV STEPS: PROG on 2 ranks at batch 16 (the test's
+# own `run NP ARGS...', a bounded mpirun) against one process at 32, STEPS
+# steps on DEV: exit 0, the step losses and the test loss within 1e-6.
+# Leaves $WORK/NAME.one and NAME.two (--metrics) and NAME.out (the ranks').
+two_ranks() {
+    "$2" --device "$3" --batch 32 --max-steps "$4" --metrics "$WORK/$1.one" --log-every 1 --quiet
+    run 2 "$2" --device "$3" --batch 16 --max-steps "$4" --metrics "$WORK/$1.two" \
+        --log-every 1 > "$WORK/$1.out" 2>&1
+    check "[ $? -eq 0 ]" "$1 on 2 ranks ($3): $(grep -v '^ *$' "$WORK/$1.out" | head -5)"
+    _d=$(losses "$WORK/$1.one" "$WORK/$1.two")
+    echo "$1: 2 ranks x 16 against 1 x 32 on $3: steps, largest relative difference: $_d"
+    check "[ '${_d%% *}' = $4 ] && below '${_d#* }' 1e-6" "$1: step losses differ: $_d"
+    check "close '$(field "$WORK/$1.one" test_loss)' '$(field "$WORK/$1.two" test_loss)' 1e-6" \
+        "$1: the test loss on 2 ranks differs from one process's"
+}
+
 finish() {
     echo "$test_name: $checks checks, $failures failed"
     [ "$failures" -eq 0 ]

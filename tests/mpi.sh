@@ -43,16 +43,7 @@ compile_mpi "$WORK/cnn.net" "$WORK/cnn"
 # 1. exact: 2 ranks at 16 against 1 process at 32, 100 steps (boston: 405
 # samples, epochs of 12 steps and a last of 21 samples; digits: 3823)
 for m in mlp cnn; do
-    "$WORK/$m" --device cpu --batch 32 --max-steps 100 --metrics "$WORK/$m.one" --log-every 1 \
-        --quiet
-    run 2 "$WORK/$m" --device cpu --batch 16 --max-steps 100 --metrics "$WORK/$m.two" \
-        --log-every 1 > "$WORK/$m.out" 2>&1
-    check "[ $? -eq 0 ]" "$m on 2 ranks: $(head -5 "$WORK/$m.out")"
-    d=$(losses "$WORK/$m.one" "$WORK/$m.two")
-    echo "$m: 2 ranks x 16 against 1 x 32: steps, largest relative difference: $d"
-    check "[ '${d%% *}' = 100 ] && below '${d#* }' 1e-6" "$m: step losses differ: $d"
-    t1=$(field "$WORK/$m.one" test_loss) t2=$(field "$WORK/$m.two" test_loss)
-    check "close '$t1' '$t2' 1e-6" "$m: test loss $t2 on 2 ranks, $t1 alone"
+    two_ranks $m "$WORK/$m" cpu 100
     check "[ \$(grep -c '\"step\"' '$WORK/$m.two') -eq 100 ]" "$m: --metrics written by more than rank 0"
     check "[ \$(grep -c '^world: 2 ranks on 1 host (MPI), each on cpu; batch 16 a rank, 32 in all' '$WORK/$m.out') -eq 1 ]" \
         "$m: no world line (once): $(head -3 "$WORK/$m.out")"
@@ -68,13 +59,7 @@ compile_mpi models/cnn101.net "$WORK/img"
 if "$WORK/img" --device cpu --max-steps 0 2>&1 | grep -q 'built without stb_image'; then
     echo "images: skipped, the runtime was built without stb_image"
 else
-    "$WORK/img" --device cpu --batch 32 --max-steps 30 --metrics "$WORK/img.one" --log-every 1 --quiet
-    run 2 "$WORK/img" --device cpu --batch 16 --max-steps 30 --metrics "$WORK/img.two" \
-        --log-every 1 --quiet > "$WORK/img.out" 2>&1
-    check "[ $? -eq 0 ]" "images on 2 ranks: $(head -3 "$WORK/img.out")"
-    d=$(losses "$WORK/img.one" "$WORK/img.two")
-    echo "images: 2 ranks x 16 against 1 x 32: $d"
-    check "[ '${d%% *}' = 30 ] && below '${d#* }' 1e-6" "images: step losses differ: $d"
+    two_ranks img "$WORK/img" cpu 30
     check "close '$(field "$WORK/img.one" valid_loss)' '$(field "$WORK/img.two" valid_loss)' 1e-6" \
         "images: the validation loss differs"
 fi
