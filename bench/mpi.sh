@@ -20,16 +20,17 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none
 cd "$root" || exit 1
 # median LINES: the middle of REPEAT numbers
 median() { sort -n | sed -n "$(((REPEAT + 1) / 2))p"; }
-# speed CMD...: samples/s of the training loop ("trained ...: N samples/s")
+# speed CMD...: samples/s of the training loop ("trained ...: N samples/s");
+# stdin closed, which mpirun would otherwise read (the models' list below)
 speed() {
     for _ in $(seq "$REPEAT"); do
-        "$@" 2>&1 | sed -n 's/^trained .*: \([0-9.]*\) samples\/s$/\1/p'
+        "$@" < /dev/null 2>&1 | sed -n 's/^trained .*: \([0-9.]*\) samples\/s$/\1/p'
     done | median
 }
 # comm CMD...: rank 0's collectives, ms a step ("communication: X ms a step, ...")
 comm() {
     for _ in $(seq "$REPEAT"); do
-        "$@" 2>&1 | sed -n 's/^communication: \([0-9.]*\) ms a step.*/\1/p'
+        "$@" < /dev/null 2>&1 | sed -n 's/^communication: \([0-9.]*\) ms a step.*/\1/p'
     done | median
 }
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(mpirun --version | head -n 1)"
