@@ -497,11 +497,12 @@ int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *
             return -1;
         if (!all) {
             const int many = strchr(who, ',') != NULL;
-            if (is_cuda)
-                return nrt_errorf(err, "device %s: %s %s no GPU of %s own (a GPU a rank: "
-                                  "CUDA_VISIBLE_DEVICES, or fewer ranks a host)", dev, who,
-                                  many ? "have" : "has", many ? "their" : "its"),
-                       NRT_ALL_RANKS;
+            if (is_cuda) {
+                nrt_errorf(err, "device %s: %s %s no GPU of %s own (a GPU a rank: "
+                           "CUDA_VISIBLE_DEVICES, or fewer ranks a host)", dev, who,
+                           many ? "have" : "has", many ? "their" : "its");
+                return NRT_ALL_RANKS;
+            }
             snprintf(note, note_len, "cpu (auto: %.100s %s no GPU of %s own: every rank on the "
                      "cpu)", who, many ? "have" : "has", many ? "their" : "its");
             return nrt_cpu_open(m, &rc, be, err);

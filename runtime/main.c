@@ -1401,24 +1401,19 @@ static int join_world(Run *r)
         h = fnv_set(h, &d->valid);
     if (d->has_test)
         h = fnv_set(h, &d->test);
-    uint64_t *all = malloc(sizeof *all * (size_t)r->world);
-    if (!all)
-        return nrt_errorf(&r->err, "out of memory");
-    int rc = r->comm.gather_u64(r->comm.ctx, h, all, &r->err);
-    char list[200] = "";
-    size_t len = 0;
-    int odd = 0;
-    for (int k = 1; rc == 0 && k < r->world; k++)
-        if (all[k] != all[0] && len < sizeof list - 20)
-            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", odd++ ? ", " : "", k);
-    free(all);
-    if (rc)
+    /* rank 0's hash to all, then whose differs */
+    uint64_t h0 = h;
+    char who[160];
+    int same = r->comm.broadcast(r->comm.ctx, &h0, sizeof h0, &r->err)
+                   ? -1
+                   : nrt_comm_agree(&r->comm, h == h0, who, sizeof who, &r->err);
+    if (same < 0)
         return -1;
-    if (odd) {
+    if (!same) {
         r->world_failed = 1; /* every rank knows: no need to abort */
-        return nrt_errorf(&r->err, "rank%s %s differ%s from rank 0 in the program, the model, "
-                          "the data or the flags: every rank must run the same", odd > 1 ? "s" : "",
-                          list, odd > 1 ? "" : "s");
+        return nrt_errorf(&r->err, "%s differ%s from rank 0 in the program, the model, the data "
+                          "or the flags: every rank must run the same", who,
+                          strchr(who, ',') ? "" : "s");
     }
     return r->comm.broadcast(r->comm.ctx, r->param, sizeof(float) * m->param_count, &r->err) ||
                    (m->buffer_bytes &&
@@ -1544,9 +1539,10 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         goto fail;
     /* --gradcheck's batch is its samples, which the training set may
      * have fewer of */
-    nrt_run_config rc = {.cap = o.gradcheck > 0 && (size_t)o.gradcheck > r.data.train.n
-                                    ? (int)r.data.train.n
-                                    : o.gradcheck > 0 ? o.gradcheck : o.batch,
+    int cap = o.batch;
+    if (o.gradcheck > 0)
+        cap = (size_t)o.gradcheck < r.data.train.n ? o.gradcheck : (int)r.data.train.n;
+    nrt_run_config rc = {.cap = cap,
                          /* (each rank's masks its own) */
                          .dropout_key = nrt_stream_key(o.seed, NRT_STREAM_DROPOUT) +
                                         (uint64_t)(r.world > 1 ? r.comm.rank : 0),

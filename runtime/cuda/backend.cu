@@ -816,24 +816,32 @@ static int setup(Ctx *c, const nrt_model *m, const nrt_run_config *cfg, char *na
     return NRT_CUDA(cudaStreamSynchronize(net->stream), err);
 }
 
+/* Whether a library (what) loaded on every rank, where loaded says this
+ * rank's: 1, or 0 with the reason in err (this rank's own, or the ranks
+ * it failed on), or -1.  Alone (comm NULL), this rank's word. */
+static int loaded_everywhere(const nrt_comm *comm, int loaded, const char *what,
+                             nrt_error *err)
+{
+    if (!comm)
+        return loaded;
+    char who[160];
+    nrt_error why = *err;
+    int all = nrt_comm_agree(comm, loaded, who, sizeof who, err);
+    if (all == 0 && loaded)
+        nrt_errorf(err, "%s cannot be loaded on %s", what, who);
+    else if (all == 0)
+        *err = why;
+    return all;
+}
+
 /* Several ranks: NCCL loaded on every rank (else none goes on: the
  * device is unavailable, and auto trains on the cpu everywhere), its id
  * from rank 0 over the ranks' own channel (MPI), and the communicator. */
 static int join_ranks(Ctx *c, const nrt_comm *comm, nrt_error *err)
 {
-    char missing[160];
-    const int loaded = nrt_nccl_load(&c->nccl, err) == 0;
-    nrt_error why = *err;
-    int all = nrt_comm_agree(comm, loaded, missing, sizeof missing, err);
-    if (all < 0)
-        return -1;
-    if (!all) {
-        if (loaded)
-            nrt_errorf(err, "NCCL cannot be loaded on %s", missing);
-        else
-            *err = why;
-        return NRT_UNAVAILABLE;
-    }
+    int all = loaded_everywhere(comm, nrt_nccl_load(&c->nccl, err) == 0, "NCCL", err);
+    if (all != 1)
+        return all < 0 ? -1 : NRT_UNAVAILABLE;
     c->comm = comm;
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
@@ -875,17 +883,8 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
         return nrt_errorf(err, "out of memory");
     /* cuBLAS first: without it the device is unavailable, not broken (and
      * with several ranks, unavailable to all if to one) */
-    const int blas = nrt_cublas_load(&c->cublas, err) == 0;
-    int all = blas;
-    if (cfg->comm) {
-        char who[160];
-        nrt_error why = *err;
-        all = nrt_comm_agree(cfg->comm, blas, who, sizeof who, err);
-        if (all == 0 && blas)
-            nrt_errorf(err, "cuBLAS cannot be loaded on %s", who);
-        else if (all == 0)
-            *err = why;
-    }
+    const int all = loaded_everywhere(cfg->comm, nrt_cublas_load(&c->cublas, err) == 0,
+                                      "cuBLAS", err);
     if (all != 1) {
         nrt_cublas_unload(&c->cublas);
         free(c);
