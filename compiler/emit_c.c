@@ -275,16 +275,23 @@ void emit_pass_calls(Emit *e, bool bwd)
     const Program *p = e->p;
     /* the CUDA host passes are cu_ and the cpu's names (emit_cuda.c) */
     const char *open = e->cuda ? "TRY(cu_" : "", *close = e->cuda ? ", err));" : ");";
+    size_t final = p->param_count; /* backward: the gradients from here on are final */
     for (int k = 0; k < (bwd ? p->nbwd : p->nnodes); k++) {
         const Node *n = &p->nodes[bwd ? p->bwd[k] : k];
         if (!ir_emits_passes(p, n))
             continue;
         int out = last_visible(n)->out;
-        if (bwd)
+        if (bwd) {
             emitf(e, "%s%s(net, n, %s, %s, %s, %s%s", open, pass_name(e, n, "bwd"),
                   value_expr(e, n->in), value_expr(e, out), grad_expr(e, out),
                   grad_expr(e, n->in), close);
-        else
+            /* on a GPU, several ranks start summing them while backward goes on */
+            if (e->cuda && n->nparams > 0 && p->params[n->param0].offset < final) {
+                final = p->params[n->param0].offset;
+                emitf(e, "TRY(nrt_cu_grads_final(net, %zu, err)); /* param[%zu...] done */",
+                      final, final);
+            }
+        } else
             emitf(e, "%s%s(net, n, %s, %s%s", open, pass_name(e, n, "fwd"), value_expr(e, n->in),
                   value_expr(e, out), close);
     }

@@ -58,6 +58,7 @@ typedef struct Options {
     int eval;               /* --eval: evaluate the test data, no training */
     long long max_steps;    /* -1: no limit */
     double lr;              /* < 0: the model's */
+    size_t bucket_bytes;    /* --bucket-mb, in bytes; 0: the default */
     uint64_t seed;
     /* flags a checkpoint must agree with, and --epochs, a resumed run's new length */
     int given_seed, given_batch, given_shuffle, given_data, given_epochs;
@@ -137,6 +138,9 @@ static void usage(const nrt_model *m, const char *prog, FILE *out)
             "  --skip-bad         leave out images that cannot be read, with a count\n"
             "                     at the end, instead of stopping at the first\n"
             "  --quiet            print nothing but errors\n"
+            "  --bucket-mb X      with several ranks on GPUs: the gradients are summed\n"
+            "                     in buckets of up to X MiB while backward runs\n"
+            "                     (DDP's bucket_cap_mb; default 25; netc --mpi)\n"
             "  --gradcheck N      check the gradients on N training samples against\n"
             "                     central finite differences, on the --device (on a\n"
             "                     GPU also against the cpu's), and exit\n"
@@ -179,7 +183,7 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
     long long epochs = o->epochs, batch = o->batch, seed = (long long)o->seed, log_every = 0,
               threads = 0, gradcheck = 0, max_steps = -1,
               workers = cores < 1 ? 1 : cores > 8 ? 8 : cores;
-    const char *lr = NULL;
+    const char *lr = NULL, *bucket_mb = NULL;
     const Flag flags[] = {
         {"--device", &o->device, NULL, 0, 0},
         {"--jit-arch", &o->jit_arch, NULL, 0, 0},
@@ -196,6 +200,7 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
         {"--output", &o->output, NULL, 0, 0},
         {"-o", &o->output, NULL, 0, 0},
         {"--lr", &lr, NULL, 0, 0},
+        {"--bucket-mb", &bucket_mb, NULL, 0, 0},
         {"--epochs", NULL, &epochs, 0, NRT_EPOCHS_MAX},
         {"--batch", NULL, &batch, 1, NRT_BATCH_MAX},
         {"--seed", NULL, &seed, 0, NRT_SEED_MAX},
@@ -257,6 +262,22 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
             fail(prog, "--lr %s is too small: it would be 0 as a float", lr);
             return -1;
         }
+    }
+    if (bucket_mb) {
+        char *end;
+        errno = 0;
+        double mb = strtod(bucket_mb, &end);
+        if (errno || end == bucket_mb || *end || !(mb > 0 && mb <= 65536)) {
+            fail(prog, "--bucket-mb expects a number of MiB above 0, up to 65536, got '%s'",
+                 bucket_mb);
+            return -1;
+        }
+        if (!m->dist) {
+            fail(prog, "--bucket-mb: this program trains in one process (built without "
+                 "netc --mpi)");
+            return -1;
+        }
+        o->bucket_bytes = (size_t)(mb * 1048576.0);
     }
     o->epochs = (int)epochs;
     o->batch = (int)batch;
@@ -1547,7 +1568,8 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
                          .dropout_key = nrt_stream_key(o.seed, NRT_STREAM_DROPOUT) +
                                         (uint64_t)(r.world > 1 ? r.comm.rank : 0),
                          .optim = m->optim,
-                         .comm = r.world > 1 ? &r.comm : NULL};
+                         .comm = r.world > 1 ? &r.comm : NULL,
+                         .bucket_bytes = o.bucket_bytes};
     rc.optim.lr = r.lr;
     char note[256];
     int opened = nrt_backend_open(m, o.device, &rc, &r.be, note, sizeof note, err);
@@ -1557,11 +1579,16 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
     }
     if (note[0] && !o.quiet && !o.predict)
         printf("device: %s\n", note);
-    if (r.world > 1 && !o.quiet)
-        printf("world: %d ranks on %d host%s (%s), %s%s%s; batch %d a rank, %lld in all\n",
+    if (r.world > 1 && !o.quiet) {
+        printf("world: %d ranks on %d host%s (%s), %s%s%s; batch %d a rank, %lld in all",
                r.world, r.comm.hosts, r.comm.hosts == 1 ? "" : "s", m->dist->name,
                strcmp(r.be.name, "cpu") ? "a GPU each (rank 0's: " : "each on ", r.be.name,
                strcmp(r.be.name, "cpu") ? ")" : "", o.batch, (long long)o.batch * r.world);
+        if (r.be.buckets > 0)
+            printf("; gradients summed in %d bucket%s as backward runs", r.be.buckets,
+                   r.be.buckets == 1 ? "" : "s");
+        putchar('\n');
+    }
     if (r.be.set_params(r.be.ctx, r.param, r.buffers, err))
         goto fail;
     if (o.gradcheck > 0) {

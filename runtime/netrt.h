@@ -31,7 +31,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 12
+#define NETRT_ABI 13
 
 #ifdef __cplusplus
 extern "C" {
@@ -728,6 +728,9 @@ typedef struct nrt_run_config {
      * of which the backend trains on its rank's share, and the gradients
      * are averaged over the ranks; evaluation shares the set and sums. */
     const nrt_comm *comm;
+    /* Several ranks on GPUs: the largest bucket of gradients summed at
+     * once while backward goes on (--bucket-mb); 0: the default. */
+    size_t bucket_bytes;
 } nrt_run_config;
 
 enum nrt_eval_set { NRT_EVAL_VALID = 0, NRT_EVAL_TEST = 1 };
@@ -739,6 +742,8 @@ typedef struct nrt_backend {
     void *ctx;
     char name[160];          /* "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)" */
     int loss_free;           /* reading a step's loss costs nothing (cpu) */
+    int buckets;             /* several ranks: the buckets the gradients are
+                                summed in as backward runs (0: at once, after) */
     /* The run's data: the backend keeps what it needs (a GPU copies a
      * training set that fits to device memory, once).  Any may be NULL
      * (--eval has no training set). */

@@ -62,6 +62,16 @@ expect bounds 'more than its __launch_bounds__(256)' \
     '^launch: too many resources requested for launch$' "a launch beyond __launch_bounds__"
 expect unset '^unset nan$' "a template's shared array not filled with NaN"
 expect shared '^shared 765 762$' "a kernel with 48 KiB of static shared data (it must run)"
+for order in shuffle forward reverse; do
+    self branches $order
+    check "[ $self_rc -eq 0 ] && grep -q '^replays right: 20 of 20$' '$WORK/self.out' &&
+           grep -q '^waited: 1275$' '$WORK/self.out'" \
+        "a graph of two streams, $order order, or a wait for another stream's event: $(cat "$WORK/self.out")"
+done
+expect early '^replays right: [0-9] of 20$\|^replays right: 1[0-9] of 20$' \
+    "a graph that reads a branch's result before the join"
+expect unjoined '^end capture: cudaErrorStreamCaptureUnjoined$' 'was not joined back' \
+    "a capture that ends with a branch not joined"
 # ptxas' limit: the same kernel with 49 KiB, which nvcc.py must refuse,
 # naming the kernel and its three arrays
 nvcc -O2 -DSHARED_KIB=49 "$EMU/selftest.cu" -o "$WORK/selftest49" > "$WORK/self49.log" 2>&1

@@ -5,6 +5,8 @@
 #  - 2 ranks at batch 16 give the step losses of one process on one GPU at
 #    32 (within 1e-6 relative over 30 steps; boston_mlp and a digits CNN),
 #    across epoch ends and partial last batches, and the test loss too;
+#    the CNN again with its gradients summed in four buckets that overlap
+#    backward (--bucket-mb);
 #  - a last batch of one sample (one rank with none);
 #  - two ranks and one GPU: --device cuda says which rank has none, auto
 #    trains every rank on the cpu;
@@ -12,19 +14,10 @@
 #    rank on the cpu.
 # Skipped (77) where tests/emu.sh is, or without MPI, mpirun or nccl.h.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
-[ "${NETC_HAVE_MPI:-no}" = yes ] || skip "netc was configured without MPI (configure --with-mpi)"
-command -v mpirun > /dev/null || skip "no mpirun on the PATH (Debian: openmpi-bin)"
+mpi_setup 300
 . "$SRC/tests/emu/env.sh"
 [ -e "$EMU_LIB/libnccl.so.2" ] || skip "no nccl.h: the emulated NCCL was not built"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
 export NETC_EMU_DEVICES=2 NETC_EMU_NCCL_TIMEOUT=60
-run() { # NP ARGS...: mpirun, bounded
-    _np=$1
-    shift
-    timeout -k 5 300 mpirun -np "$_np" "$@"
-}
 
 cd "$SRC" || exit 1 # the models name their data from the source tree
 sed 's/adam(lr=1e-3)/sgd(lr=0.05, momentum=0.9)/' models/digits_cnn.net > "$WORK/cnn.net"
@@ -36,9 +29,18 @@ done
 
 for m in mlp cnn; do
     two_ranks $m "$WORK/$m" cuda 30
-    check "grep -q '^world: 2 ranks on 1 host (MPI), a GPU each (rank 0.s: cuda:0' '$WORK/$m.out'" \
+    check "grep -q '^world: 2 ranks on 1 host (MPI), a GPU each (rank 0.s: cuda:0 .*; gradients summed in 1 bucket as backward runs$' '$WORK/$m.out'" \
         "$m: the world line: $(grep world "$WORK/$m.out")"
 done
+
+# the gradients in buckets of 1 KiB at most after the first: the CNN's
+# (10 + 640, 64 + 8192, 32 + 4608, 16 + 144 floats) summed in four, each
+# as soon as backward has made it, on a stream of its own; the graph's
+# branches replayed in a random order their dependencies allow, so that
+# a missing fork or join gives other losses
+two_ranks buckets "$WORK/cnn" cuda 30 --bucket-mb 0.001
+check "grep -q '; gradients summed in 4 buckets as backward runs$' '$WORK/buckets.out'" \
+    "the CNN in buckets of 1 KiB: $(grep world "$WORK/buckets.out")"
 
 # a last batch of one sample (405 = 2 x 202 + 1): rank 0 adds zeros
 "$WORK/mlp" --device cuda --batch 404 --epochs 2 --metrics "$WORK/last.one" --log-every 1 --quiet

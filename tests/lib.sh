@@ -100,15 +100,39 @@ below() { awk -v x="$1" -v t="$2" 'BEGIN { exit !(x != "" && x + 0 <= t + 0) }';
 # close A B TOL: |A - B| <= TOL |A|
 close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; if (a < 0) a = -a; exit !(a != "" && d <= t * a) }'; }
 
-# two_ranks NAME PROG DEV STEPS: PROG on 2 ranks at batch 16 (the test's
-# own `run NP ARGS...', a bounded mpirun) against one process at 32, STEPS
-# steps on DEV: exit 0, the step losses and the test loss within 1e-6.
-# Leaves $WORK/NAME.one and NAME.two (--metrics) and NAME.out (the ranks').
+# mpi_setup SECONDS: skips (77) without MPI or mpirun; else OpenMPI set up
+# for tests (CI runs as root; two ranks on however many cores; no
+# cross-memory attach, which containers often forbid) and `run NP ARGS...',
+# an mpirun bounded by SECONDS.
+mpi_setup() {
+    [ "${NETC_HAVE_MPI:-no}" = yes ] || skip "netc was configured without MPI (configure --with-mpi)"
+    command -v mpirun > /dev/null || skip "no mpirun on the PATH (Debian: openmpi-bin)"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
+    export OMPI_MCA_btl_vader_single_copy_mechanism=none
+    mpi_timeout=$1
+    run() { # NP ARGS...
+        _np=$1
+        shift
+        timeout -k 5 "$mpi_timeout" mpirun -np "$_np" "$@"
+    }
+}
+
+# two_ranks NAME PROG DEV STEPS [ARGS...]: PROG on 2 ranks at batch 16
+# (the test's own `run NP ARGS...', a bounded mpirun; ARGS theirs) against
+# one process at 32, STEPS steps on DEV: exit 0, the step losses and the
+# test loss within 1e-6.  Leaves $WORK/NAME.one and NAME.two (--metrics)
+# and NAME.out (the ranks').
 two_ranks() {
-    "$2" --device "$3" --batch 32 --max-steps "$4" --metrics "$WORK/$1.one" --log-every 1 --quiet
-    run 2 "$2" --device "$3" --batch 16 --max-steps "$4" --metrics "$WORK/$1.two" \
-        --log-every 1 > "$WORK/$1.out" 2>&1
-    check "[ $? -eq 0 ]" "$1 on 2 ranks ($3): $(grep -v '^ *$' "$WORK/$1.out" | head -5)"
+    _n=$1 _p=$2 _dev=$3 _steps=$4
+    shift 4
+    "$_p" --device "$_dev" --batch 32 --max-steps "$_steps" --metrics "$WORK/$_n.one" \
+        --log-every 1 --quiet
+    run 2 "$_p" --device "$_dev" --batch 16 --max-steps "$_steps" --metrics "$WORK/$_n.two" \
+        --log-every 1 "$@" > "$WORK/$_n.out" 2>&1
+    _rc=$?
+    set -- "$_n" "$_p" "$_dev" "$_steps"
+    check "[ $_rc -eq 0 ]" "$1 on 2 ranks ($3): $(grep -v '^ *$' "$WORK/$1.out" | head -5)"
     _d=$(losses "$WORK/$1.one" "$WORK/$1.two")
     echo "$1: 2 ranks x 16 against 1 x 32 on $3: steps, largest relative difference: $_d"
     check "[ '${_d%% *}' = $4 ] && below '${_d#* }' 1e-6" "$1: step losses differ: $_d"

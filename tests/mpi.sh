@@ -19,18 +19,7 @@
 # Skipped (77) where netc was configured without MPI or mpirun is missing.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 
-[ "${NETC_HAVE_MPI:-no}" = yes ] || skip "netc was configured without MPI (configure --with-mpi)"
-command -v mpirun > /dev/null || skip "no mpirun on the PATH (Debian: openmpi-bin)"
-# OpenMPI: CI runs as root; two ranks on however many cores; no
-# cross-memory attach (containers often forbid ptrace)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-run() { # NP ARGS...: mpirun, bounded
-    _np=$1
-    shift
-    timeout -k 5 120 mpirun -np "$_np" "$@"
-}
+mpi_setup 120
 
 cd "$SRC" || exit 1 # the models name their data from the source tree
 compile_mpi() { # MODEL PROG

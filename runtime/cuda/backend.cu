@@ -44,6 +44,28 @@ struct Scalars {
                                    pinned mirror: host mode, checks) */
 };
 
+/* Several ranks: the flat gradient buffer, and the loss in the slot past
+ * it, summed over NCCL in buckets while backward goes on, as DDP does.
+ * Backward says when the gradients from param[from] on are final
+ * (nrt_cu_grads_final, after each layer with parameters); each bucket that
+ * lies there by then is weighted by the rank's share of the batch and
+ * summed on a stream of its own, which waits for the run's stream at that
+ * point (fork); the run's stream waits for it before the optimizer (join).
+ * A captured step holds both streams as two branches of one graph.
+ * Buckets are cut at tensor boundaries from the last tensor back, the
+ * order backward finishes them: the first up to 1 MiB, so that the sums
+ * start early, the others up to the cap (--bucket-mb, DDP's bucket_cap_mb,
+ * 25 MiB by default); a bucket closes once it reaches its limit. */
+struct Buckets {
+    int n, next;          /* buckets; the next to sum in this step */
+    size_t *lo;           /* bucket i is [lo[i], lo[i - 1]) (lo[-1]: np + 1) */
+    float w;              /* this step's weight: the rank's share */
+    cudaStream_t stream;  /* where they are summed */
+    cudaEvent_t fork, join;
+};
+
+static const size_t FIRST_BUCKET = (size_t)1 << 20, BUCKET_CAP = (size_t)25 << 20;
+
 struct Alloc { void *p; size_t bytes; int pinned; };
 struct Graph { int n; cudaGraphExec_t exec; };
 struct DevData { size_t n; float *x; int32_t *label; float *y; }; /* a data set on the device */
@@ -67,6 +89,7 @@ struct Ctx {
     const nrt_comm *comm;
     nrt_nccl nccl;
     ncclComm_t nc;
+    Buckets bk;
     /* data */
     int data_tried, has_data, resident;
     int has_eval[2];       /* a validation set, a test set (NRT_EVAL_*) */
@@ -166,14 +189,79 @@ static void keep_graph(Ctx *c, int n, cudaGraphExec_t exec)
     c->evict = (c->evict + 1) % MAX_GRAPHS;
 }
 
+/* -------------------------------------------------------------- buckets */
+
+static int plan_buckets(Ctx *c, size_t cap_bytes, nrt_error *err)
+{
+    const nrt_model *m = c->m;
+    Buckets *b = &c->bk;
+    b->lo = (size_t *)malloc(sizeof(size_t) * (size_t)(m->n_params + 1));
+    if (!b->lo)
+        return nrt_errorf(err, "out of memory");
+    size_t limit = cap_bytes < FIRST_BUCKET ? cap_bytes : FIRST_BUCKET, bytes = 0;
+    for (int i = m->n_params - 1; i > 0; i--) {
+        bytes += sizeof(float) * m->params[i].size;
+        if (bytes >= limit) {
+            b->lo[b->n++] = m->params[i].offset;
+            bytes = 0;
+            limit = cap_bytes;
+        }
+    }
+    b->lo[b->n++] = 0;
+    return NRT_CUDA(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), err) ||
+                   NRT_CUDA(cudaEventCreateWithFlags(&b->fork, cudaEventDisableTiming), err) ||
+                   NRT_CUDA(cudaEventCreateWithFlags(&b->join, cudaEventDisableTiming), err)
+               ? -1
+               : 0;
+}
+
+/* Sums the buckets not summed yet that lie at or past from. */
+static int sum_buckets(Ctx *c, size_t from, nrt_error *err)
+{
+    Buckets *b = &c->bk;
+    nrt_cuda_net *net = &c->net;
+    const size_t np = c->m->param_count;
+    if (b->next == b->n || b->lo[b->next] < from)
+        return 0;
+    if (NRT_CUDA(cudaEventRecord(b->fork, net->stream), err) ||
+        NRT_CUDA(cudaStreamWaitEvent(b->stream, b->fork, 0), err))
+        return -1;
+    for (; b->next < b->n && b->lo[b->next] >= from; b->next++) {
+        const size_t lo = b->lo[b->next], hi = b->next ? b->lo[b->next - 1] : np + 1;
+        float *g = net->grad + lo;
+        if (nrt_cuda_weigh(b->stream, c->sms, g, b->next ? hi - lo : np - lo,
+                           b->next ? NULL : &c->dev->loss, b->w, err) ||
+            NRT_NCCL(&c->nccl, c->nccl.AllReduce(g, g, hi - lo, ncclFloat, ncclSum, c->nc,
+                                                 b->stream), err))
+            return -1;
+    }
+    return 0;
+}
+
+static int grads_final(nrt_cuda_net *net, size_t from, nrt_error *err)
+{
+    return sum_buckets((Ctx *)net->grads_ctx, from, err);
+}
+
+/* The rest of the buckets, and the run's stream made to wait for them. */
+static int join_buckets(Ctx *c, nrt_error *err)
+{
+    Buckets *b = &c->bk;
+    return sum_buckets(c, 0, err) || NRT_CUDA(cudaEventRecord(b->join, b->stream), err) ||
+                   NRT_CUDA(cudaStreamWaitEvent(c->net.stream, b->join, 0), err)
+               ? -1
+               : 0;
+}
+
 /* ----------------------------------------------------------------- step */
 
 /* The whole step on the stream: what a graph captures.  Its batch is k
  * samples from position offset past the device cursor (gather: from the
  * resident training set; else they are in the batch buffers already);
  * with several ranks, this rank's share of the step's n (alone k == n),
- * whose gradients and loss NCCL sums, weighted by the shares.  A rank
- * with no sample (the last batch smaller than the ranks) adds zeros. */
+ * whose gradients and loss NCCL sums, weighted by the shares, in buckets
+ * as backward makes them.  A rank with no sample (the last batch smaller
+ * than the ranks) adds zeros. */
 static int enqueue_step(Ctx *c, int k, int n, size_t offset, int gather, nrt_error *err)
 {
     nrt_cuda_net *net = &c->net;
@@ -185,6 +273,8 @@ static int enqueue_step(Ctx *c, int k, int n, size_t offset, int gather, nrt_err
     net->training = 1;
     const DevData *d = &c->dtrain;
     Scalars *sc = c->dev;
+    c->bk.next = 0;
+    c->bk.w = (float)((double)k / n);
     if (k > 0 ? (gather && nrt_cuda_gather(s, c->sms, d->x, d->label, d->y, &sc->order,
                                            &sc->cursor, offset, k, c->train.dim,
                                            c->train.ydim, c->bx, c->blabel, c->by, err)) ||
@@ -193,10 +283,7 @@ static int enqueue_step(Ctx *c, int k, int n, size_t offset, int gather, nrt_err
                     NRT_CUDA(cudaMemsetAsync(&sc->loss, 0, sizeof(float), s), err))
         return -1;
     if (c->comm &&
-        (nrt_cuda_weigh(s, c->sms, net->grad, np, &sc->loss, (float)((double)k / n), err) ||
-         NRT_NCCL(&c->nccl, c->nccl.AllReduce(net->grad, net->grad, np + 1, ncclFloat, ncclSum,
-                                              c->nc, s), err) ||
-         nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err)))
+        (join_buckets(c, err) || nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err)))
         return -1;
     if (nrt_cuda_optim(s, c->sms, &c->h, net->param, net->grad, c->opt_m, c->opt_v, np,
                        &sc->step, err))
@@ -723,6 +810,15 @@ static void be_close(void *ctx)
     for (int i = 0; i < 3; i++)
         if (ev[i])
             (void)cudaEventDestroy(ev[i]);
+    if (c->bk.stream)
+        (void)cudaStreamSynchronize(c->bk.stream);
+    if (c->bk.fork)
+        (void)cudaEventDestroy(c->bk.fork);
+    if (c->bk.join)
+        (void)cudaEventDestroy(c->bk.join);
+    if (c->bk.stream)
+        (void)cudaStreamDestroy(c->bk.stream);
+    free(c->bk.lo);
     if (c->nc)
         (void)c->nccl.CommDestroy(c->nc);
     nrt_nccl_unload(&c->nccl);
@@ -837,7 +933,7 @@ static int loaded_everywhere(const nrt_comm *comm, int loaded, const char *what,
 /* Several ranks: NCCL loaded on every rank (else none goes on: the
  * device is unavailable, and auto trains on the cpu everywhere), its id
  * from rank 0 over the ranks' own channel (MPI), and the communicator. */
-static int join_ranks(Ctx *c, const nrt_comm *comm, nrt_error *err)
+static int join_ranks(Ctx *c, const nrt_comm *comm, size_t bucket_bytes, nrt_error *err)
 {
     int all = loaded_everywhere(comm, nrt_nccl_load(&c->nccl, err) == 0, "NCCL", err);
     if (all != 1)
@@ -852,6 +948,10 @@ static int join_ranks(Ctx *c, const nrt_comm *comm, nrt_error *err)
         c->nc = NULL;
         return -1;
     }
+    if (plan_buckets(c, bucket_bytes ? bucket_bytes : BUCKET_CAP, err))
+        return -1;
+    c->net.grads_final = grads_final;
+    c->net.grads_ctx = c;
     return 0;
 }
 
@@ -897,13 +997,14 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
         return -1;
     }
     if (cfg->comm) {
-        int joined = join_ranks(c, cfg->comm, err);
+        int joined = join_ranks(c, cfg->comm, cfg->bucket_bytes, err);
         if (joined) {
             be_close(c);
             return joined;
         }
     }
     b.ctx = c;
+    b.buckets = c->bk.n;
     b.set_data = be_set_data;
     b.set_params = be_set_params;
     b.get_params = be_get_params;

@@ -229,15 +229,16 @@ int nrt_cuda_gather(cudaStream_t s, int sms, const float *sx, const int32_t *sl,
     return NRT_LAUNCHED("k_gather", err);
 }
 
-/* Several ranks: this rank's gradient and loss weighted by its share w of
- * the batch, the loss in the slot past the gradients, to be summed. */
+/* Several ranks: this rank's gradients (a bucket of them) weighted by its
+ * share w of the batch, to be summed; with loss, the loss too, in the slot
+ * past them. */
 static __global__ void k_weigh(float *__restrict__ g, size_t n, const float *__restrict__ loss,
                                float w)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         g[i] = __fmul_rn(g[i], w);
-    if (blockIdx.x == 0 && threadIdx.x == 0)
+    if (loss && blockIdx.x == 0 && threadIdx.x == 0)
         g[n] = __fmul_rn(*loss, w);
 }
 

@@ -226,3 +226,8 @@ int nrt_cu_mse(nrt_cuda_net *net, const float *y, const float *t, int n, int dim
     void *args[] = {&y, &t, &nd, &d, &loss};
     return nrt_cu_launch(net, NRT_K_MSE, 1, 1, 1, NRT_LOSS_THREADS, args, 5, err);
 }
+
+int nrt_cu_grads_final(nrt_cuda_net *net, size_t from, nrt_error *err)
+{
+    return net->grads_final ? net->grads_final(net, from, err) : 0;
+}

@@ -115,6 +115,11 @@ struct nrt_cuda_net {
      * model's i-th (its code->kernels[i]). */
     cudaLibrary_t library;
     cudaKernel_t *kernel;
+    /* Several ranks: backward calls this (nrt_cu_grads_final) once the
+     * gradients from param[from] on are final, so that their sum over the
+     * ranks starts while it goes on (backend.cu's buckets); NULL alone. */
+    int (*grads_final)(nrt_cuda_net *net, size_t from, nrt_error *err);
+    void *grads_ctx;
 };
 
 /* The runtime's kernels in every module (netrt_kernels.cuh), by index. */
@@ -260,6 +265,9 @@ int nrt_cu_xent(nrt_cuda_net *net, int k, const float *logits, const int32_t *la
                 float *d, float *loss, nrt_error *err);
 int nrt_cu_mse(nrt_cuda_net *net, const float *y, const float *t, int n, int dim, float *d,
                float *loss, nrt_error *err);
+/* Backward's word that the gradients from param[from] on are final: with
+ * several ranks, their sum starts (net->grads_final); alone, nothing. */
+int nrt_cu_grads_final(nrt_cuda_net *net, size_t from, nrt_error *err);
 
 #ifdef __cplusplus
 }
@@ -268,8 +276,9 @@ int nrt_cu_mse(nrt_cuda_net *net, const float *y, const float *t, int n, int dim
  * s: the batch gather at the device cursor (plus offset: a rank's share),
  * the optimizer over the flat buffers, the end of a step (loss sum,
  * cursor, step counter) and an evaluation batch's loss and correct
- * predictions; with several ranks, the gradient and loss weighted by the
- * rank's share (the loss put at grad[n]) and the summed loss copied back. */
+ * predictions; with several ranks, the gradient weighted by the rank's
+ * share (with loss not NULL, the loss too, put at grad[n]) and the summed
+ * loss copied back. */
 int nrt_cuda_gather(cudaStream_t s, int sms, const float *sx, const int32_t *sl,
                     const float *sy, const nrt_order *order, const unsigned long long *cursor,
                     size_t offset, int n, size_t dim, size_t ydim, float *x, int32_t *label,

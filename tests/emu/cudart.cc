@@ -15,7 +15,9 @@
  *    when one more comes, as a GPU's full queue makes the host wait;
  *    a pageable source is copied when the call is made, as CUDA stages it;
  *  - stream capture refuses what CUDA refuses (synchronising, allocating,
- *    pageable copies) and a graph replays what was recorded;
+ *    pageable copies), takes in the streams that wait for its events and
+ *    must join them back; a graph replays what was recorded, its branches
+ *    in a random order their dependencies allow;
  *  - a launch's configuration and pointer arguments are checked (device.cc);
  *  - NETC_EMU_MEMORY (bytes, or with K, M, G) sizes the device (default
  *    2G); CUDA_VISIBLE_DEVICES and NETC_EMU_DEVICES (default 1) say how many
@@ -36,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -235,28 +238,41 @@ emu::DeviceWork::~DeviceWork()
 
 /* ------------------------------------------------------------- streams */
 
+/* A captured graph: its operations, each with the nodes it depends on
+ * (the one before it on its stream, and those of the events its stream
+ * waited for).  A capture begun on one stream takes in another that waits
+ * for an event recorded in it (fork), and must have every such stream
+ * waited for again (join) by its end, as CUDA requires. */
+struct GraphNode {
+    std::function<void()> op;
+    std::vector<size_t> deps;
+};
 struct CUgraph_st {
-    std::vector<std::function<void()>> ops;
+    std::vector<GraphNode> nodes;
+    bool invalidated = false;
 };
 struct CUgraphExec_st {
-    std::vector<std::function<void()>> ops;
+    std::vector<GraphNode> nodes;
 };
 
 struct CUstream_st {
     unsigned flags = 0;
     std::deque<std::function<void()>> q;
     unsigned long long enq = 0, done = 0;
-    CUgraph_st *capture = nullptr;
+    CUgraph_st *capture = nullptr; /* the graph being captured: its own, or joined */
+    bool origin = false;           /* the capture began here (and ends here) */
+    std::vector<size_t> tail;      /* what the stream's next node depends on */
     cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
-    bool invalidated = false;
 };
 
 struct CUevent_st {
-    unsigned flags;
+    unsigned flags = 0;
     CUstream_st *s = nullptr;
     unsigned long long seq = 0;
     bool recorded = false, happened = false;
     double time = 0;
+    CUgraph_st *graph = nullptr;   /* recorded in a capture: there, */
+    std::vector<size_t> nodes;     /* after these nodes */
 };
 
 namespace {
@@ -307,7 +323,7 @@ bool refused_in_capture(const char *call)
     if (!s || s->mode == cudaStreamCaptureModeRelaxed)
         return false;
     note("%s during a stream capture: refused, and the capture invalidated, as CUDA does", call);
-    s->invalidated = true;
+    s->capture->invalidated = true;
     return true;
 }
 
@@ -327,7 +343,8 @@ const unsigned long long QUEUE_DEPTH = 1024;
 void enqueue(CUstream_st *s, std::function<void()> op)
 {
     if (s->capture) {
-        s->capture->ops.push_back(std::move(op));
+        s->capture->nodes.push_back(GraphNode{std::move(op), s->tail});
+        s->tail.assign(1, s->capture->nodes.size() - 1);
         return;
     }
     s->q.push_back(std::move(op));
@@ -427,6 +444,8 @@ const char *cudaGetErrorName(cudaError_t e)
     NAME(cudaErrorStreamCaptureUnsupported) NAME(cudaErrorStreamCaptureInvalidated)
     NAME(cudaErrorInvalidResourceHandle) NAME(cudaErrorInvalidKernelImage)
     NAME(cudaErrorSymbolNotFound) NAME(cudaErrorIllegalState)
+    NAME(cudaErrorStreamCaptureUnjoined) NAME(cudaErrorStreamCaptureIsolation)
+    NAME(cudaErrorStreamCaptureUnmatched)
 #undef NAME
     default: return "cudaErrorUnknown";
     }
@@ -450,6 +469,9 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorInvalidKernelImage: return "device kernel image is invalid";
     case cudaErrorSymbolNotFound: return "named symbol not found";
+    case cudaErrorStreamCaptureUnjoined: return "capture was not joined back to the origin stream";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not ended in the same stream as it began";
     default: return "unknown error";
     }
 }
@@ -634,11 +656,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
     GUARD();
     if (!s)
         return ret(cudaErrorInvalidResourceHandle);
-    drain(s);
+    drain_all(); /* s, and the streams that may wait for it */
     for (size_t i = 0; i < streams.size(); i++)
         if (streams[i] == s)
             streams.erase(streams.begin() + (long)i);
-    delete s->capture;
+    if (s->capture && !s->origin)
+        s->capture->invalidated = true;
+    else
+        delete s->capture;
     delete s;
     return cudaSuccess;
 }
@@ -649,7 +674,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
     CUstream_st *st = stream_of(s);
     if (st->capture) {
         note("cudaStreamSynchronize on a capturing stream: refused, the capture invalidated");
-        st->invalidated = true;
+        st->capture->invalidated = true;
         return ret(cudaErrorStreamCaptureUnsupported);
     }
     if (refused_in_capture("cudaStreamSynchronize"))
@@ -699,7 +724,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
     if ((dk == NONE || sk == NONE) && st->capture) {
         note("cudaMemcpyAsync with pageable host memory %p during a stream capture: refused, "
              "the capture invalidated", dk == NONE ? dst : src);
-        st->invalidated = true;
+        st->capture->invalidated = true;
         return ret(cudaErrorStreamCaptureUnsupported);
     }
     if (dk == NONE) { /* to pageable memory: the call returns when it is done */
@@ -757,7 +782,8 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
 {
     GUARD();
-    *e = new CUevent_st{flags};
+    *e = new CUevent_st();
+    (*e)->flags = flags;
     return cudaSuccess;
 }
 
@@ -774,10 +800,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     GUARD();
     CUstream_st *st = stream_of(s);
-    if (st->capture) {
-        note("cudaEventRecord in a stream capture is not emulated");
-        st->invalidated = true;
-        return ret(cudaErrorStreamCaptureUnsupported);
+    e->graph = st->capture;
+    if (st->capture) { /* a point in the graph, for streams to wait for */
+        e->nodes = st->tail;
+        return cudaSuccess;
     }
     e->recorded = true;
     e->happened = false;
@@ -787,6 +813,54 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
         e->time = now();
     });
     e->seq = st->enq;
+    return cudaSuccess;
+}
+
+/* In a capture: the stream depends on the event's point in the graph,
+ * taken into the capture if it was not in it (a fork).  Else the stream's
+ * next work waits for the event's: lazily, it runs the event's stream up
+ * to it first. */
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+    GUARD();
+    CUstream_st *st = stream_of(s);
+    if (flags != 0) {
+        note("cudaStreamWaitEvent: flags %u are not emulated", flags);
+        return ret(cudaErrorInvalidValue);
+    }
+    if (e->graph) {
+        CUstream_st *origin = nullptr;
+        for (CUstream_st *o : streams)
+            if (o->capture == e->graph && o->origin)
+                origin = o;
+        if (!origin || (st->capture && st->capture != e->graph) || st == &legacy) {
+            fail("cudaStreamWaitEvent: the event was recorded in a capture %s",
+                 !origin ? "that has ended" : "other than the stream's");
+            if (st->capture)
+                st->capture->invalidated = true;
+            return ret(cudaErrorStreamCaptureIsolation);
+        }
+        if (!st->capture) {
+            st->capture = e->graph;
+            st->mode = origin->mode;
+            st->tail.clear();
+        }
+        for (size_t n : e->nodes)
+            if (std::find(st->tail.begin(), st->tail.end(), n) == st->tail.end())
+                st->tail.push_back(n);
+        return cudaSuccess;
+    }
+    if (st->capture) {
+        fail("cudaStreamWaitEvent: a capturing stream waits for an event recorded outside "
+             "the capture, which CUDA refuses");
+        st->capture->invalidated = true;
+        return ret(cudaErrorStreamCaptureIsolation);
+    }
+    if (!e->recorded || e->s == st)
+        return cudaSuccess;
+    CUstream_st *from = e->s;
+    const unsigned long long seq = e->seq;
+    enqueue(st, [from, seq]() { run(from, seq); });
     return cudaSuccess;
 }
 
@@ -825,8 +899,9 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode)
     if (!s || s->capture)
         return ret(cudaErrorIllegalState);
     s->capture = new CUgraph_st;
+    s->origin = true;
+    s->tail.clear();
     s->mode = mode;
-    s->invalidated = false;
     return cudaSuccess;
 }
 
@@ -834,13 +909,36 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
 {
     GUARD();
     *g = NULL;
-    if (!s || !s->capture)
-        return ret(cudaErrorIllegalState);
+    if (!s || !s->capture || !s->origin)
+        return ret(s && s->capture ? cudaErrorStreamCaptureUnmatched : cudaErrorIllegalState);
     CUgraph_st *graph = s->capture;
-    s->capture = nullptr;
-    if (s->invalidated) {
+    /* every stream the capture took in must have been joined: its last
+     * node one the origin's end depends on */
+    std::vector<bool> before(graph->nodes.size());
+    std::vector<size_t> todo = s->tail;
+    while (!todo.empty()) {
+        size_t n = todo.back();
+        todo.pop_back();
+        if (!before[n]) {
+            before[n] = true;
+            todo.insert(todo.end(), graph->nodes[n].deps.begin(), graph->nodes[n].deps.end());
+        }
+    }
+    bool unjoined = false;
+    for (CUstream_st *o : streams)
+        if (o->capture == graph) {
+            for (size_t n : o->tail)
+                unjoined |= !before[n];
+            o->capture = nullptr;
+            o->origin = false;
+            o->tail.clear();
+        }
+    if (unjoined)
+        fail("cudaStreamEndCapture: a stream the capture took in was not joined back (its "
+             "last work is not waited for by the capturing stream), as CUDA requires");
+    if (unjoined || graph->invalidated) {
         delete graph;
-        return ret(cudaErrorStreamCaptureInvalidated);
+        return ret(unjoined ? cudaErrorStreamCaptureUnjoined : cudaErrorStreamCaptureInvalidated);
     }
     *g = graph;
     return cudaSuccess;
@@ -851,7 +949,7 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *statu
     GUARD();
     CUstream_st *st = stream_of(s);
     *status = !st->capture ? cudaStreamCaptureStatusNone
-              : st->invalidated ? cudaStreamCaptureStatusInvalidated
+              : st->capture->invalidated ? cudaStreamCaptureStatusInvalidated
                                 : cudaStreamCaptureStatusActive;
     return cudaSuccess;
 }
@@ -862,16 +960,48 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned lon
     (void)flags;
     if (refused_in_capture("cudaGraphInstantiate"))
         return ret(cudaErrorStreamCaptureUnsupported);
-    *x = new CUgraphExec_st{g->ops};
+    *x = new CUgraphExec_st{g->nodes};
     return cudaSuccess;
 }
 
+/* A launch runs the graph's nodes in an order its dependencies allow, as
+ * a GPU runs the branches of a graph at once, so that a missing dependency
+ * (a fork or a join) shows as a wrong result.  The ready node that runs
+ * next is the oldest (the order of the capture: a branch runs as soon as
+ * it can), the newest (a branch runs as late as it can), or one drawn at
+ * random: under NETC_EMU_ORDER=shuffle (the default) one of the three,
+ * drawn for each launch, under forward the oldest, under reverse the
+ * newest. */
 cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s)
 {
     GUARD();
     CUstream_st *st = stream_of(s);
-    for (const auto &op : x->ops)
-        enqueue(st, op);
+    const std::vector<GraphNode> &nodes = x->nodes;
+    std::vector<size_t> waiting(nodes.size());
+    std::vector<std::vector<size_t>> after(nodes.size());
+    std::vector<size_t> ready;
+    for (size_t i = 0; i < nodes.size(); i++) {
+        waiting[i] = nodes[i].deps.size();
+        for (size_t d : nodes[i].deps)
+            after[d].push_back(i);
+        if (!waiting[i])
+            ready.push_back(i);
+    }
+    std::vector<unsigned> pick(3);
+    order(pick); /* forward: 0, reverse: 2, shuffle: any */
+    const unsigned policy = pick[0];
+    while (!ready.empty()) {
+        std::sort(ready.begin(), ready.end());
+        pick.resize(ready.size());
+        order(pick);
+        const size_t at = policy == 0 ? 0 : policy == 2 ? ready.size() - 1 : pick[0];
+        const size_t n = ready[at];
+        ready.erase(ready.begin() + (long)at);
+        enqueue(st, nodes[n].op);
+        for (size_t a : after[n])
+            if (--waiting[a] == 0)
+                ready.push_back(a);
+    }
     return cudaSuccess;
 }
 

@@ -5,6 +5,9 @@
 #            the cpu (tests/gpu/parity.sh, a few steps)
 #   gradients  --gradcheck on the emulated device of tests/gradcheck's
 #            batchnorm2d model (finite differences and the cpu's gradients)
+#   ranks    a digits CNN on 2 ranks (mpirun), an emulated GPU each, its
+#            gradients summed over NCCL in four buckets as backward runs,
+#            against one process at twice the batch (tests/emu_mpi.sh's)
 # Exits 0 when the tests pass, 1 when they fail, 77 where the emulated
 # device cannot run.  NETC_TOP_SRCDIR names the tree; NETC the compiler.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
@@ -32,8 +35,16 @@ gradients)
         "$WORK/bn" --data "$WORK/bn.csv" --gradcheck 4 --device cuda > "$WORK/bn.out" 2>&1
     check "[ $? -eq 0 ]" "gradcheck: $(grep -v '^kink' "$WORK/bn.out" | head -3)"
     ;;
+ranks)
+    mpi_setup 300
+    [ -e "$EMU_LIB/libnccl.so.2" ] || skip "no nccl.h: the emulated NCCL was not built"
+    export NETC_EMU_DEVICES=2
+    cd "$SRC" || exit 1
+    "$NETC" --mpi models/digits_cnn.net -o "$WORK/cnn" &&
+        two_ranks buckets "$WORK/cnn" cuda 12 --bucket-mb 0.001
+    ;;
 *)
-    echo "usage: mutant.sh kernels|train|gradients" >&2
+    echo "usage: mutant.sh kernels|train|gradients|ranks" >&2
     exit 2
     ;;
 esac

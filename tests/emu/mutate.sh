@@ -18,7 +18,10 @@ half@kernels@runtime/cuda/launch.c@block = {threads, 1, 1}@block = {threads / 2,
 oob@kernels@runtime/cuda/netrt_kernels.cuh@e < total;\n         e += (long long)gridDim.x@e <= total;\n         e += (long long)gridDim.x
 nosync@train@runtime/cuda/backend.cu@sizeof(float), cudaMemcpyDeviceToHost, err) ||\n        NRT_CUDA(cudaStreamSynchronize(c->net.stream), err))\n        return -1;\n    *loss = c->host->loss;@sizeof(float), cudaMemcpyDeviceToHost, err))\n        return -1;\n    *loss = c->host->loss;
 hostread@train@runtime/cuda/backend.cu@        setup_blas(c, err) || alloc_net(c, err))\n        return -1;@        setup_blas(c, err) || alloc_net(c, err))\n        return -1;\n    (void)*(volatile float *)net->param;
-bwd@gradients@runtime/cuda/netrt_kernels.cuh@(dy[at] - mdy - (x[at] - mean)@(dy[at] - (x[at] - mean)'
+bwd@gradients@runtime/cuda/netrt_kernels.cuh@(dy[at] - mdy - (x[at] - mean)@(dy[at] - (x[at] - mean)
+nofork@ranks@runtime/cuda/backend.cu@ ||\n        NRT_CUDA(cudaStreamWaitEvent(b->stream, b->fork, 0), err))@)
+nojoin@ranks@runtime/cuda/backend.cu@ ||\n                   NRT_CUDA(cudaStreamWaitEvent(c->net.stream, b->join, 0), err)@
+early@ranks@runtime/cuda/backend.cu@(join_buckets(c, err) || nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err))@(nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err) || join_buckets(c, err))'
 # what each is, for the report
 what() {
     case $1 in
@@ -29,6 +32,9 @@ what() {
     nosync) echo "the loss read without waiting for its copy" ;;
     hostread) echo "host code reading a device pointer" ;;
     bwd) echo "a backward kernel's formula wrong (batchnorm's dx without the mean of dy)" ;;
+    nofork) echo "a bucket of gradients summed without waiting for backward to make it" ;;
+    nojoin) echo "the optimizer not waiting for the gradients' sums" ;;
+    early) echo "the summed loss read back before the sums are done" ;;
     esac
 }
 
@@ -41,13 +47,19 @@ run_kind() { # TREE KIND: mutant.sh's exit status
 }
 
 names=${*:-$(printf '%s\n' "$mutants" | cut -d@ -f1)}
-for kind in kernels train gradients; do
+unrun=
+for kind in kernels train gradients ranks; do
     echo "$names" | tr ' ' '\n' | while read -r n; do
         printf '%s\n' "$mutants" | grep -q "^$n@$kind@" && echo x
     done | grep -q x || continue
     copy_tree "$WORK/clean"
     run_kind "$WORK/clean" $kind
     st=$?
+    if [ $st -eq 77 ] && [ $kind = ranks ]; then # no MPI here: the others still run
+        echo "SKIP: the ranks mutants: $(tail -1 "$WORK/run.out")"
+        unrun="$unrun ranks"
+        continue
+    fi
     [ $st -eq 77 ] && skip "the emulated device cannot run here: $(tail -1 "$WORK/run.out")"
     check "[ $st -eq 0 ]" "the tree as it is fails the $kind tests: $(grep FAIL "$WORK/run.out" | head -3)"
     rm -rf "$WORK/clean"
@@ -56,6 +68,7 @@ for n in $names; do
     line=$(printf '%s\n' "$mutants" | grep "^$n@")
     [ -n "$line" ] || { echo "mutate.sh: no mutant $n" >&2; exit 2; }
     kind=$(printf '%s\n' "$line" | cut -d@ -f2)
+    case " $unrun " in *" $kind "*) continue ;; esac
     file=$(printf '%s\n' "$line" | cut -d@ -f3)
     copy_tree "$WORK/$n"
     "$PYTHON" - "$WORK/$n/$file" "$(printf '%s\n' "$line" | cut -d@ -f4)" "$(printf '%s\n' "$line" | cut -d@ -f5-)" <<'PY'

@@ -17,6 +17,11 @@
  *   shared      a kernel with 48 KiB of static shared data, the most ptxas
  *               allows: built with -DSHARED_KIB=49, this file must be refused
  *               by the emulated nvcc, as by ptxas
+ *   branches    a graph of two streams (fork, join) replayed right every
+ *               time, and a stream waiting for another's event outside one
+ *   early       a graph that reads a branch's result before the join: wrong
+ *               in some replays
+ *   unjoined    a capture that ends with a branch not joined: refused
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -110,6 +115,46 @@ __global__ void big_shared(const float *x, float *out)
     out[threadIdx.x] = own[OWN - 1 - threadIdx.x] + staged<NEAR>(x) + staged_far(x);
 }
 
+__global__ void scale(const float *x, float *y, float k)
+{
+    y[threadIdx.x] = k * x[threadIdx.x];
+}
+
+__global__ void add(const float *a, const float *b, float *y)
+{
+    y[threadIdx.x] = a[threadIdx.x] + b[threadIdx.x];
+}
+
+/* Captures, on s and s2: c = 2x; then, forked, b = 3c on s2 while d = b + c
+ * waits for the join on s (early: d before the join; unjoined: no join).
+ * Returns EndCapture's error; the graph in *exec. */
+static cudaError_t branches(cudaStream_t s, cudaStream_t s2, const float *x, float *b, float *c,
+                            float *d, const char *mode, cudaGraphExec_t *exec)
+{
+    cudaEvent_t fork, join;
+    cudaGraph_t g;
+    cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
+    cudaEventCreateWithFlags(&join, cudaEventDisableTiming);
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    scale<<<1, N, 0, s>>>(x, c, 2.0f);
+    cudaEventRecord(fork, s);
+    cudaStreamWaitEvent(s2, fork, 0);
+    scale<<<1, N, 0, s2>>>(c, b, 3.0f);
+    if (!strcmp(mode, "early"))
+        add<<<1, N, 0, s>>>(b, c, d); /* the bug: before the join */
+    cudaEventRecord(join, s2);
+    if (strcmp(mode, "unjoined"))
+        cudaStreamWaitEvent(s, join, 0);
+    if (strcmp(mode, "early"))
+        add<<<1, N, 0, s>>>(b, c, d);
+    cudaError_t e = cudaStreamEndCapture(s, &g);
+    if (e == cudaSuccess) {
+        e = cudaGraphInstantiate(exec, g, 0);
+        cudaGraphDestroy(g);
+    }
+    return e;
+}
+
 static int fail(const char *what, cudaError_t e)
 {
     printf("%s: %s\n", what, cudaGetErrorString(e));
@@ -201,6 +246,41 @@ int main(int argc, char **argv)
         if (e != cudaSuccess || (e = cudaStreamSynchronize(s)) != cudaSuccess)
             return fail("shared", e);
         printf("shared %g %g\n", r[0], r[1]); /* 3 (255 - t), t = 0, 1 */
+        return 0;
+    }
+    if (!strcmp(mode, "branches") || !strcmp(mode, "early") || !strcmp(mode, "unjoined")) {
+        cudaStream_t s2;
+        cudaGraphExec_t exec;
+        float *b, *c, *d, *pinned;
+        cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+        cudaMalloc((void **)&b, N * sizeof(float));
+        cudaMalloc((void **)&c, N * sizeof(float));
+        cudaMalloc((void **)&d, N * sizeof(float));
+        cudaMallocHost((void **)&pinned, N * sizeof(float));
+        cudaError_t e = branches(s, s2, x, b, c, d, mode, &exec);
+        printf("end capture: %s\n", cudaGetErrorName(e));
+        if (e != cudaSuccess)
+            return 0;
+        int right = 0;
+        for (int r = 0; r < 20; r++) {
+            cudaMemsetAsync(b, 0, N * sizeof(float), s);
+            cudaGraphLaunch(exec, s);
+            cudaMemcpyAsync(pinned, d, N * sizeof(float), cudaMemcpyDeviceToHost, s);
+            if ((e = cudaStreamSynchronize(s)) != cudaSuccess)
+                return fail("replay", e);
+            right += pinned[N - 1] == 8.0f * (N - 1);
+        }
+        printf("replays right: %d of 20\n", right);
+        /* outside a capture: s2 waits for s's event, then copies */
+        cudaEvent_t ev;
+        cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        scale<<<1, N, 0, s>>>(x, c, 5.0f);
+        cudaEventRecord(ev, s);
+        cudaStreamWaitEvent(s2, ev, 0);
+        cudaMemcpyAsync(pinned, c, N * sizeof(float), cudaMemcpyDeviceToHost, s2);
+        if ((e = cudaStreamSynchronize(s2)) != cudaSuccess)
+            return fail("wait", e);
+        printf("waited: %g\n", pinned[N - 1]);
         return 0;
     }
     printf("no mode %s\n", mode);
