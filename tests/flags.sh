@@ -37,6 +37,9 @@ expect_error "--lr expects a non-negative number, got '-1'" --lr -1
 expect_error "--lr 1e-50 is too small: it would be 0 as a float" --lr 1e-50
 expect_error "--lr expects a non-negative number, got '1e-400'" --lr 1e-400
 expect_error "--data needs a value" --data
+expect_error "--bucket-mb expects a number of MiB above 0, up to 65536, got '0'" --bucket-mb 0
+expect_error "--bucket-mb: this program trains in one process (built without netc --mpi)" \
+    --bucket-mb 4
 expect_error "no training data: the model names none; give --data PATH"
 expect_error "this program was built without CUDA (its model's device is cpu, netc --no-cuda, or a netc without CUDA)" --device cuda --data "$WORK/ok.csv"
 expect_error "unknown device 'tpu'" --device tpu --data "$WORK/ok.csv"

@@ -10,7 +10,9 @@
 # under $OUT when that is set (the device tool brings $OUT back).
 #
 # usage: tests/gpu/run.sh [STAGE...]
-#   stages: build kernels parity jit sanitizer bench (default: all, in order).
+#   stages: build kernels parity jit sanitizer ranks bench (default: all, in
+#   order; ranks: tests/gpu/ranks.sh, data parallel on 2 ranks, where netc
+#   was built with MPI).
 #   Stages after build reuse its tree, so a long run can be split into
 #   calls: `run.sh build kernels parity`, then `run.sh sanitizer bench`;
 #   each call appends to the day's report.
@@ -34,7 +36,7 @@ CUDA_ARCH=${CUDA_ARCH:-sm_90}
 BUILD=${BUILD:-$root}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 
-stages=${*:-build kernels parity jit sanitizer bench}
+stages=${*:-build kernels parity jit sanitizer ranks bench}
 day=$(date +%Y-%m-%d)
 report=$root/bench/results/$day-GPU.md
 mkdir -p "$root/bench/results"
@@ -218,6 +220,16 @@ stage_sanitizer() {
         "$([ $rc -eq 0 ] && echo ok || echo FAILED)"
 }
 
+stage_ranks() {
+    local log=$logs/ranks.log
+    NETC=$BUILD/netc NETC_TOP_SRCDIR=$root NETC_HAVE_MPI=$(grep -q '^HAVE_MPI_WORD = yes' \
+        "$BUILD/Makefile" && echo yes) PYTHON=$PYTHON sh "$root/tests/gpu/ranks.sh" >"$log" 2>&1
+    local rc=$?
+    section "Two ranks on the GPU (tests/gpu/ranks.sh: NCCL over the loopback)" "$log" \
+        "$(case $rc in 0) echo ok ;; 77) echo skipped ;; *) echo "FAILED ($rc)" ;; esac)"
+    [ $rc -eq 77 ] || return $rc
+}
+
 stage_bench() {
     local log=$logs/bench.log dev=cuda
     [ $gpu = 1 ] || dev=cpu
@@ -231,11 +243,11 @@ stage_bench() {
 status=0
 for s in $stages; do
     case $s in
-    build | kernels | parity | jit | sanitizer | bench)
+    build | kernels | parity | jit | sanitizer | ranks | bench)
         stage_start=$(date +%s)
         "stage_$s" || status=1
         ;;
-    *) echo "run.sh: unknown stage $s (build kernels parity jit sanitizer bench)" >&2; exit 2 ;;
+    *) echo "run.sh: unknown stage $s (build kernels parity jit sanitizer ranks bench)" >&2; exit 2 ;;
     esac
     [ "$s" = build ] && [ $status -ne 0 ] && break
 done
