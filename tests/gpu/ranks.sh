@@ -1,6 +1,6 @@
 # tests/gpu/ranks.sh — data-parallel training on a real GPU (tests/gpu/run.sh's
 # ranks stage): a digits CNN built with netc --mpi, on 2 ranks (mpirun -np 2)
-# at batch 16 against one process at 32, 100 steps, its gradients summed by
+# at batch 16 against one process at 32, 60 steps, its gradients summed by
 # NCCL inside the captured step: in one bucket, and in four that overlap the
 # backward pass (--bucket-mb 0.001); then the time of a step of cnn101 in
 # its default buckets and in small ones.
@@ -10,9 +10,13 @@
 # (NCCL_HOSTID) and they talk over TCP on the loopback, both on cuda:0.
 # The sums, the graph's two streams and the buckets are NCCL's and the
 # GPU's; the speed is not two GPUs'.  The step losses are compared within
-# 1e-4 (the GPU's parity with the cpu) rather than tests/mpi.sh's 1e-6: the
-# halved batch may take other cuBLAS kernels, with other rounding; the
-# figure is printed.
+# 1e-5 rather than tests/mpi.sh's 1e-6 (the GPU adds up a batch in another
+# order than two halves summed), over 60 steps: between steps 70 and 100
+# this model's loss falls from 1.3 to 0.35 with SGD at lr 0.05 and momentum
+# 0.9, and rounding differences grow there.  On an H100 (2026-11-26) the
+# two GPU ranks kept to the cpu's losses (one process or two ranks) within
+# 1e-7 over 100 steps, while one GPU process at batch 32 left them at step
+# 75 (5 % by step 100): the baseline's rounding, not the ranks'.
 #
 # Needs mpirun (NETC_HAVE_MPI=yes: netc built with MPI) and NCCL where the
 # dynamic loader finds it.
@@ -26,13 +30,13 @@ run() { # NP ARGS...: each rank a host of its own to NCCL
     timeout -k 5 300 mpirun -np "$_np" \
         sh -c 'NCCL_HOSTID=netc-rank-$OMPI_COMM_WORLD_RANK exec "$@"' sh "$@"
 }
-two_ranks_tol=1e-4
+two_ranks_tol=1e-5
 
 cd "$SRC" || exit 1
 sed 's/adam(lr=1e-3)/sgd(lr=0.05, momentum=0.9)/' models/digits_cnn.net > "$WORK/cnn.net"
 "$NETC" --mpi "$WORK/cnn.net" -o "$WORK/cnn" || { echo "FAIL: netc --mpi" >&2; exit 1; }
-two_ranks cnn "$WORK/cnn" cuda:0 100
-two_ranks buckets "$WORK/cnn" cuda:0 100 --bucket-mb 0.001
+two_ranks cnn "$WORK/cnn" cuda:0 60
+two_ranks buckets "$WORK/cnn" cuda:0 60 --bucket-mb 0.001
 grep world "$WORK/cnn.out" "$WORK/buckets.out"
 
 # the time of a step, 2 ranks x 32 (synthetic records: the data is not bundled)
