@@ -4,7 +4,9 @@
 # stb_image (libstb-dev: image datasets), graphviz (the test that renders
 # --emit=dot), cmake and man-db (the test that builds examples/ against an
 # installed tree and reads the man page), OpenMPI (libopenmpi-dev and
-# openmpi-bin: netc --mpi and its test, tests/mpi.sh).
+# openmpi-bin: netc --mpi and its test, tests/mpi.sh), Slurm and munge
+# (slurm-wlm, munge: tests/mpi_slurm.sh's private cluster; no service of
+# theirs is configured or needed).
 #   --with-torch   also Debian's python3-torch, python3-torchvision and
 #                  python3-pil, for the tests and benchmarks that compare
 #                  with PyTorch and torchvision's transforms (they are
@@ -12,7 +14,7 @@
 #                  reads back --logdir's files
 # Run as root, or with sudo available.
 set -eu
-packages="build-essential flex bison autoconf automake libtool pkg-config libopenblas-dev libstb-dev python3 graphviz cmake man-db libopenmpi-dev openmpi-bin"
+packages="build-essential flex bison autoconf automake libtool pkg-config libopenblas-dev libstb-dev python3 graphviz cmake man-db libopenmpi-dev openmpi-bin slurm-wlm munge"
 tensorboard=no
 for arg in "$@"; do
     case $arg in

@@ -5,6 +5,7 @@
  * A program started by mpirun or srun joins the run in nrt_main; started
  * alone (no launcher's variables in its environment, or a world of one) it
  * never calls MPI_Init and trains as a program built without --mpi does.
+ * One of several tasks of srun without PMI (--mpi=none) is an error.
  * Errors return to the caller (MPI_ERRORS_RETURN) with MPI's message.
  */
 #include "netrt.h"
@@ -116,11 +117,26 @@ static int launched(void)
     return 0;
 }
 
+/* The tasks of the srun step this process is one of: 0 outside one. srun
+ * with no MPI plugin (--mpi=none, many clusters' MpiDefault) starts them
+ * without PMI: each would train alone, all writing the same files. */
+static long srun_tasks(void)
+{
+    const char *v = getenv("SLURM_STEP_NUM_TASKS");
+    return v ? strtol(v, NULL, 10) : 0;
+}
+
 static int mpi_open(nrt_comm *comm, nrt_error *err)
 {
     memset(comm, 0, sizeof *comm);
-    if (!launched())
+    if (!launched()) {
+        const long n = srun_tasks();
+        if (n > 1)
+            return nrt_errorf(err, "srun started %ld tasks without MPI between them: "
+                                   "start them with srun --mpi=pmix (srun --mpi=list "
+                                   "shows the types)", n);
         return 0;
+    }
     int inited = 0;
     if (MPI_Initialized(&inited) == MPI_SUCCESS && !inited &&
         check(MPI_Init(NULL, NULL), "MPI_Init", err))
