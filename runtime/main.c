@@ -554,6 +554,9 @@ typedef struct Run {
     double lr;         /* the optimizer's now */
     nrt_comm comm;     /* the ranks of a data-parallel run (size 0: alone) */
     int world;         /* comm.size, or 1 */
+    long long vote_at; /* several ranks: the step before which they next vote, */
+    long long voted;   /* ... the step before which they last did, */
+    double vote_time;  /* ... and when (0: never) */
     int world_failed;  /* an error every rank has: they end without an abort */
     nrt_error err;
 } Run;
@@ -762,19 +765,37 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
     return o->checkpoint ? save_checkpoint(r, epoch + 1, 0) : 0;
 }
 
+/* Several ranks vote on stopping about this often (seconds). */
+#define VOTE_EVERY 0.05
+
 /* Whether the run stops before its next step: a signal caught.  Ranks
  * decide it together (a signal may reach them at different steps), so
- * that they stop at the same one.  -1 on an error. */
+ * that they stop at the same one.  Their vote is a collective, so it is
+ * not held before every step but every so many, about VOTE_EVERY's worth:
+ * at each vote every rank also says how many steps that is at its own
+ * pace (a whole number, so that every rank gets the same sum), and the
+ * next vote comes after their mean.  A signal is answered about as soon
+ * either way, and small steps are not held back by a collective each.
+ * -1 on an error. */
 static int stopping(Run *r)
 {
     if (r->world == 1)
         return stop_signal != 0;
-    double caught = stop_signal != 0;
-    if (r->comm.sum_doubles(r->comm.ctx, &caught, 1, &r->err))
+    if (r->steps < r->vote_at)
+        return 0;
+    const double t = now(), since = t - r->vote_time;
+    const double pace = (double)(r->steps - r->voted) / since; /* steps a second */
+    double v[2] = {stop_signal != 0,
+                   r->vote_time > 0 && since > 0 ? floor(fmin(fmax(pace * VOTE_EVERY, 1), 1024))
+                                                 : 1};
+    if (r->comm.sum_doubles(r->comm.ctx, v, 2, &r->err))
         return -1;
-    if (caught > 0 && !stop_signal)
+    r->vote_time = t;
+    r->voted = r->steps;
+    r->vote_at = r->steps + (long long)(v[1] / r->world);
+    if (v[0] > 0 && !stop_signal)
         stop_signal = SIGTERM; /* another rank's (mpirun sends SIGTERM) */
-    return caught > 0;
+    return v[0] > 0;
 }
 
 /* The epochs: the order of the samples, the steps, the epoch's end.  The
