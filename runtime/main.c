@@ -773,8 +773,9 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
  * that they stop at the same one.  Their vote is a collective, so it is
  * not held before every step but every so many, about VOTE_EVERY's worth:
  * at each vote every rank also says how many steps that is at its own
- * pace (a whole number, so that every rank gets the same sum), and the
- * next vote comes after their mean.  A signal is answered about as soon
+ * pace (a whole number, so that every rank gets the same sum; at most 256,
+ * in case the machine slows down), and the next vote comes after their
+ * mean.  A signal is answered about as soon
  * either way, and small steps are not held back by a collective each.
  * -1 on an error. */
 static int stopping(Run *r)
@@ -786,7 +787,7 @@ static int stopping(Run *r)
     const double t = now(), since = t - r->vote_time;
     const double pace = (double)(r->steps - r->voted) / since; /* steps a second */
     double v[2] = {stop_signal != 0,
-                   r->vote_time > 0 && since > 0 ? floor(fmin(fmax(pace * VOTE_EVERY, 1), 1024))
+                   r->vote_time > 0 && since > 0 ? floor(fmin(fmax(pace * VOTE_EVERY, 1), 256))
                                                  : 1};
     if (r->comm.sum_doubles(r->comm.ctx, v, 2, &r->err))
         return -1;
