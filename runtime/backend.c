@@ -496,15 +496,18 @@ int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *
         if (all < 0)
             return -1;
         if (!all) {
+            /* in rank 0's words, who says it: its host has GPUs, too few, or none */
             const int many = strchr(who, ',') != NULL;
+            const char *lack = count > 0 ? (many ? "have no GPU of their own"
+                                                 : "has no GPU of its own")
+                                         : (many ? "see no CUDA device" : "sees no CUDA device");
             if (is_cuda) {
-                nrt_errorf(err, "device %s: %s %s no GPU of %s own (a GPU a rank: "
-                           "CUDA_VISIBLE_DEVICES, or fewer ranks a host)", dev, who,
-                           many ? "have" : "has", many ? "their" : "its");
+                nrt_errorf(err, "device %s: %s %s%s", dev, who, lack,
+                           count > 0 ? " (a GPU a rank: CUDA_VISIBLE_DEVICES, or fewer ranks "
+                                       "a host)" : "");
                 return NRT_ALL_RANKS;
             }
-            snprintf(note, note_len, "cpu (auto: %.100s %s no GPU of %s own: every rank on the "
-                     "cpu)", who, many ? "have" : "has", many ? "their" : "its");
+            snprintf(note, note_len, "cpu (auto: %.100s %s: every rank on the cpu)", who, lack);
             return nrt_cpu_open(m, &rc, be, err);
         }
     }

@@ -9,7 +9,7 @@
 #    backward (--bucket-mb);
 #  - a last batch of one sample (one rank with none);
 #  - two ranks and one GPU: --device cuda says which rank has none, auto
-#    trains every rank on the cpu;
+#    trains every rank on the cpu; two ranks and no GPU: said so;
 #  - an NCCL that cannot be used: --device cuda says why, auto trains every
 #    rank on the cpu.
 # Skipped (77) where tests/emu.sh is, or without MPI, mpirun or nccl.h.
@@ -57,6 +57,11 @@ check "[ $? -ne 0 ] && grep -q 'error: device cuda: rank 1 has no GPU of its own
 NETC_EMU_DEVICES=1 run 2 "$WORK/mlp" --device auto --max-steps 2 > "$WORK/auto.out" 2>&1
 check "[ $? -eq 0 ] && grep -q '^device: cpu (auto: rank 1 has no GPU of its own: every rank on the cpu)' '$WORK/auto.out'" \
     "two ranks, one GPU, auto: $(head -3 "$WORK/auto.out")"
+
+# no GPU at all (none visible): said so, not "no GPU of their own"
+CUDA_VISIBLE_DEVICES= run 2 "$WORK/mlp" --device cuda --max-steps 2 > "$WORK/none.out" 2>&1
+check "[ $? -ne 0 ] && grep -q 'error: device cuda: ranks 0, 1 see no CUDA device$' '$WORK/none.out'" \
+    "two ranks, no GPU, --device cuda: $(grep error "$WORK/none.out")"
 
 # an NCCL that cannot be used (found first, through LD_LIBRARY_PATH):
 # --device cuda says so; auto trains every rank on the cpu
