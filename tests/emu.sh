@@ -72,6 +72,9 @@ expect early '^replays right: [0-9] of 20$\|^replays right: 1[0-9] of 20$' \
     "a graph that reads a branch's result before the join"
 expect unjoined '^end capture: cudaErrorStreamCaptureUnjoined$' 'was not joined back' \
     "a capture that ends with a branch not joined"
+self halfs shuffle
+check "[ $self_rc -eq 0 ] && grep -q '^halfs: 0 wrong; 2 1.0078125 2.03125 inf 0 6.25$' '$WORK/self.out'" \
+    "bf16 and fp16 in a kernel: $(cat "$WORK/self.out")"
 # ptxas' limit: the same kernel with 49 KiB, which nvcc.py must refuse,
 # naming the kernel and its three arrays
 nvcc -O2 -DSHARED_KIB=49 "$EMU/selftest.cu" -o "$WORK/selftest49" > "$WORK/self49.log" 2>&1

@@ -22,8 +22,13 @@
  *   early       a graph that reads a branch's result before the join: wrong
  *               in some replays
  *   unjoined    a capture that ends with a branch not joined: refused
+ *   halfs       bf16 and fp16 in a kernel (cuda_bf16.h, cuda_fp16.h):
+ *               conversions rounded to nearest even, arithmetic, against
+ *               bit patterns worked out by hand
  */
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -155,6 +160,21 @@ static cudaError_t branches(cudaStream_t s, cudaStream_t s2, const float *x, flo
     return e;
 }
 
+/* Each x to bf16 and to fp16 (their bits), and the bf16 sum x + x and the
+ * fp16 product x * x back to float. */
+__global__ void halfs(const float *x, unsigned short *bits, float *y, int n)
+{
+    int i = threadIdx.x;
+    if (i >= n)
+        return;
+    __nv_bfloat16 b = __float2bfloat16_rn(x[i]);
+    __half h = __float2half_rn(x[i]);
+    bits[2 * i] = __bfloat16_as_ushort(b);
+    bits[2 * i + 1] = __half_as_ushort(h);
+    y[2 * i] = __bfloat162float(__hadd(b, b));
+    y[2 * i + 1] = __half2float(__hmul(h, h));
+}
+
 static int fail(const char *what, cudaError_t e)
 {
     printf("%s: %s\n", what, cudaGetErrorString(e));
@@ -282,6 +302,37 @@ int main(int argc, char **argv)
             return fail("wait", e);
         printf("waited: %g\n", pinned[N - 1]);
         return 0;
+    }
+    if (!strcmp(mode, "halfs")) {
+        /* 1; 1 + 2^-8 (a tie in bf16: to even, 1; exact in fp16); 1 + 3 2^-8
+         * (a tie: to even, up); 65520 (fp16 overflows to infinity); 2^-24
+         * (fp16's smallest subnormal); -2.5 */
+        const float v[6] = {1.0f, 1.00390625f, 1.01171875f, 65520.0f, 5.9604645e-8f, -2.5f};
+        const unsigned short want[12] = {0x3f80, 0x3c00, 0x3f80, 0x3c04, 0x3f82, 0x3c0c,
+                                         0x4780, 0x7c00, 0x3380, 0x0001, 0xc020, 0xc100};
+        unsigned short *bits, got[12];
+        float *y, hy[12];
+        cudaMalloc((void **)&bits, sizeof got);
+        cudaMalloc((void **)&y, sizeof hy);
+        cudaMemcpy(x, v, sizeof v, cudaMemcpyHostToDevice);
+        halfs<<<1, 32, 0, s>>>(x, bits, y, 6);
+        cudaError_t e = cudaMemcpyAsync(got, bits, sizeof got, cudaMemcpyDeviceToHost, s);
+        if (e != cudaSuccess || (e = cudaMemcpyAsync(hy, y, sizeof hy, cudaMemcpyDeviceToHost, s)) ||
+            (e = cudaStreamSynchronize(s)) != cudaSuccess)
+            return fail("halfs", e);
+        int wrong = 0;
+        for (int i = 0; i < 12; i++)
+            if (got[i] != want[i]) {
+                printf("%s of %g: 0x%04x, want 0x%04x\n", i % 2 ? "fp16" : "bf16", v[i / 2],
+                       got[i], want[i]);
+                wrong++;
+            }
+        /* bf16 1 + 1; fp16 (1 + 2^-8)^2 = 1.0078278 rounded to 1.0078125; bf16
+         * 1.015625 doubled; fp16 inf squared; fp16 2^-48, under its smallest
+         * subnormal: 0; fp16 6.25 */
+        printf("halfs: %d wrong; %.9g %.9g %.9g %.9g %.9g %.9g\n", wrong, hy[0], hy[3], hy[4],
+               hy[7], hy[9], hy[11]);
+        return wrong != 0;
     }
     printf("no mode %s\n", mode);
     return 2;
