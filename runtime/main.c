@@ -75,14 +75,17 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* "PROG: error: MESSAGE", written whole at once: stderr is unbuffered, and
+ * a line written in pieces can be cut by other output (mpirun forwards a
+ * rank's as it comes, and prints its own). */
 static void fail(const char *prog, const char *fmt, ...)
 {
+    char msg[1024];
     va_list ap;
-    fprintf(stderr, "%s: error: ", prog);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "%s: error: %s\n", prog, msg);
 }
 
 /* ------------------------------------------------------------------ flags */
