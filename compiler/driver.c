@@ -154,6 +154,10 @@ void emit_driver(Emit *e, bool cuda)
         emitf(e, ".cuda = &cuda_model,");
     if (e->opt->mpi)
         emitf(e, ".dist = &nrt_mpi, /* mpirun: data-parallel over MPI (libnetrt_mpi) */");
+    if (p->precision != NRT_FP32)
+        emitf(e, ".precision = %s,", p->precision == NRT_BF16 ? "NRT_BF16" : "NRT_FP16");
+    if (p->no_lowp)
+        emitf(e, ".no_lowp = %s,", c_string(e->arena, p->no_lowp));
     e->indent--;
     emitf(e, "};");
     emit_blank(e);

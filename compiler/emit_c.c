@@ -117,8 +117,8 @@ const char *c_double(Arena *a, double v)
 const char *value_expr(Emit *e, int v)
 {
     int r = ir_root(e->p, v);
-    if (r == 0)
-        return e->cuda ? "net->x" : "b->x";
+    if (r == 0) /* (x0: the input, rounded in a bf16 run) */
+        return e->cuda ? "net->x" : e->p->no_lowp ? "b->x" : "x0";
     return arena_printf(e->arena, "a%d", r);
 }
 
@@ -195,6 +195,15 @@ static const char *param_local(Arena *a, const Node *n, const Param *prm)
     return s;
 }
 
+/* Where a pass reads n's parameters: a product's in a model that can run
+ * in bf16 from the rounded copy when it does. */
+static const char *lowp_weights(const Emit *e, const Node *n)
+{
+    return !e->cuda && !e->p->no_lowp && n->op->takes_epilogue
+               ? "(net->lowp ? net->wlp : net->param)"
+               : "net->param";
+}
+
 /* Declarations every pass function of n starts with. */
 void emit_pass_locals(Emit *e, const Node *n, bool bwd)
 {
@@ -203,7 +212,7 @@ void emit_pass_locals(Emit *e, const Node *n, bool bwd)
         const Param *prm = &p->params[n->param0 + k];
         const char *w = param_local(e->arena, n, prm);
         if (!bwd || !prm->is_bias) /* backward needs W for dx, never b */
-            emitf(e, "const float *%s = net->param + %zu;", w, prm->offset);
+            emitf(e, "const float *%s = %s + %zu;", w, lowp_weights(e, n), prm->offset);
         if (bwd)
             emitf(e, "float *d%s = net->grad + %zu;", w, prm->offset);
     }
@@ -268,6 +277,30 @@ void emit_value_locals(Emit *e)
                   (long long)p->values[v].offset, shape_str(e->arena, &p->values[v].shape));
 }
 
+/* Whether the cpu passes being written may run in bf16. */
+static bool lowp_run(const Emit *e)
+{
+    return !e->cuda && !e->p->no_lowp;
+}
+
+/* After n's backward pass in a bf16 run: the gradient of a bf16 input
+ * rounded, and a product's weight gradients (autocast's bf16 ones, cast
+ * to the fp32 parameters' .grad). */
+static void emit_lowp_bwd(Emit *e, const Node *n)
+{
+    const Program *p = e->p;
+    if (!lowp_run(e))
+        return;
+    if (p->values[n->in].lowp && ir_root(p, n->in) != 0)
+        emitf(e, "if (net->lowp) nrt_round_bf16(%s, (size_t)n * %lld);", grad_expr(e, n->in),
+              (long long)p->values[n->in].size);
+    if (n->op->takes_epilogue && n->nparams > 0) {
+        const Param *first = &p->params[n->param0], *last = &p->params[n->param0 + n->nparams - 1];
+        emitf(e, "if (net->lowp) nrt_round_bf16(net->grad + %zu, %zu);", first->offset,
+              last->offset + last->size - first->offset);
+    }
+}
+
 /* The calls of the layers' passes, in order: forward, or backward from
  * the loss.  The .cu file's passes take err and return nonzero on error. */
 void emit_pass_calls(Emit *e, bool bwd)
@@ -285,15 +318,20 @@ void emit_pass_calls(Emit *e, bool bwd)
             emitf(e, "%s%s(net, n, %s, %s, %s, %s%s", open, pass_name(e, n, "bwd"),
                   value_expr(e, n->in), value_expr(e, out), grad_expr(e, out),
                   grad_expr(e, n->in), close);
+            emit_lowp_bwd(e, n);
             /* on a GPU, several ranks start summing them while backward goes on */
             if (e->cuda && n->nparams > 0 && p->params[n->param0].offset < final) {
                 final = p->params[n->param0].offset;
                 emitf(e, "TRY(nrt_cu_grads_final(net, %zu, err)); /* param[%zu...] done */",
                       final, final);
             }
-        } else
+        } else {
             emitf(e, "%s%s(net, n, %s, %s%s", open, pass_name(e, n, "fwd"), value_expr(e, n->in),
                   value_expr(e, out), close);
+            if (!n->op->is_view && lowp_run(e) && e->p->values[out].lowp)
+                emitf(e, "if (net->lowp) nrt_round_bf16(%s, (size_t)n * %lld);",
+                      value_expr(e, out), (long long)e->p->values[out].size);
+        }
     }
 }
 
@@ -315,17 +353,31 @@ static void emit_forward(Emit *e)
     e->indent++;
     emitf(e, "int n = b->n;");
     emit_value_locals(e);
+    const bool lowp = lowp_run(e);
+    if (lowp) {
+        emitf(e, "/* bf16: the products' weights and their input rounded, as autocast casts them */");
+        emitf(e, "if (net->lowp)");
+        emitf(e, "    nrt_round_bf16_to(net->wlp, net->param, %zu);", p->param_count);
+        emitf(e, "const float *x0 = net->lowp ? nrt_round_bf16_to(net->xlp, b->x, (size_t)n * %lld) : b->x;",
+              (long long)shape_size(&p->input));
+    }
     emit_pass_calls(e, false);
     int last = p->nvalues - 1;
     emitf(e, "*out = %s;", value_expr(e, last));
     emitf(e, "float *dlast = net->training ? %s : NULL;", grad_expr(e, last));
     emit_at(e, p->loss_stmt->loc.first_line);
+    const char *ret = lowp ? "float loss =" : "return";
     if (p->target_kind == NRT_TARGET_CLASS)
-        emitf(e, "return nrt_xent(%s, b->label, n, %d, dlast); /* fused log-softmax */",
+        emitf(e, "%s nrt_xent(%s, b->label, n, %d, dlast); /* fused log-softmax */", ret,
               value_expr(e, last), p->n_out);
     else
-        emitf(e, "return nrt_mse(%s, b->y, n, %d, dlast);", value_expr(e, last), p->n_out);
+        emitf(e, "%s nrt_mse(%s, b->y, n, %d, dlast);", ret, value_expr(e, last), p->n_out);
     emit_at(e, 0);
+    if (lowp) { /* the loss in fp32; its gradient cast to the bf16 output's */
+        emitf(e, "if (net->lowp && dlast)");
+        emitf(e, "    nrt_round_bf16(dlast, (size_t)n * %d);", p->n_out);
+        emitf(e, "return loss;");
+    }
     e->indent--;
     emitf(e, "}");
     emit_blank(e);
@@ -341,6 +393,8 @@ static void emit_backward(Emit *e)
     e->indent++;
     emitf(e, "int n = b->n;");
     emit_value_locals(e);
+    if (lowp_run(e))
+        emitf(e, "const float *x0 = net->lowp ? net->xlp : b->x; /* as forward() read it */");
     emit_pass_calls(e, true);
     e->indent--;
     emitf(e, "}");

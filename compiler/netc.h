@@ -122,7 +122,8 @@ typedef enum StmtKind {
     S_INIT,      /* init [KIND] weight=INIT bias=INIT */
     S_VALID,     /* valid source(args) | valid holdout(f) */
     S_SCHEDULE,  /* schedule op(args) */
-    S_TRANSFORM  /* transform op(args): one of the image data's transforms */
+    S_TRANSFORM, /* transform op(args): one of the image data's transforms */
+    S_PRECISION  /* precision bf16 | fp16 | fp32 */
 } StmtKind;
 
 typedef struct Stmt {
@@ -288,6 +289,8 @@ typedef struct IrValue {
                            -1 for the input (the batch itself) */
     int grad_buf;       /* which gradient buffer holds d loss / d value */
     bool cn;            /* laid out [C, n, H, W] (chosen by fuse.c) */
+    bool lowp;          /* bf16 when the run is: a product's output (linear,
+                           conv2d), or a value made from one */
 } IrValue;
 
 struct Node {
@@ -331,6 +334,8 @@ struct Program {
     nrt_optim optim;
     const char *device;
     const Stmt *device_stmt; /* NULL: the model names no device */
+    int precision;      /* NRT_FP32 (default), NRT_BF16, NRT_FP16 */
+    const char *no_lowp; /* why the model cannot train in bf16 yet, or NULL */
     nrt_source train, valid, test;
     nrt_schedule schedule;
     nrt_transforms transforms;

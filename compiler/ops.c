@@ -566,8 +566,18 @@ static const char *epilogue(Emit *e, const Node *n)
     return n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v";
 }
 
+/* expr rounded to bf16 when the run is (a cpu pass of a model that can be:
+ * where autocast rounds inside a fused pass), else expr. */
+static const char *lowp_expr(Emit *e, const char *expr)
+{
+    if (e->cuda || e->p->no_lowp)
+        return expr;
+    return arena_printf(e->arena, "nrt_lowp(net->lowp, %s)", expr);
+}
+
 /* y = act(y + b) over y [n, M]: the bias and the fused activation as one
- * epilogue. */
+ * epilogue (in bf16, the product plus the bias rounded before the
+ * activation, as autocast's bf16 linear gives it). */
 static void emit_epilogue(Emit *e, const Node *n, int64_t M, bool bias)
 {
     const char *expr = epilogue(e, n);
@@ -575,7 +585,9 @@ static void emit_epilogue(Emit *e, const Node *n, int64_t M, bool bias)
         return;
     emitf(e, "for (int i = 0; i < n; i++)");
     emitf(e, "    for (int j = 0; j < %lld; j++) {", (long long)M);
-    emitf(e, "        float v = y[(size_t)i * %lld + j]%s;", (long long)M, bias ? " + b[j]" : "");
+    emitf(e, "        float v = %s;",
+          lowp_expr(e, arena_printf(e->arena, "y[(size_t)i * %lld + j]%s", (long long)M,
+                                    bias ? " + b[j]" : "")));
     emitf(e, "        y[(size_t)i * %lld + j] = %s;", (long long)M, expr);
     emitf(e, "    }");
 }
@@ -589,7 +601,7 @@ static void emit_act_grad(Emit *e, const Node *n, int64_t size)
     emitf(e, "/* through the fused %s */", n->fused->op->sig.name);
     emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++)", (long long)size);
     emitf(e, "    dy[i] = %s;",
-          n->fused->op->act_bwd(e->arena, n->fused, "dy[i]", "y[i]"));
+          lowp_expr(e, n->fused->op->act_bwd(e->arena, n->fused, "dy[i]", "y[i]")));
 }
 
 /* --------------------------------------------------------------- linear */
@@ -739,7 +751,7 @@ static void conv2d_fwd(Emit *e, const Node *n)
     emitf(e, "for (int c = 0; c < %lld; c++) {", c.O);
     emitf(e, "    float *r = y + (size_t)c * np;");
     emitf(e, "    for (size_t k = 0; k < np; k++) {");
-    emitf(e, "        float v = r[k]%s;", bias ? " + b[c]" : "");
+    emitf(e, "        float v = %s;", lowp_expr(e, bias ? "r[k] + b[c]" : "r[k]"));
     emitf(e, "        r[k] = %s;", expr);
     emitf(e, "    }");
     emitf(e, "}");

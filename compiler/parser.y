@@ -156,7 +156,7 @@ static Arg arg(const char *key, Loc key_loc, Value *v)
 %token MODEL "'model'" INPUT "'input'" TARGET "'target'" LOSS "'loss'"
 %token OPTIMIZER "'optimizer'" DEVICE "'device'" TRAIN "'train'"
 %token TEST "'test'" INIT "'init'" VALID "'valid'" SCHEDULE "'schedule'"
-%token TRANSFORM "'transform'"
+%token TRANSFORM "'transform'" PRECISION "'precision'"
 
 %type <val> value call
 %type <stmt> stmt layer
@@ -209,6 +209,7 @@ stmt
     | TEST call                         { $$ = stmt(ps, S_TEST, @$); $$->call = $2; }
     | SCHEDULE call                     { $$ = stmt(ps, S_SCHEDULE, @$); $$->call = $2; }
     | TRANSFORM call                    { $$ = stmt(ps, S_TRANSFORM, @$); $$->call = $2; }
+    | PRECISION IDENT                   { $$ = stmt(ps, S_PRECISION, @$); $$->name = $2; $$->name_loc = @2; }
     | INIT kvs                          { $$ = stmt(ps, S_INIT, @$); $$->opts = $2.v; $$->nopts = $2.n; }
     | INIT IDENT kvs                    { $$ = stmt(ps, S_INIT, @$); $$->name = $2; $$->name_loc = @2;
                                           $$->opts = $3.v; $$->nopts = $3.n; }

@@ -20,14 +20,15 @@
 #define MAX_ELEMS 2147483647.0 /* floats a tensor or a buffer may hold */
 
 typedef struct Seen {
-    const Stmt *input, *target, *loss, *optimizer, *device, *train, *valid, *test, *schedule;
+    const Stmt *input, *target, *loss, *optimizer, *device, *train, *valid, *test, *schedule,
+        *precision;
 } Seen;
 
 static const char *stmt_word(StmtKind k)
 {
     static const char *const words[] = {"input", "target", "", "loss", "optimizer",
                                         "device", "train", "test", "init", "valid",
-                                        "schedule", "transform"};
+                                        "schedule", "transform", "precision"};
     return words[k];
 }
 
@@ -412,6 +413,59 @@ static void check_train(Program *p, const Stmt *s)
     }
 }
 
+/* The precision of the products and of the values between layers (the
+ * parameters, the losses and the optimizer stay in fp32): names below are
+ * nrt_precision's order. */
+static const char *const precisions[] = {"fp32", "bf16", "fp16"};
+
+static void check_precision(Program *p, const Stmt *s)
+{
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s->name, precisions[i])) {
+            p->precision = i;
+            return;
+        }
+    unknown(p, s->name_loc, "precision", s->name, precisions, 3, "fp32, bf16, fp16");
+}
+
+/* Which values are bf16 in a bf16 run, as torch.autocast has them: a
+ * product's output (linear, conv2d: bf16 inputs, fp32 accumulation, the
+ * bias added, then rounded), and what a layer makes of a bf16 value (an
+ * activation, pooling, dropout, batchnorm: computed in fp32 from it, the
+ * result rounded); the input is fp32 until a product casts it.  What has no
+ * bf16 path yet is said in p->no_lowp: an error if the model asks for bf16,
+ * the program's refusal if --precision does. */
+static void plan_precision(Program *p, const Stmt *s)
+{
+    const Node *blocker = NULL;
+    bool seen_product = false;
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        const bool product = n->op->takes_epilogue;
+        if (!blocker && !strcmp(n->op->sig.name, "rnn")) {
+            blocker = n;
+            p->no_lowp = arena_printf(p->arena, "rnn (line %d) has no bf16 path yet",
+                                      n->stmt->loc.first_line);
+        } else if (!blocker && !seen_product && !product && !n->op->is_view) {
+            blocker = n;
+            p->no_lowp = arena_printf(p->arena, "%s (line %d) comes before the first linear or "
+                                      "conv2d, and has no fp32 path in a bf16 run yet",
+                                      n->op->sig.name, n->stmt->loc.first_line);
+        }
+        seen_product |= product;
+        p->values[n->out].lowp = product || p->values[n->in].lowp;
+    }
+    if (!s || p->precision == NRT_FP32)
+        return;
+    if (p->precision == NRT_FP16) {
+        diag_error(p->diag, s->name_loc, "precision fp16 is not supported yet");
+        diag_note(p->diag, s->name_loc, "bf16 is, on the cpu: 'precision bf16'");
+    } else if (blocker) {
+        diag_error(p->diag, s->name_loc, "precision bf16: %s", p->no_lowp);
+        diag_note(p->diag, blocker->stmt->loc, "%s is here", blocker->op->sig.name);
+    }
+}
+
 static void check_device(Program *p, const Stmt *s)
 {
     p->device_stmt = s;
@@ -676,6 +730,11 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
             if (seen.test == s)
                 check_source(p, s->call, &p->test, false);
             break;
+        case S_PRECISION:
+            once(p, &seen.precision, s);
+            if (seen.precision == s)
+                check_precision(p, s);
+            break;
         case S_SCHEDULE:
             once(p, &seen.schedule, s);
             if (seen.schedule == s)
@@ -718,6 +777,9 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
     if (p->loss)
         check_loss(p, &seen);
     check_data_shapes(p, &seen);
+    if (d->errors)
+        return NULL;
+    plan_precision(p, seen.precision);
     if (d->errors)
         return NULL;
     return p;

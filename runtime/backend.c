@@ -28,6 +28,8 @@ void nrt_net_free(nrt_net *net)
     free(net->gbuf[1]);
     free(net->scratch);
     free(net->dinput);
+    free(net->wlp);
+    free(net->xlp);
     *net = (nrt_net){0};
 }
 
@@ -402,6 +404,16 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
     }
     c->net.dropout_key = rc->dropout_key;
     c->comm = rc->comm;
+    if (rc->precision == NRT_BF16) {
+        int ok = 1;
+        c->net.lowp = 1;
+        c->net.wlp = alloc_floats(m->param_count, sizeof(float), &ok);
+        c->net.xlp = alloc_floats((size_t)rc->cap * m->in_size, sizeof(float), &ok);
+        if (!ok) {
+            cpu_close(c);
+            return nrt_errorf(err, "out of memory");
+        }
+    }
     *be = (nrt_backend){.ctx = c,
                         .name = "cpu",
                         .loss_free = 1,

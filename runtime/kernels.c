@@ -1909,3 +1909,18 @@ int nrt_correct(const float *logits, const int32_t *label, int n, int k)
     }
     return ok;
 }
+
+/* ------------------------------------------------------------ precision */
+
+void nrt_round_bf16(float *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = nrt_bf16(p[i]);
+}
+
+const float *nrt_round_bf16_to(float *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = nrt_bf16(src[i]);
+    return dst;
+}

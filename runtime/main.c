@@ -59,9 +59,10 @@ typedef struct Options {
     long long max_steps;    /* -1: no limit */
     double lr;              /* < 0: the model's */
     size_t bucket_bytes;    /* --bucket-mb, in bytes; 0: the default */
+    int precision;          /* --precision, else the model's (enum nrt_precision) */
     uint64_t seed;
     /* flags a checkpoint must agree with, and --epochs, a resumed run's new length */
-    int given_seed, given_batch, given_shuffle, given_data, given_epochs;
+    int given_seed, given_batch, given_shuffle, given_data, given_epochs, given_precision;
     int gradcheck;          /* > 0: check gradients on this many samples */
     int list_devices;       /* --list-devices */
     int jit_info;           /* --jit-info */
@@ -141,6 +142,9 @@ static void usage(const nrt_model *m, const char *prog, FILE *out)
             "  --skip-bad         leave out images that cannot be read, with a count\n"
             "                     at the end, instead of stopping at the first\n"
             "  --quiet            print nothing but errors\n"
+            "  --precision P      fp32 | bf16: the products' and the activations'\n"
+            "                     precision, as torch.autocast (bf16: on the cpu, for\n"
+            "                     now; default: the model's, %s)\n"
             "  --bucket-mb X      with several ranks on GPUs: the gradients are summed\n"
             "                     in buckets of up to X MiB while backward runs\n"
             "                     (DDP's bucket_cap_mb; default 25; netc --mpi)\n"
@@ -151,7 +155,7 @@ static void usage(const nrt_model *m, const char *prog, FILE *out)
             prog, m->name, NETRT_VERSION, m->source, m->device, m->epochs, m->batch,
             (double)m->optim.lr, (unsigned long long)m->seed,
             m->train.path ? m->train.path : "none", source_text(&m->valid),
-            source_text(&m->test));
+            source_text(&m->test), m->precision == NRT_BF16 ? "bf16" : "fp32");
 }
 
 static int parse_int(const char *prog, const char *flag, const char *s, long long lo,
@@ -186,7 +190,7 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
     long long epochs = o->epochs, batch = o->batch, seed = (long long)o->seed, log_every = 0,
               threads = 0, gradcheck = 0, max_steps = -1,
               workers = cores < 1 ? 1 : cores > 8 ? 8 : cores;
-    const char *lr = NULL, *bucket_mb = NULL;
+    const char *lr = NULL, *bucket_mb = NULL, *precision = NULL;
     const Flag flags[] = {
         {"--device", &o->device, NULL, 0, 0},
         {"--jit-arch", &o->jit_arch, NULL, 0, 0},
@@ -204,6 +208,7 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
         {"-o", &o->output, NULL, 0, 0},
         {"--lr", &lr, NULL, 0, 0},
         {"--bucket-mb", &bucket_mb, NULL, 0, 0},
+        {"--precision", &precision, NULL, 0, 0},
         {"--epochs", NULL, &epochs, 0, NRT_EPOCHS_MAX},
         {"--batch", NULL, &batch, 1, NRT_BATCH_MAX},
         {"--seed", NULL, &seed, 0, NRT_SEED_MAX},
@@ -265,6 +270,27 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
             fail(prog, "--lr %s is too small: it would be 0 as a float", lr);
             return -1;
         }
+    }
+    o->precision = m->precision;
+    if (precision) {
+        static const char *const names[] = {"fp32", "bf16", "fp16"};
+        int k = 0;
+        while (k < 3 && strcmp(precision, names[k]))
+            k++;
+        if (k == 3) {
+            fail(prog, "--precision expects fp32, bf16 or fp16, got '%s'", precision);
+            return -1;
+        }
+        o->precision = k;
+        o->given_precision = 1;
+    }
+    if (o->precision == NRT_FP16) {
+        fail(prog, "precision fp16 is not supported yet; bf16 is, on the cpu");
+        return -1;
+    }
+    if (o->precision == NRT_BF16 && m->no_lowp) {
+        fail(prog, "precision bf16: %s", m->no_lowp);
+        return -1;
     }
     if (bucket_mb) {
         char *end;
@@ -664,6 +690,7 @@ static int save_checkpoint(Run *r, int64_t epoch, size_t position)
     const Options *o = r->o;
     nrt_checkpoint c = {.epoch = epoch, .position = position, .seed = o->seed,
                         .batch = o->batch, .ranks = r->world, .shuffle = o->shuffle,
+                        .precision = o->precision,
                         .epochs = o->epochs,
                         .data = o->data, .valid_data = o->valid_data,
                         .test_data = o->test_data, .sched = r->sched,
@@ -998,6 +1025,10 @@ static int read_checkpoint(Run *r, Options *o)
     if (o->given_shuffle && o->shuffle != c.shuffle)
         return nrt_errorf(err, "%s: the run shuffles its epochs; resume it without --no-shuffle",
                           o->resume);
+    if (o->given_precision && o->precision != c.precision)
+        return nrt_errorf(err, "%s: the run is in %s; resume it without --precision", o->resume,
+                          c.precision == NRT_BF16 ? "bf16" : "fp32");
+    o->precision = c.precision;
     o->seed = c.seed;
     o->batch = (int)c.batch;
     o->shuffle = c.shuffle;
@@ -1594,10 +1625,27 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
                                         (uint64_t)(r.world > 1 ? r.comm.rank : 0),
                          .optim = m->optim,
                          .comm = r.world > 1 ? &r.comm : NULL,
-                         .bucket_bytes = o.bucket_bytes};
+                         .bucket_bytes = o.bucket_bytes,
+                         .precision = o.precision};
     rc.optim.lr = r.lr;
     char note[256];
-    int opened = nrt_backend_open(m, o.device, &rc, &r.be, note, sizeof note, err);
+    const char *device = o.device;
+    if (o.precision == NRT_BF16 && strcmp(device, "cpu")) { /* the cpu's alone, for now */
+        if (strcmp(device, "auto")) {
+            nrt_errorf(err, "precision bf16 runs on the cpu only, for now: give --device cpu");
+            r.world_failed = 1;
+            goto fail;
+        }
+        device = "cpu";
+    }
+    if (o.precision == NRT_BF16 && o.gradcheck) {
+        nrt_errorf(err, "--gradcheck checks the fp32 passes: give --precision fp32");
+        r.world_failed = 1;
+        goto fail;
+    }
+    int opened = nrt_backend_open(m, device, &rc, &r.be, note, sizeof note, err);
+    if (device != o.device)
+        snprintf(note, sizeof note, "cpu (auto: precision bf16 runs on the cpu only, for now)");
     if (opened) {
         r.world_failed = opened == NRT_ALL_RANKS;
         goto fail;

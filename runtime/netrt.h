@@ -25,13 +25,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "philox.h"
 
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 13
+#define NETRT_ABI 14
 
 #ifdef __cplusplus
 extern "C" {
@@ -508,6 +509,34 @@ float nrt_mse(const float *y, const float *t, int n, int d, float *dy);
 /* Number of rows of logits [N, K] whose largest entry is at label. */
 int nrt_correct(const float *logits, const int32_t *label, int n, int k);
 
+/* ------------------------------------------------------------ precision */
+
+/* The precision of a model's products and of the values between its
+ * layers (`precision` in the model, --precision): the parameters, the
+ * losses and the optimizer stay in fp32. */
+enum nrt_precision { NRT_FP32 = 0, NRT_BF16 = 1, NRT_FP16 = 2 };
+
+/* v rounded to bfloat16 (8 bits of significand), to nearest, ties to
+ * even, as a float: what PyTorch's .bfloat16() gives.  NaN stays NaN;
+ * a value past bf16's largest goes to infinity. */
+static inline float nrt_bf16(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: quiet, sign kept */
+        u |= 0x00400000u;
+    else
+        u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+/* on, v rounded to bf16; off, v */
+static inline float nrt_lowp(int on, float v) { return on ? nrt_bf16(v) : v; }
+/* Rounds p[0..n) to bf16 in place; dst[0..n) = src rounded, returning dst. */
+void nrt_round_bf16(float *p, size_t n);
+const float *nrt_round_bf16_to(float *dst, const float *src, size_t n);
+
 /* ---------------------------------------------------------------- optim.c */
 
 enum nrt_optim_kind { NRT_SGD = 1, NRT_ADAM = 2 };
@@ -652,6 +681,12 @@ typedef struct nrt_net {
     uint64_t dropout_key; /* dropout masks: a function of the key, */
     uint64_t step;     /* the updates done so far, the layer and the value */
     int training;      /* dropout active; batchnorm on the batch's statistics */
+    /* precision bf16 (the cpu's emulation: fp32 arithmetic on values rounded
+     * to bf16 where PyTorch's autocast rounds them): lowp on, the weights of
+     * the products rounded into wlp by each forward pass, the input they
+     * read into xlp [cap * in_size] */
+    int lowp;
+    float *wlp, *xlp;
 } nrt_net;
 
 typedef struct nrt_batch {
@@ -731,6 +766,7 @@ typedef struct nrt_run_config {
     /* Several ranks on GPUs: the largest bucket of gradients summed at
      * once while backward goes on (--bucket-mb); 0: the default. */
     size_t bucket_bytes;
+    int precision;           /* enum nrt_precision: the cpu's bf16 emulation */
 } nrt_run_config;
 
 enum nrt_eval_set { NRT_EVAL_VALID = 0, NRT_EVAL_TEST = 1 };
@@ -888,6 +924,10 @@ typedef struct nrt_model {
     const nrt_cuda_model *cuda;
     /* Data parallelism across processes, or NULL (netc without --mpi). */
     const nrt_dist *dist;
+    int precision;           /* enum nrt_precision: the model's `precision` */
+    /* Why the model cannot train in bf16 yet (a layer without its bf16
+     * path), or NULL: its passes round where PyTorch's autocast does. */
+    const char *no_lowp;
 } nrt_model;
 
 /* ----------------------------------------------------------- checkpoint.c */
@@ -913,6 +953,7 @@ typedef struct nrt_checkpoint {
     uint64_t seed;
     int64_t batch;          /* on each rank */
     int ranks;              /* of a data-parallel run (1: alone) */
+    int precision;          /* enum nrt_precision of the run */
     int shuffle;
     int64_t epochs;         /* the run's length */
     const char *data;       /* the training data's path */

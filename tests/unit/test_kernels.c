@@ -1803,6 +1803,43 @@ static int bench(void)
     return 0;
 }
 
+/* nrt_bf16 against bit patterns worked out by hand: PyTorch's .bfloat16()
+ * (round to nearest, ties to even; NaN kept; overflow to infinity). */
+static void test_bf16(void)
+{
+    static const struct {
+        uint32_t in, out;
+    } cases[] = {
+        {0x3f800000, 0x3f800000}, /* 1 */
+        {0x3f808000, 0x3f800000}, /* 1 + 2^-8: a tie, to even (down) */
+        {0x3f818000, 0x3f820000}, /* 1 + 3 2^-8: a tie, to even (up) */
+        {0x3f808001, 0x3f810000}, /* just past the tie: up */
+        {0x3f807fff, 0x3f800000}, /* just short of it: down */
+        {0xbfc18000, 0xbfc20000}, /* a negative tie, to even: away from zero here */
+        {0x7f7fffff, 0x7f800000}, /* FLT_MAX: past bf16's largest, infinity */
+        {0x7f7f7fff, 0x7f7f0000}, /* bf16's largest stays */
+        {0x00000001, 0x00000000}, /* the smallest subnormal: 0 */
+        {0x00018000, 0x00020000}, /* a subnormal tie: to even */
+        {0x7f800000, 0x7f800000}, /* infinity */
+        {0x7f800001, 0x7fc00000}, /* a signalling NaN: quiet NaN */
+        {0xffc12345, 0xffc10000}, /* a quiet NaN keeps its sign and top bits */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float v, r;
+        uint32_t got;
+        memcpy(&v, &cases[i].in, sizeof v);
+        r = nrt_bf16(v);
+        memcpy(&got, &r, sizeof got);
+        CHECK(got == cases[i].out, "nrt_bf16(0x%08x) = 0x%08x, want 0x%08x", cases[i].in, got,
+              cases[i].out);
+    }
+    float a[3] = {1.00390625f, -2.5f, 3.14159265f}, b[3];
+    nrt_round_bf16_to(b, a, 3);
+    nrt_round_bf16(a, 3);
+    CHECK(!memcmp(a, b, sizeof a) && a[0] == 1.0f && a[1] == -2.5f && a[2] == 3.140625f,
+          "nrt_round_bf16: %g %g %g", a[0], a[1], a[2]);
+}
+
 int main(int argc, char **argv)
 {
     nrt_rng_seed(&rng, 20240611);
@@ -1822,5 +1859,6 @@ int main(int argc, char **argv)
     test_maxpool_fast();
     test_avgpool_fast();
     test_losses();
+    test_bf16();
     return check_summary("test_kernels");
 }
