@@ -89,7 +89,8 @@ command -v dot > /dev/null 2>&1 || echo "note: graphviz's dot not found; --emit=
 
 # the IR of digits_cnn: values with shapes, groups, the memory plan
 ir=$WORK/digits_cnn.ir
-check "grep -q '^  %1 \[16, 8, 8\] cn  *= conv2d(16, kernel=3, padding=1) %0$' '$ir'" "IR: conv2d's value"
+check "grep -q '^  %1 \[16, 8, 8\] cn lowp  *= conv2d(16, kernel=3, padding=1) %0$' '$ir'" "IR: conv2d's value"
+check "grep -q '^  %0 \[1, 8, 8\]  *image' '$ir'" "IR: the input is not lowp (fp32 until a product casts it)"
 check "grep -q 'layer 1, line 7, g0, in its epilogue' '$ir'" "IR: relu fused into g0"
 check "grep -q '^  g0   conv2d 0 + relu 1  *conv2d_0_fwd, conv2d_0_bwd$' '$ir'" "IR: fusion group g0"
 check "grep -q 'g5   linear 7     d%9 through relu 8 -> d%7, d7.weight, d7.bias' '$ir'" "IR: a backward pass"
