@@ -489,6 +489,15 @@ int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *
     if (kind == NRT_DEVICE_CPU)
         return nrt_cpu_open(m, &rc, be, err);
     int is_cuda = kind == NRT_DEVICE_CUDA;
+    if (rc.precision == NRT_BF16) { /* the cpu's alone, for now (every rank's the same) */
+        if (is_cuda) {
+            nrt_errorf(err, "device %s: precision bf16 runs on the cpu only, for now; use cpu",
+                       dev);
+            return rc.comm ? NRT_ALL_RANKS : -1;
+        }
+        snprintf(note, note_len, "cpu (auto: precision bf16 runs on the cpu only, for now)");
+        return nrt_cpu_open(m, &rc, be, err);
+    }
     if (!m->cuda) {
         if (is_cuda)
             return nrt_errorf(err, "device %s: this program was built without CUDA (its "

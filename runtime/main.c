@@ -1629,23 +1629,12 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
                          .precision = o.precision};
     rc.optim.lr = r.lr;
     char note[256];
-    const char *device = o.device;
-    if (o.precision == NRT_BF16 && strcmp(device, "cpu")) { /* the cpu's alone, for now */
-        if (strcmp(device, "auto")) {
-            nrt_errorf(err, "precision bf16 runs on the cpu only, for now: give --device cpu");
-            r.world_failed = 1;
-            goto fail;
-        }
-        device = "cpu";
-    }
     if (o.precision == NRT_BF16 && o.gradcheck) {
         nrt_errorf(err, "--gradcheck checks the fp32 passes: give --precision fp32");
         r.world_failed = 1;
         goto fail;
     }
-    int opened = nrt_backend_open(m, device, &rc, &r.be, note, sizeof note, err);
-    if (device != o.device)
-        snprintf(note, sizeof note, "cpu (auto: precision bf16 runs on the cpu only, for now)");
+    int opened = nrt_backend_open(m, o.device, &rc, &r.be, note, sizeof note, err);
     if (opened) {
         r.world_failed = opened == NRT_ALL_RANKS;
         goto fail;

@@ -57,7 +57,7 @@ int nrt_session_open(const nrt_model *m, const char *dev, int cap, nrt_session *
     nrt_init_params(m->params, m->n_params, s->param, &init);
     nrt_init_buffers(m->buffers, m->n_buffers, s->buffers);
     nrt_run_config rc = {.cap = s->cap, .dropout_key = nrt_stream_key(m->seed, NRT_STREAM_DROPOUT),
-                         .optim = m->optim};
+                         .optim = m->optim, .precision = m->precision};
     char note[256];
     if (nrt_backend_open(m, dev ? dev : m->device, &rc, &s->be, note, sizeof note, err) ||
         s->be.set_params(s->be.ctx, s->param, s->buffers, err)) {

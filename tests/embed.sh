@@ -32,6 +32,26 @@ NETC_CUDA=no "$NETC" "$SRC/models/digits_cnn.net" -o "$WORK/digits_prog"
 check "cmp -s '$WORK/lib.safetensors' '$WORK/prog.safetensors'" \
     "an epoch of digits_train_step and an epoch of the program end with different weights"
 
+# a model that says precision bf16: the library trains in it too (the
+# cpu's bf16), the very weights of its program
+mkdir -p "$WORK/bf16"
+sed 's/^}/    precision bf16\n}/' "$SRC/models/digits_cnn.net" > "$WORK/bf16/digits_cnn.net"
+"$NETC" --emit=lib --no-cuda "$WORK/bf16/digits_cnn.net" -o "$WORK/bf16/digits"
+# shellcheck disable=SC2086
+$CC -std=c11 -O2 -Wall -Wextra -Werror $RT -I"$WORK/bf16" "$SRC/tests/embed/train_digits.c" \
+    "$WORK/bf16/digits.c" $LIBS -o "$WORK/bf16/train_digits" 2> "$WORK/cc.err"
+check "[ $? -eq 0 ]" "the bf16 embedding program does not build: $(head -5 "$WORK/cc.err")"
+"$WORK/bf16/train_digits" "$SRC/data/optdigits.tra" "$SRC/data/optdigits.tes" \
+    "$WORK/bf16/lib.safetensors" > "$WORK/out" 2> "$WORK/err"
+check "[ $? -eq 0 ] && grep -q '^ok$' '$WORK/out'" "train_digits in bf16: $(cat "$WORK/err")"
+NETC_CUDA=no "$NETC" "$WORK/bf16/digits_cnn.net" -o "$WORK/bf16/prog"
+(cd "$SRC" && "$WORK/bf16/prog" --device cpu --no-shuffle --epochs 1 --quiet \
+    --save "$WORK/bf16/prog.safetensors")
+check "cmp -s '$WORK/bf16/lib.safetensors' '$WORK/bf16/prog.safetensors'" \
+    "bf16: an epoch of digits_train_step and an epoch of the program end with different weights"
+check "! cmp -s '$WORK/bf16/lib.safetensors' '$WORK/lib.safetensors'" \
+    "bf16: the library's epoch ends with fp32's weights"
+
 # every model's library compiles cleanly; its header is C++ too
 CXX=${CXX:-c++}
 for model in "$SRC"/models/*.net; do
