@@ -139,14 +139,17 @@ await $job
 st=$?
 check "[ -n '$pid' ] && [ $st -ne 0 ] && grep -q 'rank [01] .*exited on signal 9' '$WORK/kill.out'" \
     "a rank killed (exit $st): $(head -5 "$WORK/kill.out")"
-$default_signals mpirun -np 2 "$WORK/mlp" --device cpu --epochs 99999 --checkpoint "$WORK/ck2" \
+$default_signals mpirun -np 2 "$WORK/mlp" --device cpu --epochs 99999 --quiet --checkpoint "$WORK/ck2" \
     > "$WORK/int.out" 2>&1 &
 job=$!
-# once the world line is out, every rank has its handlers (a signal that
-# came before them, while a loaded machine still starts the ranks, would
-# end them silently): at most 30 s
+# once the first epoch's checkpoint is there, every rank trains and has its
+# handlers (a signal that came before them, while a loaded machine still
+# starts the ranks, would end them silently): at most 30 s
 _i=0
-while ! grep -q '^world:' "$WORK/int.out" && [ $_i -lt 300 ]; do sleep 0.1; _i=$((_i + 1)); done
+while [ ! -e "$WORK/ck2/checkpoint.safetensors" ] && [ $_i -lt 300 ]; do
+    sleep 0.1
+    _i=$((_i + 1))
+done
 sleep 0.2
 stop $job INT
 check "[ $? -ne 0 ] && grep -q 'rank 0 of 2): stopped by SIGTERM in epoch .* saved to' '$WORK/int.out'" \
