@@ -118,7 +118,7 @@ const char *value_expr(Emit *e, int v)
 {
     int r = ir_root(e->p, v);
     if (r == 0) /* (x0: the input, rounded in a bf16 run) */
-        return e->cuda ? "net->x" : e->p->no_lowp ? "b->x" : "x0";
+        return e->cuda ? "net->x" : emit_lowp(e) ? "x0" : "b->x";
     return arena_printf(e->arena, "a%d", r);
 }
 
@@ -199,7 +199,7 @@ static const char *param_local(Arena *a, const Node *n, const Param *prm)
  * in bf16 from the rounded copy when it does. */
 static const char *lowp_weights(const Emit *e, const Node *n)
 {
-    return !e->cuda && !e->p->no_lowp && n->op->takes_epilogue
+    return emit_lowp(e) && n->op->takes_epilogue
                ? "(net->lowp ? net->wlp : net->param)"
                : "net->param";
 }
@@ -277,8 +277,7 @@ void emit_value_locals(Emit *e)
                   (long long)p->values[v].offset, shape_str(e->arena, &p->values[v].shape));
 }
 
-/* Whether the cpu passes being written may run in bf16. */
-static bool lowp_run(const Emit *e)
+bool emit_lowp(const Emit *e)
 {
     return !e->cuda && !e->p->no_lowp;
 }
@@ -289,7 +288,7 @@ static bool lowp_run(const Emit *e)
 static void emit_lowp_bwd(Emit *e, const Node *n)
 {
     const Program *p = e->p;
-    if (!lowp_run(e))
+    if (!emit_lowp(e))
         return;
     if (p->values[n->in].lowp && ir_root(p, n->in) != 0)
         emitf(e, "if (net->lowp) nrt_round_bf16(%s, (size_t)n * %lld);", grad_expr(e, n->in),
@@ -328,7 +327,7 @@ void emit_pass_calls(Emit *e, bool bwd)
         } else {
             emitf(e, "%s%s(net, n, %s, %s%s", open, pass_name(e, n, "fwd"), value_expr(e, n->in),
                   value_expr(e, out), close);
-            if (!n->op->is_view && lowp_run(e) && e->p->values[out].lowp)
+            if (!n->op->is_view && emit_lowp(e) && e->p->values[out].lowp)
                 emitf(e, "if (net->lowp) nrt_round_bf16(%s, (size_t)n * %lld);",
                       value_expr(e, out), (long long)e->p->values[out].size);
         }
@@ -353,7 +352,7 @@ static void emit_forward(Emit *e)
     e->indent++;
     emitf(e, "int n = b->n;");
     emit_value_locals(e);
-    const bool lowp = lowp_run(e);
+    const bool lowp = emit_lowp(e);
     if (lowp) {
         emitf(e, "/* bf16: the products' weights and their input rounded, as autocast casts them */");
         emitf(e, "if (net->lowp)");
@@ -393,7 +392,7 @@ static void emit_backward(Emit *e)
     e->indent++;
     emitf(e, "int n = b->n;");
     emit_value_locals(e);
-    if (lowp_run(e))
+    if (emit_lowp(e))
         emitf(e, "const float *x0 = net->lowp ? net->xlp : b->x; /* as forward() read it */");
     emit_pass_calls(e, true);
     e->indent--;

@@ -457,6 +457,9 @@ void emit_value_locals(Emit *e);
 /* The calls of the layers' passes in forward() or backward(), and the
  * #if that checks the runtime's ABI. */
 void emit_pass_calls(Emit *e, bool bwd);
+/* Whether the cpu passes being written may run in bf16 (the model has a
+ * bf16 path: p->no_lowp NULL). */
+bool emit_lowp(const Emit *e);
 void emit_abi_check(Emit *e);
 /* The model line a statement comes from, without indentation or comment. */
 const char *source_line(const Program *p, const Stmt *s);

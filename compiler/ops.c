@@ -570,7 +570,7 @@ static const char *epilogue(Emit *e, const Node *n)
  * where autocast rounds inside a fused pass), else expr. */
 static const char *lowp_expr(Emit *e, const char *expr)
 {
-    if (e->cuda || e->p->no_lowp)
+    if (!emit_lowp(e))
         return expr;
     return arena_printf(e->arena, "nrt_lowp(net->lowp, %s)", expr);
 }

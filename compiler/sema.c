@@ -414,18 +414,16 @@ static void check_train(Program *p, const Stmt *s)
 }
 
 /* The precision of the products and of the values between layers (the
- * parameters, the losses and the optimizer stay in fp32): names below are
- * nrt_precision's order. */
-static const char *const precisions[] = {"fp32", "bf16", "fp16"};
-
+ * parameters, the losses and the optimizer stay in fp32). */
 static void check_precision(Program *p, const Stmt *s)
 {
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(s->name, precisions[i])) {
-            p->precision = i;
-            return;
-        }
-    unknown(p, s->name_loc, "precision", s->name, precisions, 3, "fp32, bf16, fp16");
+    p->precision = nrt_precision_parse(s->name);
+    if (p->precision >= 0)
+        return;
+    p->precision = NRT_FP32;
+    const char *const names[] = {nrt_precision_name(NRT_FP32), nrt_precision_name(NRT_BF16),
+                                 nrt_precision_name(NRT_FP16)};
+    unknown(p, s->name_loc, "precision", s->name, names, 3, "fp32, bf16, fp16");
 }
 
 /* Which values are bf16 in a bf16 run, as torch.autocast has them: a

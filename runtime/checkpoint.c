@@ -141,7 +141,7 @@ int nrt_checkpoint_save(const char *dir, const nrt_model *m, const nrt_optim *h,
     put(&mt, "seed", "%" PRIu64, c->seed);
     put(&mt, "batch", "%" PRId64, c->batch);
     put(&mt, "ranks", "%d", c->ranks > 1 ? c->ranks : 1);
-    put_str(&mt, "precision", c->precision == NRT_BF16 ? "bf16" : "fp32");
+    put_str(&mt, "precision", nrt_precision_name(c->precision));
     put(&mt, "shuffle", "%d", c->shuffle);
     put(&mt, "epochs", "%" PRId64, c->epochs);
     put_str(&mt, "data", c->data ? c->data : "");
@@ -330,8 +330,8 @@ int nrt_checkpoint_load(const char *dir, const nrt_model *m, const nrt_optim *h,
     c->ranks = nrt_safetensors_meta(f, "ranks") ? (int)get_int(&r, "ranks", 1, INT_MAX) : 1;
     /* (one from before precision was a choice has none: fp32) */
     const char *prec = nrt_safetensors_meta(f, "precision");
-    c->precision = prec && !strcmp(prec, "bf16") ? NRT_BF16 : NRT_FP32;
-    if (prec && strcmp(prec, "bf16") && strcmp(prec, "fp32")) {
+    c->precision = prec ? nrt_precision_parse(prec) : NRT_FP32;
+    if (c->precision != NRT_FP32 && c->precision != NRT_BF16) {
         nrt_errorf(err, "%s: precision \"%.20s\" in the metadata (expected fp32 or bf16)", path,
                    prec);
         goto out;

@@ -155,7 +155,7 @@ static void usage(const nrt_model *m, const char *prog, FILE *out)
             prog, m->name, NETRT_VERSION, m->source, m->device, m->epochs, m->batch,
             (double)m->optim.lr, (unsigned long long)m->seed,
             m->train.path ? m->train.path : "none", source_text(&m->valid),
-            source_text(&m->test), m->precision == NRT_BF16 ? "bf16" : "fp32");
+            source_text(&m->test), nrt_precision_name(m->precision));
 }
 
 static int parse_int(const char *prog, const char *flag, const char *s, long long lo,
@@ -273,15 +273,11 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
     }
     o->precision = m->precision;
     if (precision) {
-        static const char *const names[] = {"fp32", "bf16", "fp16"};
-        int k = 0;
-        while (k < 3 && strcmp(precision, names[k]))
-            k++;
-        if (k == 3) {
+        o->precision = nrt_precision_parse(precision);
+        if (o->precision < 0) {
             fail(prog, "--precision expects fp32, bf16 or fp16, got '%s'", precision);
             return -1;
         }
-        o->precision = k;
         o->given_precision = 1;
     }
     if (o->precision == NRT_FP16) {
@@ -1027,7 +1023,7 @@ static int read_checkpoint(Run *r, Options *o)
                           o->resume);
     if (o->given_precision && o->precision != c.precision)
         return nrt_errorf(err, "%s: the run is in %s; resume it without --precision", o->resume,
-                          c.precision == NRT_BF16 ? "bf16" : "fp32");
+                          nrt_precision_name(c.precision));
     o->precision = c.precision;
     o->seed = c.seed;
     o->batch = (int)c.batch;

@@ -515,6 +515,19 @@ int nrt_correct(const float *logits, const int32_t *label, int n, int k);
  * layers (`precision` in the model, --precision): the parameters, the
  * losses and the optimizer stay in fp32. */
 enum nrt_precision { NRT_FP32 = 0, NRT_BF16 = 1, NRT_FP16 = 2 };
+/* A precision's name, as the model language, --precision and checkpoints
+ * write it; and the precision a name is (-1: none). */
+static inline const char *nrt_precision_name(int p)
+{
+    return p == NRT_BF16 ? "bf16" : p == NRT_FP16 ? "fp16" : "fp32";
+}
+static inline int nrt_precision_parse(const char *s)
+{
+    for (int p = NRT_FP32; p <= NRT_FP16; p++)
+        if (!strcmp(s, nrt_precision_name(p)))
+            return p;
+    return -1;
+}
 
 /* v rounded to bfloat16 (8 bits of significand), to nearest, ties to
  * even, as a float: what PyTorch's .bfloat16() gives.  NaN stays NaN;

@@ -43,12 +43,7 @@ check "grep -q '; gradients summed in 4 buckets as backward runs$' '$WORK/bucket
     "the CNN in buckets of 1 KiB: $(grep world "$WORK/buckets.out")"
 
 # a last batch of one sample (405 = 2 x 202 + 1): rank 0 adds zeros
-"$WORK/mlp" --device cuda --batch 404 --epochs 2 --metrics "$WORK/last.one" --log-every 1 --quiet
-run 2 "$WORK/mlp" --device cuda --batch 202 --epochs 2 --metrics "$WORK/last.two" --log-every 1 \
-    --quiet > "$WORK/last.out" 2>&1
-check "[ $? -eq 0 ]" "a last batch of one sample on 2 GPUs: $(head -3 "$WORK/last.out")"
-d=$(losses "$WORK/last.one" "$WORK/last.two")
-check "[ '${d%% *}' = 4 ] && below '${d#* }' 1e-6" "a last batch of one sample: $d"
+last_of_one "$WORK/mlp" cuda 2
 
 # two ranks, one GPU
 NETC_EMU_DEVICES=1 run 2 "$WORK/mlp" --device cuda --max-steps 2 > "$WORK/one.out" 2>&1

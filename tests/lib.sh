@@ -140,6 +140,19 @@ two_ranks() {
         "$1: the test loss on 2 ranks differs from one process's"
 }
 
+# last_of_one PROG DEV EPOCHS: boston's 405 samples on 2 ranks at 202 (405
+# = 2 x 202 + 1: each epoch's last batch is one sample, and rank 0 has none)
+# against one process at 404, EPOCHS epochs on DEV: exit 0, the step losses
+# within 1e-6.
+last_of_one() {
+    "$1" --device "$2" --batch 404 --epochs "$3" --metrics "$WORK/last.one" --log-every 1 --quiet
+    run 2 "$1" --device "$2" --batch 202 --epochs "$3" --metrics "$WORK/last.two" --log-every 1 \
+        --quiet > "$WORK/last.out" 2>&1
+    check "[ $? -eq 0 ]" "a last batch of one sample on 2 ranks ($2): $(head -3 "$WORK/last.out")"
+    _d=$(losses "$WORK/last.one" "$WORK/last.two")
+    check "[ '${_d%% *}' = $(($3 * 2)) ] && below '${_d#* }' 1e-6" "a last batch of one sample: $_d"
+}
+
 finish() {
     echo "$test_name: $checks checks, $failures failed"
     [ "$failures" -eq 0 ]

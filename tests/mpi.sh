@@ -71,12 +71,7 @@ else
 fi
 
 # 2. a last batch of one sample: rank 0 has none (405 = 2 x 202 + 1)
-"$WORK/mlp" --device cpu --batch 404 --epochs 3 --metrics "$WORK/last.one" --log-every 1 --quiet
-run 2 "$WORK/mlp" --device cpu --batch 202 --epochs 3 --metrics "$WORK/last.two" --log-every 1 \
-    --quiet > "$WORK/last.out" 2>&1
-check "[ $? -eq 0 ]" "a last batch of one sample on 2 ranks: $(head -3 "$WORK/last.out")"
-d=$(losses "$WORK/last.one" "$WORK/last.two")
-check "[ '${d%% *}' = 6 ] && below '${d#* }' 1e-6" "a last batch of one sample: $d"
+last_of_one "$WORK/mlp" cpu 3
 
 # 3. rank 0's weights are the run's
 run 2 "$WORK/mlp" --device cpu --batch 16 --max-steps 30 --save "$WORK/w.safetensors" --quiet

@@ -1010,12 +1010,28 @@ def bad_files(check, spec, prog, work, init, dev):
     check(ok, f"{spec.name}: --load refuses a truncated file, naming it", "" if ok else describe(p))
 
 
+def model_file(spec, src, work):
+    """The model's file: the seed model's, or spec.net written into work."""
+    if spec.seed_model:
+        return os.path.join(src, "models", spec.seed_model)
+    path = os.path.join(work, spec.name + ".net")
+    with open(path, "w") as f:
+        f.write(spec.net)
+    return path
+
+
+def data_flags(spec, data):
+    """The training runs' data flags (the test data too where there is some)."""
+    return (["--data", data["train"]] + (["--test-data", data["test"]] if "test" in data else [])
+            + spec.flags)
+
+
 def check_model(check, spec, netc, src, root, device):
     work = os.path.join(root, spec.name)
     os.makedirs(work, exist_ok=True)
     name = spec.name
+    model_path = model_file(spec, src, work)
     if spec.seed_model:
-        model_path = os.path.join(src, "models", spec.seed_model)
         with open(model_path) as f:
             layers, optimizer = model_lines(f.read())
         ok = layers == spec.layers and optimizer == spec.optimizer
@@ -1023,17 +1039,12 @@ def check_model(check, spec, netc, src, root, device):
                      f"layers {layers}, optimizer {optimizer!r}\nexpected {spec.layers}, "
                      f"{spec.optimizer!r}: update the twin in tests/pytorch_check.py"):
             return
-    else:
-        model_path = os.path.join(work, name + ".net")
-        with open(model_path, "w") as f:
-            f.write(spec.net)
     data = spec.data(work, src)
     prog = os.path.join(work, name)
     p = run([netc, model_path, "-o", prog], work)
     if not check(p.returncode == 0 and os.path.exists(prog), f"{name}: netc compiles it", describe(p)):
         return
-    run_flags = ["--data", data["train"]] + (["--test-data", data["test"]] if "test" in data else [])
-    run_flags += spec.flags
+    run_flags = data_flags(spec, data)
     dev = ["--device", device] if device else []  # every run of the program
 
     # 1. interop: netc's initial weights load into the twin, strictly
@@ -1172,12 +1183,7 @@ def check_bf16(check, spec, netc, src, root):
     work = os.path.join(root, spec.name + "-bf16")
     os.makedirs(work, exist_ok=True)
     name = spec.name + " (bf16)"
-    if spec.seed_model:
-        model_path = os.path.join(src, "models", spec.seed_model)
-    else:
-        model_path = os.path.join(work, spec.name + ".net")
-        with open(model_path, "w") as f:
-            f.write(spec.net)
+    model_path = model_file(spec, src, work)
     data = spec.data(work, src)
     prog = os.path.join(work, spec.name)
     p = run([netc, "--no-cuda", model_path, "-o", prog], work)
@@ -1189,17 +1195,17 @@ def check_bf16(check, spec, netc, src, root):
     init, _ = st_read(os.path.join(work, "init.safetensors"))
     model = spec.twin()
     model.load_state_dict(init, strict=True)
-    data_flags = ["--data", data["train"]] + (["--test-data", data["test"]] if "test" in data else [])
     cmd = [prog, "--load", "init.safetensors", "--no-shuffle", "--batch", str(spec.batch),
            "--max-steps", str(BF16_STEPS), "--epochs", str(BF16_STEPS), "--metrics", "m.jsonl",
            "--log-every", "1", "--threads", "1", "--quiet", "--precision", "bf16"]
-    cmd += data_flags + spec.flags
+    cmd += data_flags(spec, data)
     p = run(cmd, work)
     if not check(p.returncode == 0, f"{name}: trains with --precision bf16", describe(p)):
         return
     got = [r["loss"] for r in read_metrics(os.path.join(work, "m.jsonl"))[0]]
     want, _, _ = torch_train(model, spec, data, spec.batch, BF16_STEPS, BF16_STEPS, bf16=True)
-    worst = max((abs(g - w) / abs(w), i + 1) for i, (g, w) in enumerate(zip(got, want)))
+    worst = max(((abs(g - w) / abs(w), i + 1) for i, (g, w) in enumerate(zip(got, want))),
+                default=(float("inf"), 0))
     first = abs(got[0] - want[0]) / abs(want[0]) if got and want else 1
     check(first <= BF16_FIRST,
           f"{name}: the first step's loss within {BF16_FIRST:g} of autocast's ({first:.2g})",
