@@ -158,6 +158,9 @@ void emit_driver(Emit *e, bool cuda)
         emitf(e, ".precision = %s,", p->precision == NRT_BF16 ? "NRT_BF16" : "NRT_FP16");
     if (p->no_lowp)
         emitf(e, ".no_lowp = %s,", c_string(e->arena, p->no_lowp));
+    if (p->first_product >= 0 && !p->no_lowp)
+        emitf(e, ".lowp_in_size = %lld, /* the first product's input, cast in a bf16 run */",
+              (long long)p->values[p->nodes[p->first_product].in].size);
     e->indent--;
     emitf(e, "};");
     emit_blank(e);

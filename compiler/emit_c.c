@@ -117,8 +117,8 @@ const char *c_double(Arena *a, double v)
 const char *value_expr(Emit *e, int v)
 {
     int r = ir_root(e->p, v);
-    if (r == 0) /* (x0: the input, rounded in a bf16 run) */
-        return e->cuda ? "net->x" : emit_lowp(e) ? "x0" : "b->x";
+    if (r == 0)
+        return e->cuda ? "net->x" : "b->x";
     return arena_printf(e->arena, "a%d", r);
 }
 
@@ -279,7 +279,63 @@ void emit_value_locals(Emit *e)
 
 bool emit_lowp(const Emit *e)
 {
-    return !e->cuda && !e->p->no_lowp;
+    return !e->p->no_lowp;
+}
+
+/* "if (cond) dst[0..count) = src rounded to bf16;" (src NULL: dst in
+ * place), on the cpu or the GPU. */
+static void emit_round(Emit *e, const char *cond, const char *dst, const char *src,
+                       const char *count)
+{
+    emitf(e, "if (%s)", cond);
+    if (e->cuda)
+        emitf(e, "    TRY(nrt_cu_round_bf16(net, %s, %s, %s, err));", dst, src ? src : dst, count);
+    else if (!src)
+        emitf(e, "    nrt_round_bf16(%s, %s);", dst, count);
+    else
+        emitf(e, "    nrt_round_bf16_to(%s, %s, %s);", dst, src, count);
+}
+
+/* value v of the batch rounded in place */
+static void emit_round_value(Emit *e, const char *expr, int v)
+{
+    emit_round(e, "net->lowp", expr, NULL,
+               arena_printf(e->arena, "(size_t)n * %lld", (long long)e->p->values[v].size));
+}
+
+/* Whether n is the first product of a model that can run in bf16: its
+ * input is cast (rounded into net->xlp) in a bf16 run. */
+static bool casts_input(const Emit *e, const Node *n)
+{
+    return emit_lowp(e) && n - e->p->nodes == e->p->first_product;
+}
+
+/* "cast": the first product's input as it reads it (in a bf16 run, the
+ * copy rounded into net->xlp: what autocast's cast gives) */
+static void emit_cast(Emit *e, const Node *n)
+{
+    emitf(e, "const float *cast = net->lowp ? net->xlp : %s;", value_expr(e, n->in));
+}
+
+void emit_lowp_input(Emit *e, bool fwd)
+{
+    const Program *p = e->p;
+    if (!emit_lowp(e) || p->first_product < 0)
+        return;
+    if (fwd) {
+        emitf(e, "/* bf16: the products' weights rounded, as autocast casts them */");
+        emit_round(e, "net->lowp", "net->wlp", "net->param",
+                   arena_printf(e->arena, "%zu", p->param_count));
+    } else {
+        emit_cast(e, &p->nodes[p->first_product]); /* as forward() made it */
+    }
+}
+
+void emit_lowp_dlast(Emit *e)
+{
+    if (emit_lowp(e)) /* the loss in fp32; its gradient cast to the bf16 output's */
+        emit_round(e, "net->lowp && dlast", "dlast", NULL,
+                   arena_printf(e->arena, "(size_t)n * %d", e->p->n_out));
 }
 
 /* After n's backward pass in a bf16 run: the gradient of a bf16 input
@@ -290,13 +346,13 @@ static void emit_lowp_bwd(Emit *e, const Node *n)
     const Program *p = e->p;
     if (!emit_lowp(e))
         return;
-    if (p->values[n->in].lowp && ir_root(p, n->in) != 0)
-        emitf(e, "if (net->lowp) nrt_round_bf16(%s, (size_t)n * %lld);", grad_expr(e, n->in),
-              (long long)p->values[n->in].size);
+    if ((p->values[n->in].lowp || casts_input(e, n)) && ir_root(p, n->in) != 0)
+        emit_round_value(e, grad_expr(e, n->in), n->in);
     if (n->op->takes_epilogue && n->nparams > 0) {
         const Param *first = &p->params[n->param0], *last = &p->params[n->param0 + n->nparams - 1];
-        emitf(e, "if (net->lowp) nrt_round_bf16(net->grad + %zu, %zu);", first->offset,
-              last->offset + last->size - first->offset);
+        const char *g = arena_printf(e->arena, "net->grad + %zu", first->offset);
+        emit_round(e, "net->lowp", g, NULL,
+                   arena_printf(e->arena, "%zu", last->offset + last->size - first->offset));
     }
 }
 
@@ -313,10 +369,10 @@ void emit_pass_calls(Emit *e, bool bwd)
         if (!ir_emits_passes(p, n))
             continue;
         int out = last_visible(n)->out;
+        const char *in = casts_input(e, n) ? "cast" : value_expr(e, n->in);
         if (bwd) {
             emitf(e, "%s%s(net, n, %s, %s, %s, %s%s", open, pass_name(e, n, "bwd"),
-                  value_expr(e, n->in), value_expr(e, out), grad_expr(e, out),
-                  grad_expr(e, n->in), close);
+                  in, value_expr(e, out), grad_expr(e, out), grad_expr(e, n->in), close);
             emit_lowp_bwd(e, n);
             /* on a GPU, several ranks start summing them while backward goes on */
             if (e->cuda && n->nparams > 0 && p->params[n->param0].offset < final) {
@@ -325,11 +381,16 @@ void emit_pass_calls(Emit *e, bool bwd)
                       final, final);
             }
         } else {
-            emitf(e, "%s%s(net, n, %s, %s%s", open, pass_name(e, n, "fwd"), value_expr(e, n->in),
+            if (casts_input(e, n)) { /* the first product casts its input */
+                emit_round(e, "net->lowp", "net->xlp", value_expr(e, n->in),
+                           arena_printf(e->arena, "(size_t)n * %lld",
+                                        (long long)p->values[n->in].size));
+                emit_cast(e, n);
+            }
+            emitf(e, "%s%s(net, n, %s, %s%s", open, pass_name(e, n, "fwd"), in,
                   value_expr(e, out), close);
             if (!n->op->is_view && emit_lowp(e) && e->p->values[out].lowp)
-                emitf(e, "if (net->lowp) nrt_round_bf16(%s, (size_t)n * %lld);",
-                      value_expr(e, out), (long long)e->p->values[out].size);
+                emit_round_value(e, value_expr(e, out), out);
         }
     }
 }
@@ -352,14 +413,8 @@ static void emit_forward(Emit *e)
     e->indent++;
     emitf(e, "int n = b->n;");
     emit_value_locals(e);
+    emit_lowp_input(e, true);
     const bool lowp = emit_lowp(e);
-    if (lowp) {
-        emitf(e, "/* bf16: the products' weights and their input rounded, as autocast casts them */");
-        emitf(e, "if (net->lowp)");
-        emitf(e, "    nrt_round_bf16_to(net->wlp, net->param, %zu);", p->param_count);
-        emitf(e, "const float *x0 = net->lowp ? nrt_round_bf16_to(net->xlp, b->x, (size_t)n * %lld) : b->x;",
-              (long long)shape_size(&p->input));
-    }
     emit_pass_calls(e, false);
     int last = p->nvalues - 1;
     emitf(e, "*out = %s;", value_expr(e, last));
@@ -372,9 +427,8 @@ static void emit_forward(Emit *e)
     else
         emitf(e, "%s nrt_mse(%s, b->y, n, %d, dlast);", ret, value_expr(e, last), p->n_out);
     emit_at(e, 0);
-    if (lowp) { /* the loss in fp32; its gradient cast to the bf16 output's */
-        emitf(e, "if (net->lowp && dlast)");
-        emitf(e, "    nrt_round_bf16(dlast, (size_t)n * %d);", p->n_out);
+    if (lowp) {
+        emit_lowp_dlast(e);
         emitf(e, "return loss;");
     }
     e->indent--;
@@ -392,8 +446,7 @@ static void emit_backward(Emit *e)
     e->indent++;
     emitf(e, "int n = b->n;");
     emit_value_locals(e);
-    if (emit_lowp(e))
-        emitf(e, "const float *x0 = net->lowp ? net->xlp : b->x; /* as forward() read it */");
+    emit_lowp_input(e, false);
     emit_pass_calls(e, true);
     e->indent--;
     emitf(e, "}");

@@ -100,7 +100,7 @@ static void emit_host_node(Emit *e, const Node *n)
 }
 
 /* The loss: its kernel (cross-entropy with the classes written in) and
- * the statement that ends forward(). */
+ * its launch in forward(). */
 static void emit_loss(Emit *e)
 {
     const Program *p = e->p;
@@ -111,10 +111,10 @@ static void emit_loss(Emit *e)
         const char *k = cu_kernel(e, NULL, "loss", 1024,
                                   "const float *logits, const int32_t *label, int n, float *d, "
                                   "float *loss", body, 1);
-        emitf(e, "return nrt_cu_xent(net, %s, %s, net->label, n, dlast, net->loss, err); "
+        emitf(e, "TRY(nrt_cu_xent(net, %s, %s, net->label, n, dlast, net->loss, err)); "
               "/* fused log-softmax */", k, value_expr(e, last));
     } else {
-        emitf(e, "return nrt_cu_mse(net, %s, net->y, n, %d, dlast, net->loss, err);",
+        emitf(e, "TRY(nrt_cu_mse(net, %s, net->y, n, %d, dlast, net->loss, err));",
               value_expr(e, last), p->n_out);
     }
 }
@@ -129,6 +129,7 @@ static void emit_host_forward(Emit *e)
     emitf(e, "{");
     e->indent++;
     emit_value_locals(e);
+    emit_lowp_input(e, true);
     emit_pass_calls(e, false);
     int last = p->nvalues - 1;
     emitf(e, "net->out = %s;", value_expr(e, last));
@@ -136,6 +137,8 @@ static void emit_host_forward(Emit *e)
     emit_at(e, p->loss_stmt->loc.first_line);
     emit_loss(e);
     emit_at(e, 0);
+    emit_lowp_dlast(e);
+    emitf(e, "return 0;");
     e->indent--;
     emitf(e, "}");
     emit_blank(e);
@@ -148,6 +151,7 @@ static void emit_host_backward(Emit *e)
     emitf(e, "{");
     e->indent++;
     emit_value_locals(e);
+    emit_lowp_input(e, false);
     emit_pass_calls(e, true);
     emitf(e, "return 0;");
     e->indent--;

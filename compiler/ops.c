@@ -566,13 +566,14 @@ static const char *epilogue(Emit *e, const Node *n)
     return n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v";
 }
 
-/* expr rounded to bf16 when the run is (a cpu pass of a model that can be:
- * where autocast rounds inside a fused pass), else expr. */
+/* expr rounded to bf16 when the run is (a pass of a model that can be:
+ * where autocast rounds inside a fused pass), else expr.  A GPU kernel
+ * has the run's net->lowp as its parameter lowp (cu_lowp). */
 static const char *lowp_expr(Emit *e, const char *expr)
 {
     if (!emit_lowp(e))
         return expr;
-    return arena_printf(e->arena, "nrt_lowp(net->lowp, %s)", expr);
+    return arena_printf(e->arena, "nrt_lowp(%s, %s)", e->cuda ? "lowp" : "net->lowp", expr);
 }
 
 /* y = act(y + b) over y [n, M]: the bias and the fused activation as one
@@ -1110,6 +1111,16 @@ static void cu_each(Emit *e, const Node *n, const char *what, const char *count,
           param_names(e, params, "&"));
 }
 
+/* An elementwise kernel's parameters, with the run's lowp after them when
+ * its body rounds (lowp_expr), which the host passes from a local. */
+static const char *cu_lowp(Emit *e, const char *params)
+{
+    if (!emit_lowp(e))
+        return params;
+    emitf(e, "int lowp = net->lowp; /* a bf16 run */");
+    return arena_printf(e->arena, "%s, int lowp", params);
+}
+
 /* y = act(y + b): the bias and the fused activation as one kernel. */
 static void cu_epilogue(Emit *e, const Node *n, const char *count, const char *bias_index,
                         bool np)
@@ -1122,10 +1133,12 @@ static void cu_epilogue(Emit *e, const Node *n, const char *count, const char *b
     const char *params = !bias ? "float *y" : np ? "float *y, const float *b, size_t np"
                                                  : "float *y, const float *b";
     const char *body[2] = {
-        arena_printf(e->arena, "float v = y[i]%s;",
-                     bias ? arena_printf(e->arena, " + b[%s]", bias_index) : ""),
+        arena_printf(e->arena, "float v = %s;",
+                     lowp_expr(e, arena_printf(e->arena, "y[i]%s",
+                                               bias ? arena_printf(e->arena, " + b[%s]", bias_index)
+                                                    : ""))),
         arena_printf(e->arena, "y[i] = %s;", expr)};
-    cu_each(e, n, "fwd_epilogue", count, params, body, 2);
+    cu_each(e, n, "fwd_epilogue", count, cu_lowp(e, params), body, 2);
 }
 
 /* "(size_t)n * SIZE": the values of a batch of n samples of size floats */
@@ -1139,9 +1152,10 @@ static void cu_act_grad(Emit *e, const Node *n, const char *count)
     if (!n->fused)
         return;
     emitf(e, "/* through the fused %s */", n->fused->op->sig.name);
-    const char *body[1] = {arena_printf(e->arena, "dy[i] = %s;",
-                                        n->fused->op->act_bwd(e->arena, n->fused, "dy[i]", "y[i]"))};
-    cu_each(e, n, "bwd_act", count, "float *dy, const float *y", body, 1);
+    const char *body[1] = {arena_printf(
+        e->arena, "dy[i] = %s;",
+        lowp_expr(e, n->fused->op->act_bwd(e->arena, n->fused, "dy[i]", "y[i]")))};
+    cu_each(e, n, "bwd_act", count, cu_lowp(e, "float *dy, const float *y"), body, 1);
 }
 
 static void linear_cu_fwd(Emit *e, const Node *n)

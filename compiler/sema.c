@@ -430,13 +430,15 @@ static void check_precision(Program *p, const Stmt *s)
  * product's output (linear, conv2d: bf16 inputs, fp32 accumulation, the
  * bias added, then rounded), and what a layer makes of a bf16 value (an
  * activation, pooling, dropout, batchnorm: computed in fp32 from it, the
- * result rounded); the input is fp32 until a product casts it.  What has no
- * bf16 path yet is said in p->no_lowp: an error if the model asks for bf16,
- * the program's refusal if --precision does. */
+ * result rounded).  The values before the first product are fp32, and so
+ * are the layers' passes there; the first product casts its input (a copy,
+ * the fp32 value kept for the passes before it).  What has no bf16 path
+ * yet is said in p->no_lowp: an error if the model asks for bf16, the
+ * program's refusal if --precision does. */
 static void plan_precision(Program *p, const Stmt *s)
 {
     const Node *blocker = NULL;
-    bool seen_product = false;
+    p->first_product = -1;
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
         const bool product = n->op->takes_epilogue;
@@ -444,20 +446,16 @@ static void plan_precision(Program *p, const Stmt *s)
             blocker = n;
             p->no_lowp = arena_printf(p->arena, "rnn (line %d) has no bf16 path yet",
                                       n->stmt->loc.first_line);
-        } else if (!blocker && !seen_product && !product && !n->op->is_view) {
-            blocker = n;
-            p->no_lowp = arena_printf(p->arena, "%s (line %d) comes before the first linear or "
-                                      "conv2d, and has no fp32 path in a bf16 run yet",
-                                      n->op->sig.name, n->stmt->loc.first_line);
         }
-        seen_product |= product;
+        if (product && p->first_product < 0)
+            p->first_product = i;
         p->values[n->out].lowp = product || p->values[n->in].lowp;
     }
     if (!s || p->precision == NRT_FP32)
         return;
     if (p->precision == NRT_FP16) {
         diag_error(p->diag, s->name_loc, "precision fp16 is not supported yet");
-        diag_note(p->diag, s->name_loc, "bf16 is, on the cpu: 'precision bf16'");
+        diag_note(p->diag, s->name_loc, "bf16 is: 'precision bf16'");
     } else if (blocker) {
         diag_error(p->diag, s->name_loc, "precision bf16: %s", p->no_lowp);
         diag_note(p->diag, blocker->stmt->loc, "%s is here", blocker->op->sig.name);

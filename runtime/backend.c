@@ -408,7 +408,7 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
         int ok = 1;
         c->net.lowp = 1;
         c->net.wlp = alloc_floats(m->param_count, sizeof(float), &ok);
-        c->net.xlp = alloc_floats((size_t)rc->cap * m->in_size, sizeof(float), &ok);
+        c->net.xlp = alloc_floats((size_t)rc->cap * m->lowp_in_size, sizeof(float), &ok);
         if (!ok) {
             cpu_close(c);
             return nrt_errorf(err, "out of memory");
@@ -489,15 +489,6 @@ int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *
     if (kind == NRT_DEVICE_CPU)
         return nrt_cpu_open(m, &rc, be, err);
     int is_cuda = kind == NRT_DEVICE_CUDA;
-    if (rc.precision == NRT_BF16) { /* the cpu's alone, for now (every rank's the same) */
-        if (is_cuda) {
-            nrt_errorf(err, "device %s: precision bf16 runs on the cpu only, for now; use cpu",
-                       dev);
-            return rc.comm ? NRT_ALL_RANKS : -1;
-        }
-        snprintf(note, note_len, "cpu (auto: precision bf16 runs on the cpu only, for now)");
-        return nrt_cpu_open(m, &rc, be, err);
-    }
     if (!m->cuda) {
         if (is_cuda)
             return nrt_errorf(err, "device %s: this program was built without CUDA (its "

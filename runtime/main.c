@@ -143,8 +143,8 @@ static void usage(const nrt_model *m, const char *prog, FILE *out)
             "                     at the end, instead of stopping at the first\n"
             "  --quiet            print nothing but errors\n"
             "  --precision P      fp32 | bf16: the products' and the activations'\n"
-            "                     precision, as torch.autocast (bf16: on the cpu, for\n"
-            "                     now; default: the model's, %s)\n"
+            "                     precision, as torch.autocast (default: the model's,\n"
+            "                     %s)\n"
             "  --bucket-mb X      with several ranks on GPUs: the gradients are summed\n"
             "                     in buckets of up to X MiB while backward runs\n"
             "                     (DDP's bucket_cap_mb; default 25; netc --mpi)\n"
@@ -281,7 +281,7 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
         o->given_precision = 1;
     }
     if (o->precision == NRT_FP16) {
-        fail(prog, "precision fp16 is not supported yet; bf16 is, on the cpu");
+        fail(prog, "precision fp16 is not supported yet; bf16 is");
         return -1;
     }
     if (o->precision == NRT_BF16 && m->no_lowp) {

@@ -27,12 +27,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lowp.h"
 #include "philox.h"
 
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 14
+#define NETRT_ABI 15
 
 #ifdef __cplusplus
 extern "C" {
@@ -529,23 +530,7 @@ static inline int nrt_precision_parse(const char *s)
     return -1;
 }
 
-/* v rounded to bfloat16 (8 bits of significand), to nearest, ties to
- * even, as a float: what PyTorch's .bfloat16() gives.  NaN stays NaN;
- * a value past bf16's largest goes to infinity. */
-static inline float nrt_bf16(float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: quiet, sign kept */
-        u |= 0x00400000u;
-    else
-        u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&v, &u, sizeof v);
-    return v;
-}
-/* on, v rounded to bf16; off, v */
-static inline float nrt_lowp(int on, float v) { return on ? nrt_bf16(v) : v; }
+/* nrt_bf16 and nrt_lowp: lowp.h */
 /* Rounds p[0..n) to bf16 in place; dst[0..n) = src rounded, returning dst. */
 void nrt_round_bf16(float *p, size_t n);
 const float *nrt_round_bf16_to(float *dst, const float *src, size_t n);
@@ -696,8 +681,8 @@ typedef struct nrt_net {
     int training;      /* dropout active; batchnorm on the batch's statistics */
     /* precision bf16 (the cpu's emulation: fp32 arithmetic on values rounded
      * to bf16 where PyTorch's autocast rounds them): lowp on, the weights of
-     * the products rounded into wlp by each forward pass, the input they
-     * read into xlp [cap * in_size] */
+     * the products rounded into wlp by each forward pass, the first
+     * product's input into xlp [cap * lowp_in_size] */
     int lowp;
     float *wlp, *xlp;
 } nrt_net;
@@ -941,6 +926,9 @@ typedef struct nrt_model {
     /* Why the model cannot train in bf16 yet (a layer without its bf16
      * path), or NULL: its passes round where PyTorch's autocast does. */
     const char *no_lowp;
+    /* floats a sample of the first product's input, which a bf16 run casts
+     * (rounds into the net's xlp); 0: the model has no product */
+    size_t lowp_in_size;
 } nrt_model;
 
 /* ----------------------------------------------------------- checkpoint.c */

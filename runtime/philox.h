@@ -28,10 +28,12 @@
 #include <stdint.h>
 #endif
 
+#ifndef NRT_HD
 #ifdef __CUDACC__
 #define NRT_HD __host__ __device__
 #else
 #define NRT_HD
+#endif
 #endif
 
 typedef struct nrt_philox4 {

@@ -4,7 +4,8 @@
 # model, from the same --load weights, in file order and shuffled, each on
 # a few dozen samples so that an epoch ends with a partial batch within the
 # steps run; once with the kernels compiled ahead of time (nvcc.py), once
-# with --jit (the emulated NVRTC, through the JIT cache).  Then the JIT
+# with --jit (the emulated NVRTC, through the JIT cache); in bf16, every
+# model with a bf16 path.  Then the JIT
 # cache's miss and hit (--jit-info) and a damaged entry, and a cuBLAS that
 # cannot be used: auto trains on the cpu, --device cuda says why.
 # Skipped (77) where tests/emu.sh is.
@@ -25,6 +26,26 @@ for jit in no yes; do
     check "[ $? -eq 0 ]" "parity with the cpu (--jit: $jit): $(grep -v '^ok' "$WORK/parity.$jit")"
     tail -n 1 "$WORK/parity.$jit"
 done
+
+# bf16: both devices round the same values at the same points (lowp.h's
+# rounding), so they differ only where their fp32 sums do before a
+# rounding: a sum an fp32 ulp apart from the cpu's that lands beside a
+# bf16 rounding boundary is one bf16 ulp (2^-8) off.  The emulated
+# device's products sum in the cpu's order; batchnorm's statistics and
+# the convolutions' split sums (cifar10) are its own: those models agree
+# within 2e-3 over 6 steps (measured: 6e-4 over 20), the others bit for
+# bit (within 1e-6), which a rounding point missing on either side (1e-4
+# and more within a few steps) cannot pass.
+DEVICE=cuda STEPS=6 SAMPLES=75 BATCH=16 RTOL=2e-3 PRECISION=bf16 DATA_DIR="$WORK/data" \
+    sh "$SRC/tests/gpu/parity.sh" "$SRC"/models/*.net "$SRC"/tests/gradcheck/*.net \
+    > "$WORK/parity.bf16" 2>&1
+check "[ $? -eq 0 ] && grep -q '^ok .*cifar10' '$WORK/parity.bf16'" \
+    "parity with the cpu in bf16: $(grep -v -e '^ok' -e '^skip' "$WORK/parity.bf16")"
+tail -n 1 "$WORK/parity.bf16"
+DEVICE=cuda STEPS=20 SAMPLES=75 BATCH=16 RTOL=1e-6 PRECISION=bf16 sh "$SRC/tests/gpu/parity.sh" \
+    "$SRC"/models/boston_mlp.net "$SRC"/models/digits_mlp.net "$SRC"/models/digits_cnn.net \
+    > "$WORK/parity.bf16x" 2>&1
+check "[ $? -eq 0 ]" "bf16 on the emulated device, bit for bit: $(grep -v '^ok' "$WORK/parity.bf16x")"
 
 # The JIT cache: a miss compiles and stores, a hit loads; a damaged entry
 # is a miss again (and is replaced), never an error.

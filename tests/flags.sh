@@ -38,9 +38,7 @@ expect_error "--lr 1e-50 is too small: it would be 0 as a float" --lr 1e-50
 expect_error "--lr expects a non-negative number, got '1e-400'" --lr 1e-400
 expect_error "--data needs a value" --data
 expect_error "--precision expects fp32, bf16 or fp16, got 'bf8'" --precision bf8
-expect_error "precision fp16 is not supported yet; bf16 is, on the cpu" --precision fp16
-expect_error "device cuda: precision bf16 runs on the cpu only, for now; use cpu" --data "$WORK/ok.csv" \
-    --precision bf16 --device cuda
+expect_error "precision fp16 is not supported yet; bf16 is" --precision fp16
 expect_error "--gradcheck checks the fp32 passes: give --precision fp32" --data "$WORK/ok.csv" \
     --precision bf16 --gradcheck 2
 expect_error "--bucket-mb expects a number of MiB above 0, up to 65536, got '0'" --bucket-mb 0

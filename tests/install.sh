@@ -12,7 +12,7 @@ make -s -C "$BUILD" install DESTDIR="$STAGE" > "$WORK/install.log" 2>&1
 check "[ $? -eq 0 ]" "make install DESTDIR: $(tail -5 "$WORK/install.log")"
 prefix=$(sed -n "s/^prefix = //p" "$BUILD/Makefile")
 P=$STAGE$prefix
-for f in bin/netc include/netc/netrt.h include/netc/philox.h lib/libnetrt.a \
+for f in bin/netc include/netc/netrt.h include/netc/philox.h include/netc/lowp.h lib/libnetrt.a \
     lib/pkgconfig/netrt.pc share/aclocal/netc.m4 lib/cmake/netc/netcConfig.cmake \
     lib/cmake/netc/netcConfigVersion.cmake share/man/man1/netc.1 share/doc/netc/README.md; do
     check "[ -f '$P/$f' ]" "not installed: $prefix/$f"

@@ -875,6 +875,8 @@ static int alloc_net(Ctx *c, nrt_error *err)
         (!cls && dalloc(c, &c->by, cap * (size_t)m->n_out, "the batch", err)) ||
         (need_m && dalloc(c, &c->opt_m, np, "the optimizer state", err)) ||
         (c->h.kind == NRT_ADAM && dalloc(c, &c->opt_v, np, "the optimizer state", err)) ||
+        (net->lowp && (dalloc(c, &net->wlp, np, "the bf16 weights", err) ||
+                       dalloc(c, &net->xlp, cap * m->lowp_in_size, "the bf16 input", err))) ||
         dalloc(c, &c->dev, 1, "the run's scalars", err) ||
         palloc(c, &c->host, 1, "the run's scalars", err))
         return -1;
@@ -895,6 +897,7 @@ static int setup(Ctx *c, const nrt_model *m, const nrt_run_config *cfg, char *na
     net->cap = cfg->cap;
     net->dropout_key = cfg->dropout_key;
     net->training = 1;
+    net->lowp = cfg->precision == NRT_BF16;
     cudaDeviceProp p;
     if (NRT_CUDA(cudaSetDevice(cfg->device), err) ||
         NRT_CUDA(cudaGetDeviceProperties(&p, cfg->device), err))

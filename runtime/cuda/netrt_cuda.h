@@ -115,6 +115,11 @@ struct nrt_cuda_net {
      * model's i-th (its code->kernels[i]). */
     cudaLibrary_t library;
     cudaKernel_t *kernel;
+    /* A bf16 run (as the cpu's nrt_net): lowp on, the products' weights
+     * rounded into wlp [param_count] by each forward pass, the first
+     * product's input into xlp [cap * lowp_in_size]; NULL in fp32. */
+    int lowp;
+    float *wlp, *xlp;
     /* Several ranks: backward calls this (nrt_cu_grads_final) once the
      * gradients from param[from] on are final, so that their sum over the
      * ranks starts while it goes on (backend.cu's buckets); NULL alone. */
@@ -124,7 +129,7 @@ struct nrt_cuda_net {
 
 /* The runtime's kernels in every module (netrt_kernels.cuh), by index. */
 enum { NRT_K_GEMM_SCALE, NRT_K_DROPOUT_FWD, NRT_K_MSE, NRT_K_COL_SUMS, NRT_K_ROW_SUMS,
-       NRT_K_MODEL };
+       NRT_K_ROUND_BF16, NRT_K_MODEL };
 
 /* Checks a CUDA runtime result: 0 if cudaSuccess, else -1 with
  * "CALL failed at FILE:LINE: REASON" in err. */
@@ -254,6 +259,10 @@ int nrt_cu_col_sums(nrt_cuda_net *net, const float *a, int rows, int cols, float
                     nrt_error *err);
 int nrt_cu_row_sums(nrt_cuda_net *net, const float *a, int rows, size_t cols, float *out,
                     nrt_error *err);
+/* dst[0..count) = src rounded to bf16 (nrt_round_bf16_to, bit for bit);
+ * dst may be src. */
+int nrt_cu_round_bf16(nrt_cuda_net *net, float *dst, const float *src, size_t count,
+                      nrt_error *err);
 /* Inverted dropout, nrt_dropout_fwd bit for bit; the step is read on the
  * device, so a captured graph draws new masks. */
 int nrt_cu_dropout_fwd(nrt_cuda_net *net, uint32_t layer, const float *x, float *y,

@@ -32,6 +32,7 @@
  *   nrt_dev_mse          nrt_mse
  *   nrt_dev_col_sums,    nrt_col_sums, nrt_row_sums
  *   nrt_dev_row_sums
+ *   nrt_dev_round_bf16   nrt_round_bf16_to (lowp.h's rounding)
  *
  * (nrt_dev_: the cpu functions they mirror have C linkage too)
  *
@@ -60,6 +61,7 @@ typedef uintptr_t nrt_uptr;
 #define NRT_INF __int_as_float(0x7f800000)
 #define NRT_NAN __longlong_as_double(0x7ff8000000000000LL)
 
+#include "lowp.h"
 #include "philox.h"
 #include "netrt_blocks.h"
 
@@ -893,6 +895,14 @@ extern "C" __global__ void nrt_dev_gemm_scale(int m, int n, float beta, float *_
         float *p = c + (size_t)(e / n) * (size_t)ldc + (size_t)(e % n);
         *p = beta == 0.0f ? 0.0f : *p * beta;
     }
+}
+
+/* dst[i] = src[i] rounded to bf16 (lowp.h's nrt_bf16, the cpu's bits);
+ * dst may be src. */
+extern "C" __global__ void nrt_dev_round_bf16(size_t count, const float *src, float *dst)
+{
+    NRT_EACH(i, count)
+        dst[i] = nrt_bf16(src[i]);
 }
 
 /* One thread per lane b of philox.h's layout: its stream decides the

@@ -2,7 +2,7 @@
 # it is in (tests/emu/mutate.sh runs it in mutated copies):
 #   kernels  test_cuda_kernels.cu, every runtime kernel against the cpu
 #   train    boston_mlp and digits_mlp trained on the emulated device against
-#            the cpu (tests/gpu/parity.sh, a few steps)
+#            the cpu (tests/gpu/parity.sh, a few steps), in fp32 and in bf16
 #   gradients  --gradcheck on the emulated device of tests/gradcheck's
 #            batchnorm2d model (finite differences and the cpu's gradients)
 #   ranks    a digits CNN on 2 ranks (mpirun), an emulated GPU each, its
@@ -24,9 +24,11 @@ kernels)
     ;;
 train)
     cd "$SRC" || exit 1
-    DEVICE=cuda STEPS=4 SAMPLES=40 sh "$SRC/tests/gpu/parity.sh" "$SRC/models/boston_mlp.net" \
-        "$SRC/models/digits_mlp.net" > "$WORK/parity.out" 2>&1
-    check "[ $? -eq 0 ]" "parity: $(grep -v '^ok' "$WORK/parity.out" | head -5)"
+    for precision in fp32 bf16; do
+        DEVICE=cuda STEPS=4 SAMPLES=40 PRECISION=$precision sh "$SRC/tests/gpu/parity.sh" \
+            "$SRC/models/boston_mlp.net" "$SRC/models/digits_mlp.net" > "$WORK/parity.out" 2>&1
+        check "[ $? -eq 0 ]" "parity in $precision: $(grep -v '^ok' "$WORK/parity.out" | head -5)"
+    done
     ;;
 gradients)
     . "$SRC/tests/gradcheck/data.sh"

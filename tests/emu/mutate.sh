@@ -21,7 +21,9 @@ hostread@train@runtime/cuda/backend.cu@        setup_blas(c, err) || alloc_net(c
 bwd@gradients@runtime/cuda/netrt_kernels.cuh@(dy[at] - mdy - (x[at] - mean)@(dy[at] - (x[at] - mean)
 nofork@ranks@runtime/cuda/backend.cu@ ||\n        NRT_CUDA(cudaStreamWaitEvent(b->stream, b->fork, 0), err))@)
 nojoin@ranks@runtime/cuda/backend.cu@ ||\n                   NRT_CUDA(cudaStreamWaitEvent(c->net.stream, b->join, 0), err)@
-early@ranks@runtime/cuda/backend.cu@(join_buckets(c, err) || nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err))@(nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err) || join_buckets(c, err))'
+early@ranks@runtime/cuda/backend.cu@(join_buckets(c, err) || nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err))@(nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err) || join_buckets(c, err))
+fp32@train@runtime/cuda/backend.cu@    net->lowp = cfg->precision == NRT_BF16;@    net->lowp = 0;
+rounding@kernels@runtime/cuda/netrt_kernels.cuh@        dst[i] = nrt_bf16(src[i]);@        dst[i] = nrt_bf16(src[i] * (1.0f + 0x1p-22f));'
 # what each is, for the report
 what() {
     case $1 in
@@ -35,6 +37,8 @@ what() {
     nofork) echo "a bucket of gradients summed without waiting for backward to make it" ;;
     nojoin) echo "the optimizer not waiting for the gradients' sums" ;;
     early) echo "the summed loss read back before the sums are done" ;;
+    fp32) echo "a bf16 run on the GPU computing in fp32 (lowp never set)" ;;
+    rounding) echo "the GPU's bf16 rounding biased upward, now and then a bf16 ulp off" ;;
     esac
 }
 

@@ -25,6 +25,8 @@
 #            tests/gradcheck models)
 #   JIT      yes: the program is built with --jit, its kernels compiled
 #            by NVRTC when it runs (default: no, by nvcc ahead of time)
+#   PRECISION  --precision of both runs (default: the model's); a model
+#            that cannot train in it is skipped
 #
 # Prints one line per model and run, ends with "parity: N passed, N failed";
 # exits 0 if all passed, 1 if not, 77 if DEVICE is cuda and there is none.
@@ -130,6 +132,7 @@ for model in "$@"; do
     for order in --no-shuffle --shuffled; do
         flags="--load $work/$name.w0.safetensors --max-steps $STEPS --log-every 1 --quiet"
         [ -n "${BATCH:-}" ] && flags="$flags --batch $BATCH"
+        [ -n "${PRECISION:-}" ] && flags="$flags --precision $PRECISION"
         [ "$order" = --no-shuffle ] && flags="$flags --no-shuffle"
         ok=1
         for side in a b; do
@@ -139,6 +142,12 @@ for model in "$@"; do
                 --metrics "$work/$name$order.$side.jsonl" > "$work/$name$order.$side.out" 2>&1; then
                 if grep -q 'built without stb_image' "$work/$name$order.$side.out"; then
                     ok=skip # image data, and a runtime configured without stb_image
+                    why="the runtime was built without stb_image (libstb-dev)"
+                    break
+                fi
+                if grep -q "error: precision ${PRECISION:-}: " "$work/$name$order.$side.out"; then
+                    ok=skip # a layer without a path in that precision
+                    why=$(sed -n "s/.*error: //p" "$work/$name$order.$side.out")
                     break
                 fi
                 echo "FAIL $name $order: $dev: $(tail -3 "$work/$name$order.$side.out")"
@@ -146,7 +155,7 @@ for model in "$@"; do
             fi
         done
         if [ $ok = skip ]; then
-            echo "skip $name $order: the runtime was built without stb_image (libstb-dev)"
+            echo "skip $name $order: $why"
             continue
         fi
         if [ $ok = 1 ] && "$PYTHON" - "$work/$name$order.a.jsonl" "$work/$name$order.b.jsonl" \

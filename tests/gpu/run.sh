@@ -4,13 +4,13 @@
 # parity of every model with the cpu backend (tests/gpu/parity.sh, with the
 # training set resident and, once, kept on the host), the JIT (programs
 # built with --jit against the same ones built ahead of time: the cache's
-# miss and hit, the same losses), compute-sanitizer on two models, and the
-# benchmark against PyTorch (bench/gpu/run.sh).  It
+# miss and hit, the same losses), compute-sanitizer on two models, bf16
+# against fp32, and the benchmark against PyTorch (bench/gpu/run.sh).  It
 # writes a report with every log: bench/results/DATE-GPU.md, and a copy
 # under $OUT when that is set (the device tool brings $OUT back).
 #
 # usage: tests/gpu/run.sh [STAGE...]
-#   stages: build kernels parity jit sanitizer ranks bench (default: all, in
+#   stages: build kernels parity jit sanitizer ranks precision bench (default: all, in
 #   order; ranks: tests/gpu/ranks.sh, data parallel on 2 ranks, where netc
 #   was built with MPI).
 #   Stages after build reuse its tree, so a long run can be split into
@@ -36,7 +36,7 @@ CUDA_ARCH=${CUDA_ARCH:-sm_90}
 BUILD=${BUILD:-$root}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 
-stages=${*:-build kernels parity jit sanitizer ranks bench}
+stages=${*:-build kernels parity jit sanitizer ranks precision bench}
 day=$(date +%Y-%m-%d)
 report=$root/bench/results/$day-GPU.md
 mkdir -p "$root/bench/results"
@@ -130,6 +130,12 @@ stage_parity() {
     # (their epochs end the run after 10 steps or more)
     parity_job gradcheck-models env DEVICE=$dev STEPS=10 NETC="$BUILD/netc" DATA_DIR="$logs/data" \
         "$root/tests/gpu/parity.sh" "$root"/tests/gradcheck/*.net
+    # bf16: the same rounding points on both sides; the GPU's fp32 sums in
+    # an order of their own now and then round to the other bf16 neighbour
+    # (an H100, 30 steps: 2e-5 and below, but 4.3e-3 where batchnorm's
+    # statistics feed every value of a batch)
+    parity_job bf16 env DEVICE=$dev PRECISION=bf16 STEPS=30 RTOL=1e-2 NETC="$BUILD/netc" \
+        "$root/tests/gpu/parity.sh"
     if [ $gpu = 1 ]; then
         # the training set kept on the host: batches staged through pinned buffers
         parity_job host-data env NETRT_CUDA_HOST_DATA=1 DEVICE=cuda NETC="$BUILD/netc" \
@@ -230,6 +236,31 @@ stage_ranks() {
     [ $rc -eq 77 ] || return $rc
 }
 
+# bf16 against fp32 on the GPU: the training speed (samples/s over 3000
+# steps, twice each) and the peak device memory of the same model
+stage_precision() {
+    local log=$logs/precision.log rc=0 m p data
+    if [ $gpu = 0 ]; then
+        echo "no GPU" >"$log"
+        section "bf16 against fp32" "$log" "skipped"
+        return 0
+    fi
+    "$PYTHON" "$root/bench/make_cifar.py" "$logs/c10p.bin" --records 5000 --classes 10 --seed 1 >"$log" 2>&1 || rc=1
+    for m in digits_cnn cifar10 cnn101; do
+        "$BUILD/netc" "$root/models/$m.net" -o "$logs/$m.p" >>"$log" 2>&1 || rc=1
+        data=
+        [ $m = cifar10 ] && data="--data $logs/c10p.bin --test-data $logs/c10p.bin"
+        for p in fp32 bf16 fp32 bf16; do
+            echo "--- $m --precision $p" >>"$log"
+            # shellcheck disable=SC2086
+            (cd "$root" && "$logs/$m.p" --device cuda --precision $p --max-steps 3000 --epochs 10000 \
+                $data 2>&1 | grep -E '^(trained|peak)') >>"$log" || rc=1
+        done
+    done
+    section "bf16 against fp32 (step time, peak memory)" "$log" \
+        "$([ $rc -eq 0 ] && echo ok || echo FAILED)"
+}
+
 stage_bench() {
     local log=$logs/bench.log dev=cuda
     [ $gpu = 1 ] || dev=cpu
@@ -243,11 +274,11 @@ stage_bench() {
 status=0
 for s in $stages; do
     case $s in
-    build | kernels | parity | jit | sanitizer | ranks | bench)
+    build | kernels | parity | jit | sanitizer | ranks | precision | bench)
         stage_start=$(date +%s)
         "stage_$s" || status=1
         ;;
-    *) echo "run.sh: unknown stage $s (build kernels parity jit sanitizer ranks bench)" >&2; exit 2 ;;
+    *) echo "run.sh: unknown stage $s (build kernels parity jit sanitizer ranks precision bench)" >&2; exit 2 ;;
     esac
     [ "$s" = build ] && [ $status -ne 0 ] && break
 done
