@@ -156,9 +156,7 @@ void emit_driver(Emit *e, bool cuda)
         emitf(e, ".dist = &nrt_mpi, /* mpirun: data-parallel over MPI (libnetrt_mpi) */");
     if (p->precision != NRT_FP32)
         emitf(e, ".precision = %s,", p->precision == NRT_BF16 ? "NRT_BF16" : "NRT_FP16");
-    if (p->no_lowp)
-        emitf(e, ".no_lowp = %s,", c_string(e->arena, p->no_lowp));
-    if (p->first_product >= 0 && !p->no_lowp)
+    if (p->first_product >= 0)
         emitf(e, ".lowp_in_size = %lld, /* the first product's input, cast in a bf16 run */",
               (long long)p->values[p->nodes[p->first_product].in].size);
     e->indent--;

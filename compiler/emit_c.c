@@ -195,13 +195,11 @@ static const char *param_local(Arena *a, const Node *n, const Param *prm)
     return s;
 }
 
-/* Where a pass reads n's parameters: a product's in a model that can run
- * in bf16 from the rounded copy when it does. */
-static const char *lowp_weights(const Emit *e, const Node *n)
+/* Where a pass reads n's parameters: a product's from the rounded copy in
+ * a bf16 run. */
+static const char *lowp_weights(const Node *n)
 {
-    return emit_lowp(e) && n->op->takes_epilogue
-               ? "(net->lowp ? net->wlp : net->param)"
-               : "net->param";
+    return n->op->product ? "(net->lowp ? net->wlp : net->param)" : "net->param";
 }
 
 /* Declarations every pass function of n starts with. */
@@ -212,7 +210,7 @@ void emit_pass_locals(Emit *e, const Node *n, bool bwd)
         const Param *prm = &p->params[n->param0 + k];
         const char *w = param_local(e->arena, n, prm);
         if (!bwd || !prm->is_bias) /* backward needs W for dx, never b */
-            emitf(e, "const float *%s = %s + %zu;", w, lowp_weights(e, n), prm->offset);
+            emitf(e, "const float *%s = %s + %zu;", w, lowp_weights(n), prm->offset);
         if (bwd)
             emitf(e, "float *d%s = net->grad + %zu;", w, prm->offset);
     }
@@ -277,11 +275,6 @@ void emit_value_locals(Emit *e)
                   (long long)p->values[v].offset, shape_str(e->arena, &p->values[v].shape));
 }
 
-bool emit_lowp(const Emit *e)
-{
-    return !e->p->no_lowp;
-}
-
 /* "if (cond) dst[0..count) = src rounded to bf16;" (src NULL: dst in
  * place), on the cpu or the GPU. */
 static void emit_round(Emit *e, const char *cond, const char *dst, const char *src,
@@ -303,11 +296,11 @@ static void emit_round_value(Emit *e, const char *expr, int v)
                arena_printf(e->arena, "(size_t)n * %lld", (long long)e->p->values[v].size));
 }
 
-/* Whether n is the first product of a model that can run in bf16: its
- * input is cast (rounded into net->xlp) in a bf16 run. */
+/* Whether n is the model's first product: its input is cast (rounded
+ * into net->xlp) in a bf16 run. */
 static bool casts_input(const Emit *e, const Node *n)
 {
-    return emit_lowp(e) && n - e->p->nodes == e->p->first_product;
+    return n - e->p->nodes == e->p->first_product;
 }
 
 /* "cast": the first product's input as it reads it (in a bf16 run, the
@@ -320,7 +313,7 @@ static void emit_cast(Emit *e, const Node *n)
 void emit_lowp_input(Emit *e, bool fwd)
 {
     const Program *p = e->p;
-    if (!emit_lowp(e) || p->first_product < 0)
+    if (p->first_product < 0)
         return;
     if (fwd) {
         emitf(e, "/* bf16: the products' weights rounded, as autocast casts them */");
@@ -333,9 +326,10 @@ void emit_lowp_input(Emit *e, bool fwd)
 
 void emit_lowp_dlast(Emit *e)
 {
-    if (emit_lowp(e)) /* the loss in fp32; its gradient cast to the bf16 output's */
+    const Program *p = e->p;
+    if (p->values[p->nvalues - 1].lowp) /* the loss in fp32; its gradient cast to the output's */
         emit_round(e, "net->lowp && dlast", "dlast", NULL,
-                   arena_printf(e->arena, "(size_t)n * %d", e->p->n_out));
+                   arena_printf(e->arena, "(size_t)n * %d", p->n_out));
 }
 
 /* After n's backward pass in a bf16 run: the gradient of a bf16 input
@@ -344,11 +338,9 @@ void emit_lowp_dlast(Emit *e)
 static void emit_lowp_bwd(Emit *e, const Node *n)
 {
     const Program *p = e->p;
-    if (!emit_lowp(e))
-        return;
     if ((p->values[n->in].lowp || casts_input(e, n)) && ir_root(p, n->in) != 0)
         emit_round_value(e, grad_expr(e, n->in), n->in);
-    if (n->op->takes_epilogue && n->nparams > 0) {
+    if (n->op->product && n->nparams > 0) {
         const Param *first = &p->params[n->param0], *last = &p->params[n->param0 + n->nparams - 1];
         const char *g = arena_printf(e->arena, "net->grad + %zu", first->offset);
         emit_round(e, "net->lowp", g, NULL,
@@ -389,7 +381,7 @@ void emit_pass_calls(Emit *e, bool bwd)
             }
             emitf(e, "%s%s(net, n, %s, %s%s", open, pass_name(e, n, "fwd"), in,
                   value_expr(e, out), close);
-            if (!n->op->is_view && emit_lowp(e) && e->p->values[out].lowp)
+            if (!n->op->is_view && e->p->values[out].lowp)
                 emit_round_value(e, value_expr(e, out), out);
         }
     }
@@ -414,23 +406,19 @@ static void emit_forward(Emit *e)
     emitf(e, "int n = b->n;");
     emit_value_locals(e);
     emit_lowp_input(e, true);
-    const bool lowp = emit_lowp(e);
     emit_pass_calls(e, false);
     int last = p->nvalues - 1;
     emitf(e, "*out = %s;", value_expr(e, last));
     emitf(e, "float *dlast = net->training ? %s : NULL;", grad_expr(e, last));
     emit_at(e, p->loss_stmt->loc.first_line);
-    const char *ret = lowp ? "float loss =" : "return";
     if (p->target_kind == NRT_TARGET_CLASS)
-        emitf(e, "%s nrt_xent(%s, b->label, n, %d, dlast); /* fused log-softmax */", ret,
+        emitf(e, "float loss = nrt_xent(%s, b->label, n, %d, dlast); /* fused log-softmax */",
               value_expr(e, last), p->n_out);
     else
-        emitf(e, "%s nrt_mse(%s, b->y, n, %d, dlast);", ret, value_expr(e, last), p->n_out);
+        emitf(e, "float loss = nrt_mse(%s, b->y, n, %d, dlast);", value_expr(e, last), p->n_out);
     emit_at(e, 0);
-    if (lowp) {
-        emit_lowp_dlast(e);
-        emitf(e, "return loss;");
-    }
+    emit_lowp_dlast(e);
+    emitf(e, "return loss;");
     e->indent--;
     emitf(e, "}");
     emit_blank(e);

@@ -32,7 +32,7 @@ static const char *value_name(Emit *e, int v)
 {
     const IrValue *val = &e->p->values[v];
     return arena_printf(e->arena, "%%%d %s%s%s", v, shape_str(e->arena, &val->shape),
-                        val->cn ? " cn" : "", val->lowp && !e->p->no_lowp ? " lowp" : "");
+                        val->cn ? " cn" : "", val->lowp ? " lowp" : "");
 }
 
 static void emit_values(Emit *e)
@@ -167,9 +167,8 @@ void emit_ir(FILE *out, const Program *p, const EmitOptions *o, Arena *a)
     emitf(&e, "; netc %s: the IR of model %s, from %s", NETC_VERSION, p->name, o->source);
     emitf(&e, "; %%N is a value and d%%N its gradient; shapes and sizes are per sample;");
     emitf(&e, "; cn: laid out channel first, [C, n, H, W]");
-    if (!p->no_lowp)
-        emitf(&e, "; lowp: bf16 in a bf16 run (--precision bf16%s)",
-              p->precision == NRT_BF16 ? ", the model's" : "");
+    emitf(&e, "; lowp: bf16 in a bf16 run (--precision bf16%s)",
+          p->precision == NRT_BF16 ? ", the model's" : "");
     emit_blank(&e);
     emit_values(&e);
     emit_backward(&e);

@@ -235,6 +235,8 @@ typedef struct OpDef {
      * partial sums), or NULL: none. */
     int64_t (*cu_workspace)(const Program *p, const Node *n);
     bool aux_cpu_only;   /* its aux is the cpu passes' alone (conv2d's "xp") */
+    bool product;        /* linear, conv2d, rnn: matrix products, which take
+                            bf16 inputs in a bf16 run (autocast's list) */
 } OpDef;
 
 /* How a batch of images lies in memory: [n, C, H, W] (NC, the data's) or
@@ -335,7 +337,6 @@ struct Program {
     const char *device;
     const Stmt *device_stmt; /* NULL: the model names no device */
     int precision;      /* NRT_FP32 (default), NRT_BF16, NRT_FP16 */
-    const char *no_lowp; /* why the model cannot train in bf16 yet, or NULL */
     int first_product;   /* the first linear or conv2d (a node), -1 if none: a
                             bf16 run casts its fp32 input into the net's xlp */
     nrt_source train, valid, test;
@@ -459,13 +460,9 @@ void emit_value_locals(Emit *e);
 /* The calls of the layers' passes in forward() or backward(), and the
  * #if that checks the runtime's ABI. */
 void emit_pass_calls(Emit *e, bool bwd);
-/* Whether the passes being written (cpu or GPU) may run in bf16 (the
- * model has a bf16 path: p->no_lowp NULL). */
-bool emit_lowp(const Emit *e);
 /* At the start of forward (fwd: the products' weights rounded in a bf16
  * run) or of backward ("cast", the first product's input as forward cast
- * it), in a model that can run in bf16; and after the loss, its gradient
- * rounded. */
+ * it); and after the loss, its gradient rounded in a bf16 run. */
 void emit_lowp_input(Emit *e, bool fwd);
 void emit_lowp_dlast(Emit *e);
 void emit_abi_check(Emit *e);

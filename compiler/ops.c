@@ -566,14 +566,18 @@ static const char *epilogue(Emit *e, const Node *n)
     return n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v";
 }
 
-/* expr rounded to bf16 when the run is (a pass of a model that can be:
- * where autocast rounds inside a fused pass), else expr.  A GPU kernel
- * has the run's net->lowp as its parameter lowp (cu_lowp). */
+/* Whether the run is in bf16, as a pass reads it: the net's lowp on the
+ * cpu, a GPU kernel's parameter lowp (cu_lowp: the net's, passed). */
+static const char *lowp_flag(const Emit *e)
+{
+    return e->cuda ? "lowp" : "net->lowp";
+}
+
+/* expr rounded to bf16 when the run is (where autocast rounds inside a
+ * fused pass), else expr */
 static const char *lowp_expr(Emit *e, const char *expr)
 {
-    if (!emit_lowp(e))
-        return expr;
-    return arena_printf(e->arena, "nrt_lowp(%s, %s)", e->cuda ? "lowp" : "net->lowp", expr);
+    return arena_printf(e->arena, "nrt_lowp(%s, %s)", lowp_flag(e), expr);
 }
 
 /* y = act(y + b) over y [n, M]: the bias and the fused activation as one
@@ -1075,7 +1079,7 @@ static void batchnorm_bwd(Emit *e, const Node *n)
 
 /* The names of a parameter list ("const float *x, float *y" -> "x, y"),
  * each after prefix ("&": "&x, &y", the host's NRT_ARGS of its locals of
- * the same names). */
+ * the same names; lowp is the net's: "&net->lowp"). */
 static const char *param_names(Emit *e, const char *params, const char *prefix)
 {
     const char *names = "";
@@ -1086,7 +1090,8 @@ static const char *param_names(Emit *e, const char *params, const char *prefix)
         const char *id = end;
         while (id > p && (isalnum((unsigned char)id[-1]) || id[-1] == '_'))
             id--;
-        names = arena_printf(e->arena, "%s%s%s%.*s", names, *names ? ", " : "", prefix,
+        names = arena_printf(e->arena, "%s%s%s%s%.*s", names, *names ? ", " : "", prefix,
+                             (end - id == 4 && !strncmp(id, "lowp", 4)) ? "net->" : "",
                              (int)(end - id), id);
         p = *end ? end + 1 : end;
     }
@@ -1111,13 +1116,10 @@ static void cu_each(Emit *e, const Node *n, const char *what, const char *count,
           param_names(e, params, "&"));
 }
 
-/* An elementwise kernel's parameters, with the run's lowp after them when
- * its body rounds (lowp_expr), which the host passes from a local. */
+/* An elementwise kernel's parameters with the run's lowp after them, for
+ * a body that rounds (lowp_expr). */
 static const char *cu_lowp(Emit *e, const char *params)
 {
-    if (!emit_lowp(e))
-        return params;
-    emitf(e, "int lowp = net->lowp; /* a bf16 run */");
     return arena_printf(e->arena, "%s, int lowp", params);
 }
 
@@ -1494,6 +1496,18 @@ static void batchnorm_cu_bwd(Emit *e, const Node *n)
  * scratch, two buffers in turn: a layer's d input is the g of the one
  * below.
  *
+ * In a bf16 run the products read bf16 weights (and the first layer's
+ * input, cast, or the bf16 states of the layer below) and each step is
+ * what PyTorch 1.13's nn.RNN does under autocast: ih = x W_ih^T + b_ih for
+ * every step at once, hh = bf16(h_{t-1} W_hh^T + b_hh) (its product into a
+ * buffer of its own, hh), h_t = bf16(act(bf16(ih + hh))); ih is rounded
+ * once above the first layer, but twice in it, bf16(bf16(x W_ih^T) +
+ * b_ih): PyTorch's view of a batch-first input, time first, is not
+ * contiguous, so its linear is a product, rounded, then the bias added.
+ * Backward rounds each step's g once, after act' (autocast rounds the
+ * sum g_{t+1} W_hh + what comes from above twice, its parts first), and
+ * the weights' gradients at the end.
+ *
  * The passes are one text for both backends: products are nrt_sgemm on
  * the cpu and nrt_cu_gemm (cuBLAS) on the GPU with the same arguments,
  * elementwise steps loops or kernels with the same body (rnn_each). */
@@ -1618,6 +1632,10 @@ static void rnn_fwd(Emit *e, const Node *n)
 {
     const struct rnn r = rnn_of(e->p, n);
     Arena *a = e->arena;
+    const char *lp = lowp_flag(e);
+    if (r.T > 1)
+        emitf(e, "float *hh = net->scratch; /* bf16: h_{t-1} W_hh^T [n, %lld], rounded alone */",
+              r.H);
     for (int l = 0; l < r.L; l++) {
         const long long in = l ? r.H : r.F;
         const char *x = l ? arena_printf(a, "h%d", l - 1) : "x";
@@ -1627,25 +1645,44 @@ static void rnn_fwd(Emit *e, const Node *n)
               "W_ih_l%d^T%s */", l, r.T, r.H, x, r.T, in, l, r.bias ? " + b_ih + b_hh" : "");
         rnn_gemm(e, "0, 1, n * %lld, %lld, %lld, 1.0f, %s, %lld, W_ih_l%d, %lld, 0.0f, h%d, %lld",
                  r.T, r.H, in, x, in, l, in, l, r.H);
-        if (r.bias)
+        if (r.bias) {
+            emitf(e, "/* (bf16: ih rounded%s, b_hh added at each step with its product) */",
+                  l ? "" : " before and after b_ih");
             rnn_each(e, n, arena_printf(a, "fwd_bias_l%d", l),
-                     arena_printf(a, "float *h%d, const float *b_ih_l%d, const float *b_hh_l%d",
-                                  l, l, l),
+                     cu_lowp(e, arena_printf(a, "float *h%d, const float *b_ih_l%d, "
+                                             "const float *b_hh_l%d", l, l, l)),
                      arena_printf(a, "n * %lld", r.T), r.H,
-                     arena_printf(a, "h%d[k] += b_ih_l%d[j] + b_hh_l%d[j];", l, l, l));
+                     arena_printf(a, "h%d[k] = %s ? nrt_bf16(%s + b_ih_l%d[j]) : "
+                                  "h%d[k] + (b_ih_l%d[j] + b_hh_l%d[j]);", l, lp,
+                                  arena_printf(a, l ? "h%d[k]" : "nrt_bf16(h%d[k])", l), l, l, l, l));
+        } else {
+            emitf(e, "if (net->lowp) /* ih rounded */");
+            rnn_each(e, n, arena_printf(a, "fwd_round_l%d", l),
+                     arena_printf(a, "float *h%d", l), arena_printf(a, "n * %lld", r.T), r.H,
+                     arena_printf(a, "h%d[k] = nrt_bf16(h%d[k]);", l, l));
+        }
         emitf(e, "for (int t = 0; t < %lld; t++) {", r.T);
         e->indent++;
         emitf(e, "float *ht = h%d + (size_t)t * %lld; /* sample i's at ht + i*%lld */", l, r.H,
               r.TH);
         if (r.T > 1) {
-            emitf(e, "if (t > 0) /* + h_{t-1} W_hh_l%d^T */", l);
+            emitf(e, "if (t > 0) /* + h_{t-1} W_hh_l%d^T (bf16: into hh) */", l);
             e->indent++;
-            rnn_gemm(e, "0, 1, n, %lld, %lld, 1.0f, ht - %lld, %lld, W_hh_l%d, %lld, 1.0f, ht, %lld",
-                     r.H, r.H, r.H, r.TH, l, r.H, r.TH);
+            rnn_gemm(e, "0, 1, n, %lld, %lld, 1.0f, ht - %lld, %lld, W_hh_l%d, %lld, "
+                     "net->lowp ? 0.0f : 1.0f, net->lowp ? hh : ht, net->lowp ? %lld : %lld",
+                     r.H, r.H, r.H, r.TH, l, r.H, r.H, r.TH);
             e->indent--;
         }
-        rnn_each(e, n, arena_printf(a, "fwd_act_l%d", l), "float *ht", "n", r.TH,
-                 arena_printf(a, "float v = ht[k]; ht[k] = %s;", r.act->act_fwd(a, n, "v")));
+        /* bf16: hh = bf16(h_{t-1} W_hh^T + b_hh) (b_hh alone at t = 0), v = bf16(ih + hh) */
+        const char *hh = r.T > 1 ? arena_printf(a, "(t > 0 ? hh[row * %lld + j] : 0.0f)", r.H)
+                                 : "0.0f";
+        const char *hh_b = r.bias ? arena_printf(a, "nrt_bf16(%s + b_hh_l%d[j])", hh, l)
+                                  : arena_printf(a, "nrt_bf16(%s)", hh);
+        const char *params = arena_printf(a, "float *ht%s%s", r.T > 1 ? ", const float *hh, int t" : "",
+                                          r.bias ? arena_printf(a, ", const float *b_hh_l%d", l) : "");
+        rnn_each(e, n, arena_printf(a, "fwd_act_l%d", l), cu_lowp(e, params), "n", r.TH,
+                 arena_printf(a, "float v = %s ? nrt_bf16(%s + ht[k]) : ht[k]; ht[k] = %s;", lp,
+                              hh_b, lowp_expr(e, r.act->act_fwd(a, n, "v"))));
         e->indent--;
         emitf(e, "}");
         if (r.T == 1)
@@ -1691,8 +1728,10 @@ static void rnn_bwd(Emit *e, const Node *n)
                      r.H, r.H, r.H, r.TH, l, r.H, r.TH);
             e->indent--;
         }
-        rnn_each(e, n, arena_printf(a, "bwd_act_l%d", l), "float *gt, const float *ht", "n", r.TH,
-                 arena_printf(a, "gt[k] = %s;", r.act->act_bwd(a, n, "gt[k]", "ht[k]")));
+        rnn_each(e, n, arena_printf(a, "bwd_act_l%d", l), cu_lowp(e, "float *gt, const float *ht"),
+                 "n", r.TH,
+                 arena_printf(a, "gt[k] = %s;",
+                              lowp_expr(e, r.act->act_bwd(a, n, lowp_expr(e, "gt[k]"), "ht[k]"))));
         e->indent--;
         emitf(e, "}");
         emitf(e, "/* dW_ih_l%d = g%d^T %s, over every sample and step */", l, l, x);
@@ -1741,7 +1780,7 @@ static const OpDef ops[] = {
     {{"linear", "y = x W^T + b (nn.Linear; in_features from the input)",
       {SIZE("out_features"), {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
      linear_shape, linear_fwd, linear_bwd, NULL, NULL, true, false, NULL, false, LAYOUT_NC,
-     linear_cu_fwd, linear_cu_bwd, NULL, false},
+     linear_cu_fwd, linear_cu_bwd, NULL, false, true},
     {{"conv2d", "2-D convolution (nn.Conv2d; in_channels from the input)",
       {SIZE("out_channels"),
        {"kernel", A_PAIR, NULL, 1, 4096, "kernel_size", NULL},
@@ -1749,52 +1788,52 @@ static const OpDef ops[] = {
        {"padding", A_PAIR, "0", 0, 4096, NULL, NULL},
        {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
      conv2d_shape, conv2d_fwd, conv2d_bwd, NULL, NULL, true, false, "xp", false, LAYOUT_CN,
-     conv2d_cu_fwd, conv2d_cu_bwd, conv2d_cu_workspace, true},
+     conv2d_cu_fwd, conv2d_cu_bwd, conv2d_cu_workspace, true, true},
     {{"maxpool2d", "max pooling (nn.MaxPool2d; stride defaults to kernel)",
       {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
        {"stride", A_INT, "", 1, 4096, NULL, NULL},
        {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
      pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false, LAYOUT_KEEP,
-     pool_cu_fwd, pool_cu_bwd, NULL, false},
+     pool_cu_fwd, pool_cu_bwd, NULL, false, false},
     {{"avgpool2d", "average pooling (nn.AvgPool2d, count_include_pad=True)",
       {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
        {"stride", A_INT, "", 1, 4096, NULL, NULL},
        {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
      pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false, LAYOUT_KEEP,
-     pool_cu_fwd, pool_cu_bwd, NULL, false},
+     pool_cu_fwd, pool_cu_bwd, NULL, false, false},
     {{"relu", "max(x, 0)", NOARGS}, same_shape, act_fwd, act_bwd, relu_f, relu_b, false, false, NULL, false, LAYOUT_KEEP,
-     act_cu_fwd, act_cu_bwd, NULL, false},
+     act_cu_fwd, act_cu_bwd, NULL, false, false},
     {{"leaky_relu", "x if x > 0 else negative_slope * x",
       {{"negative_slope", A_NUM, "0.01", 0, BIG, NULL, NULL}}},
      same_shape, act_fwd, act_bwd, leaky_f, leaky_b, false, false, NULL, false, LAYOUT_KEEP,
-     act_cu_fwd, act_cu_bwd, NULL, false},
+     act_cu_fwd, act_cu_bwd, NULL, false, false},
     {{"tanh", "tanh(x)", NOARGS}, same_shape, act_fwd, act_bwd, tanh_f, tanh_b, false, false, NULL, false, LAYOUT_KEEP,
-     act_cu_fwd, act_cu_bwd, NULL, false},
+     act_cu_fwd, act_cu_bwd, NULL, false, false},
     {{"sigmoid", "1 / (1 + exp(-x))", NOARGS}, same_shape, act_fwd, act_bwd, sigmoid_f, sigmoid_b, false, false, NULL, false, LAYOUT_KEEP,
-     act_cu_fwd, act_cu_bwd, NULL, false},
+     act_cu_fwd, act_cu_bwd, NULL, false, false},
     {{"flatten", "[C, H, W] -> [C*H*W] (nn.Flatten)", NOARGS},
      flatten_shape, flatten_fwd, flatten_bwd, NULL, NULL, false, true, NULL, false, LAYOUT_NC,
-     flatten_cu_fwd, flatten_cu_bwd, NULL, false},
+     flatten_cu_fwd, flatten_cu_bwd, NULL, false, false},
     {{"dropout", "zeroes each value with probability p in training (nn.Dropout)",
       {{"p", A_NUM, "0.5", 0, 1, NULL, NULL}}},
      dropout_shape, dropout_fwd, dropout_bwd, NULL, NULL, false, false, "mask", true, LAYOUT_KEEP,
-     dropout_cu_fwd, dropout_cu_bwd, NULL, false},
+     dropout_cu_fwd, dropout_cu_bwd, NULL, false, false},
 #define BN_ARGS {{"eps", A_NUM, "1e-05", 0, BIG, NULL, NULL}, \
                 {"momentum", A_NUM, "0.1", 0, 1, NULL, NULL}, \
                 {"affine", A_BOOL, "true", 0, 1, NULL, NULL}}
     {{"batchnorm1d", "per-feature batch normalization of a flat input (nn.BatchNorm1d)", BN_ARGS},
      batchnorm_shape, batchnorm_fwd, batchnorm_bwd, NULL, NULL, false, false, "stats", false,
-     LAYOUT_KEEP, batchnorm_cu_fwd, batchnorm_cu_bwd, NULL, false},
+     LAYOUT_KEEP, batchnorm_cu_fwd, batchnorm_cu_bwd, NULL, false, false},
     {{"batchnorm2d", "per-channel batch normalization of an image (nn.BatchNorm2d)", BN_ARGS},
      batchnorm_shape, batchnorm_fwd, batchnorm_bwd, NULL, NULL, false, false, "stats", false,
-     LAYOUT_KEEP, batchnorm_cu_fwd, batchnorm_cu_bwd, NULL, false},
+     LAYOUT_KEEP, batchnorm_cu_fwd, batchnorm_cu_bwd, NULL, false, false},
     {{"rnn", "Elman RNN over a sequence [T, F] (nn.RNN, batch_first): its last state",
       {{"hidden", A_INT, NULL, 1, INT_MAX_ARG, "hidden_size", NULL},
        {"layers", A_INT, "1", 1, 1024, "num_layers", NULL},
        {"nonlinearity", A_WORD, "tanh", 0, 0, NULL, "tanh|relu"},
        {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
      rnn_shape, rnn_fwd, rnn_bwd, NULL, NULL, false, false, "hs", false, LAYOUT_NC,
-     rnn_fwd, rnn_bwd, NULL, false},
+     rnn_fwd, rnn_bwd, NULL, false, true},
 };
 
 const OpDef *op_table(int *n)

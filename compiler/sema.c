@@ -427,38 +427,24 @@ static void check_precision(Program *p, const Stmt *s)
 }
 
 /* Which values are bf16 in a bf16 run, as torch.autocast has them: a
- * product's output (linear, conv2d: bf16 inputs, fp32 accumulation, the
- * bias added, then rounded), and what a layer makes of a bf16 value (an
- * activation, pooling, dropout, batchnorm: computed in fp32 from it, the
- * result rounded).  The values before the first product are fp32, and so
- * are the layers' passes there; the first product casts its input (a copy,
- * the fp32 value kept for the passes before it).  What has no bf16 path
- * yet is said in p->no_lowp: an error if the model asks for bf16, the
- * program's refusal if --precision does. */
+ * product's output (linear, conv2d, rnn: bf16 inputs, fp32 accumulation,
+ * the bias added, then rounded), and what a layer makes of a bf16 value
+ * (an activation, pooling, dropout, batchnorm: computed in fp32 from it,
+ * the result rounded).  The values before the first product are fp32, and
+ * so are the layers' passes there; the first product casts its input (a
+ * copy, the fp32 value kept for the passes before it). */
 static void plan_precision(Program *p, const Stmt *s)
 {
-    const Node *blocker = NULL;
     p->first_product = -1;
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
-        const bool product = n->op->takes_epilogue;
-        if (!blocker && !strcmp(n->op->sig.name, "rnn")) {
-            blocker = n;
-            p->no_lowp = arena_printf(p->arena, "rnn (line %d) has no bf16 path yet",
-                                      n->stmt->loc.first_line);
-        }
-        if (product && p->first_product < 0)
+        if (n->op->product && p->first_product < 0)
             p->first_product = i;
-        p->values[n->out].lowp = product || p->values[n->in].lowp;
+        p->values[n->out].lowp = n->op->product || p->values[n->in].lowp;
     }
-    if (!s || p->precision == NRT_FP32)
-        return;
-    if (p->precision == NRT_FP16) {
+    if (s && p->precision == NRT_FP16) {
         diag_error(p->diag, s->name_loc, "precision fp16 is not supported yet");
         diag_note(p->diag, s->name_loc, "bf16 is: 'precision bf16'");
-    } else if (blocker) {
-        diag_error(p->diag, s->name_loc, "precision bf16: %s", p->no_lowp);
-        diag_note(p->diag, blocker->stmt->loc, "%s is here", blocker->op->sig.name);
     }
 }
 

@@ -284,10 +284,6 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
         fail(prog, "precision fp16 is not supported yet; bf16 is");
         return -1;
     }
-    if (o->precision == NRT_BF16 && m->no_lowp) {
-        fail(prog, "precision bf16: %s", m->no_lowp);
-        return -1;
-    }
     if (bucket_mb) {
         char *end;
         errno = 0;

@@ -923,9 +923,6 @@ typedef struct nrt_model {
     /* Data parallelism across processes, or NULL (netc without --mpi). */
     const nrt_dist *dist;
     int precision;           /* enum nrt_precision: the model's `precision` */
-    /* Why the model cannot train in bf16 yet (a layer without its bf16
-     * path), or NULL: its passes round where PyTorch's autocast does. */
-    const char *no_lowp;
     /* floats a sample of the first product's input, which a bf16 run casts
      * (rounds into the net's xlp); 0: the model has no product */
     size_t lowp_in_size;

@@ -5,7 +5,7 @@
 # a few dozen samples so that an epoch ends with a partial batch within the
 # steps run; once with the kernels compiled ahead of time (nvcc.py), once
 # with --jit (the emulated NVRTC, through the JIT cache); in bf16, every
-# model with a bf16 path.  Then the JIT
+# model.  Then the JIT
 # cache's miss and hit (--jit-info) and a damaged entry, and a cuBLAS that
 # cannot be used: auto trains on the cpu, --device cuda says why.
 # Skipped (77) where tests/emu.sh is.
@@ -44,6 +44,7 @@ check "[ $? -eq 0 ] && grep -q '^ok .*cifar10' '$WORK/parity.bf16'" \
 tail -n 1 "$WORK/parity.bf16"
 DEVICE=cuda STEPS=20 SAMPLES=75 BATCH=16 RTOL=1e-6 PRECISION=bf16 sh "$SRC/tests/gpu/parity.sh" \
     "$SRC"/models/boston_mlp.net "$SRC"/models/digits_mlp.net "$SRC"/models/digits_cnn.net \
+    "$SRC"/models/airline_rnn.net \
     > "$WORK/parity.bf16x" 2>&1
 check "[ $? -eq 0 ]" "bf16 on the emulated device, bit for bit: $(grep -v '^ok' "$WORK/parity.bf16x")"
 

@@ -56,8 +56,7 @@ tests/emu/env.sh, whose environment the programs are built in), against
 PyTorch on the cpu, with the same tolerances.  Without it, the models'
 own device: auto, the cpu in `make check` (whose netc builds no CUDA).
 
---precision bf16 checks netc's bf16 instead (every model above but those
-it refuses in bf16): from the same weights, `PROG --precision bf16` and the
+--precision bf16 checks netc's bf16 instead: from the same weights, `PROG --precision bf16` and the
 twin under torch.autocast("cpu", dtype=torch.bfloat16) give the same first
 step's loss within BF16_FIRST and step losses within BF16_RTOL over
 BF16_STEPS steps (why these, at BF16_FIRST's definition).
