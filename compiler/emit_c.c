@@ -275,18 +275,18 @@ void emit_value_locals(Emit *e)
                   (long long)p->values[v].offset, shape_str(e->arena, &p->values[v].shape));
 }
 
-/* "if (cond) dst[0..count) = src rounded to bf16;" (src NULL: dst in
- * place), on the cpu or the GPU. */
+/* "if (cond) dst[0..count) = src rounded to the run's precision;" (src
+ * NULL: dst in place), on the cpu or the GPU. */
 static void emit_round(Emit *e, const char *cond, const char *dst, const char *src,
                        const char *count)
 {
     emitf(e, "if (%s)", cond);
     if (e->cuda)
-        emitf(e, "    TRY(nrt_cu_round_bf16(net, %s, %s, %s, err));", dst, src ? src : dst, count);
+        emitf(e, "    TRY(nrt_cu_round_lowp(net, %s, %s, %s, err));", dst, src ? src : dst, count);
     else if (!src)
-        emitf(e, "    nrt_round_bf16(%s, %s);", dst, count);
+        emitf(e, "    nrt_round_lowp(net->lowp, %s, %s);", dst, count);
     else
-        emitf(e, "    nrt_round_bf16_to(%s, %s, %s);", dst, src, count);
+        emitf(e, "    nrt_round_lowp_to(net->lowp, %s, %s, %s);", dst, src, count);
 }
 
 /* value v of the batch rounded in place */
@@ -316,7 +316,7 @@ void emit_lowp_input(Emit *e, bool fwd)
     if (p->first_product < 0)
         return;
     if (fwd) {
-        emitf(e, "/* bf16: the products' weights rounded, as autocast casts them */");
+        emitf(e, "/* bf16, fp16: the products' weights rounded, as autocast casts them */");
         emit_round(e, "net->lowp", "net->wlp", "net->param",
                    arena_printf(e->arena, "%zu", p->param_count));
     } else {
@@ -327,9 +327,17 @@ void emit_lowp_input(Emit *e, bool fwd)
 void emit_lowp_dlast(Emit *e)
 {
     const Program *p = e->p;
-    if (p->values[p->nvalues - 1].lowp) /* the loss in fp32; its gradient cast to the output's */
-        emit_round(e, "net->lowp && dlast", "dlast", NULL,
-                   arena_printf(e->arena, "(size_t)n * %d", p->n_out));
+    if (!p->values[p->nvalues - 1].lowp)
+        return;
+    const char *count = arena_printf(e->arena, "(size_t)n * %d", p->n_out);
+    if (e->cuda) { /* (fp16, which scales, runs on the cpu only) */
+        emit_round(e, "net->lowp && dlast", "dlast", NULL, count);
+        return;
+    }
+    emitf(e, "/* the loss in fp32; its gradient scaled (fp16: GradScaler's factor, else 1) and");
+    emitf(e, " * cast to the output's precision */");
+    emitf(e, "if (net->lowp && dlast)");
+    emitf(e, "    nrt_round_lowp_scaled(net->lowp, dlast, %s, net->loss_scale);", count);
 }
 
 /* After n's backward pass in a bf16 run: the gradient of a bf16 input

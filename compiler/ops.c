@@ -1652,14 +1652,16 @@ static void rnn_fwd(Emit *e, const Node *n)
                      cu_lowp(e, arena_printf(a, "float *h%d, const float *b_ih_l%d, "
                                              "const float *b_hh_l%d", l, l, l)),
                      arena_printf(a, "n * %lld", r.T), r.H,
-                     arena_printf(a, "h%d[k] = %s ? nrt_bf16(%s + b_ih_l%d[j]) : "
-                                  "h%d[k] + (b_ih_l%d[j] + b_hh_l%d[j]);", l, lp,
-                                  arena_printf(a, l ? "h%d[k]" : "nrt_bf16(h%d[k])", l), l, l, l, l));
+                     arena_printf(a, "h%d[k] = %s ? nrt_lowp(%s, %s + b_ih_l%d[j]) : "
+                                  "h%d[k] + (b_ih_l%d[j] + b_hh_l%d[j]);", l, lp, lp,
+                                  l ? arena_printf(a, "h%d[k]", l)
+                                    : arena_printf(a, "nrt_lowp(%s, h%d[k])", lp, l),
+                                  l, l, l, l));
         } else {
             emitf(e, "if (net->lowp) /* ih rounded */");
             rnn_each(e, n, arena_printf(a, "fwd_round_l%d", l),
-                     arena_printf(a, "float *h%d", l), arena_printf(a, "n * %lld", r.T), r.H,
-                     arena_printf(a, "h%d[k] = nrt_bf16(h%d[k]);", l, l));
+                     cu_lowp(e, arena_printf(a, "float *h%d", l)), arena_printf(a, "n * %lld", r.T), r.H,
+                     arena_printf(a, "h%d[k] = nrt_lowp(%s, h%d[k]);", l, lp, l));
         }
         emitf(e, "for (int t = 0; t < %lld; t++) {", r.T);
         e->indent++;
@@ -1673,16 +1675,17 @@ static void rnn_fwd(Emit *e, const Node *n)
                      r.H, r.H, r.H, r.TH, l, r.H, r.H, r.TH);
             e->indent--;
         }
-        /* bf16: hh = bf16(h_{t-1} W_hh^T + b_hh) (b_hh alone at t = 0), v = bf16(ih + hh) */
+        /* bf16: hh = bf16(h_{t-1} W_hh^T + b_hh) (b_hh alone at t = 0), v = bf16(ih + hh) (as
+         * fp16 likewise) */
         const char *hh = r.T > 1 ? arena_printf(a, "(t > 0 ? hh[row * %lld + j] : 0.0f)", r.H)
                                  : "0.0f";
-        const char *hh_b = r.bias ? arena_printf(a, "nrt_bf16(%s + b_hh_l%d[j])", hh, l)
-                                  : arena_printf(a, "nrt_bf16(%s)", hh);
+        const char *hh_b = r.bias ? arena_printf(a, "nrt_lowp(%s, %s + b_hh_l%d[j])", lp, hh, l)
+                                  : arena_printf(a, "nrt_lowp(%s, %s)", lp, hh);
         const char *params = arena_printf(a, "float *ht%s%s", r.T > 1 ? ", const float *hh, int t" : "",
                                           r.bias ? arena_printf(a, ", const float *b_hh_l%d", l) : "");
         rnn_each(e, n, arena_printf(a, "fwd_act_l%d", l), cu_lowp(e, params), "n", r.TH,
-                 arena_printf(a, "float v = %s ? nrt_bf16(%s + ht[k]) : ht[k]; ht[k] = %s;", lp,
-                              hh_b, lowp_expr(e, r.act->act_fwd(a, n, "v"))));
+                 arena_printf(a, "float v = %s ? nrt_lowp(%s, %s + ht[k]) : ht[k]; ht[k] = %s;", lp,
+                              lp, hh_b, lowp_expr(e, r.act->act_fwd(a, n, "v"))));
         e->indent--;
         emitf(e, "}");
         if (r.T == 1)

@@ -433,7 +433,7 @@ static void check_precision(Program *p, const Stmt *s)
  * the result rounded).  The values before the first product are fp32, and
  * so are the layers' passes there; the first product casts its input (a
  * copy, the fp32 value kept for the passes before it). */
-static void plan_precision(Program *p, const Stmt *s)
+static void plan_precision(Program *p)
 {
     p->first_product = -1;
     for (int i = 0; i < p->nnodes; i++) {
@@ -441,10 +441,6 @@ static void plan_precision(Program *p, const Stmt *s)
         if (n->op->product && p->first_product < 0)
             p->first_product = i;
         p->values[n->out].lowp = n->op->product || p->values[n->in].lowp;
-    }
-    if (s && p->precision == NRT_FP16) {
-        diag_error(p->diag, s->name_loc, "precision fp16 is not supported yet");
-        diag_note(p->diag, s->name_loc, "bf16 is: 'precision bf16'");
     }
 }
 
@@ -761,7 +757,7 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
     check_data_shapes(p, &seen);
     if (d->errors)
         return NULL;
-    plan_precision(p, seen.precision);
+    plan_precision(p);
     if (d->errors)
         return NULL;
     return p;

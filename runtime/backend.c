@@ -148,6 +148,7 @@ typedef struct Cpu {
     uint32_t *order;       /* the epoch's order, train->n indices */
     uint32_t *eval_idx;    /* 0 .. the larger eval set's n - 1 */
     double loss_sum;
+    nrt_scaler scaler;     /* fp16's (the backend's scaler points here) */
 } Cpu;
 
 static int cpu_set_data(void *ctx, const nrt_dataset *train, const nrt_dataset *valid,
@@ -231,12 +232,16 @@ static int update(Cpu *c, const nrt_batch *b, size_t total, float *loss, nrt_err
     if (b->n > 0) {
         const float *out;
         c->net.training = 1;
+        c->net.loss_scale = c->net.lowp == NRT_FP16 ? c->scaler.scale : 1.0f;
         l = c->m->forward(&c->net, b, &out);
         c->m->backward(&c->net, b);
     }
     if (c->comm && reduce(c, &l, (size_t)b->n, total, err))
         return -1;
-    nrt_optim_step(&c->opt, c->net.param, c->net.grad);
+    /* fp16: the summed gradients unscaled, the step skipped if one is not
+     * finite (the same on every rank: they hold the same sums) */
+    if (c->net.lowp != NRT_FP16 || !nrt_scaler_step(&c->scaler, c->net.grad, c->m->param_count))
+        nrt_optim_step(&c->opt, c->net.param, c->net.grad);
     c->net.step++;
     c->loss_sum += (double)l * (double)total;
     if (loss)
@@ -364,7 +369,7 @@ static int cpu_set_state(void *ctx, const float *m, const float *v, uint64_t ste
     if (v && c->opt.v)
         memcpy(c->opt.v, v, bytes);
     c->net.step = step;
-    c->opt.step = (int64_t)step;
+    c->opt.step = (int64_t)step - c->scaler.skipped; /* (the scaler is set first) */
     c->loss_sum = loss_sum;
     return 0;
 }
@@ -404,9 +409,11 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
     }
     c->net.dropout_key = rc->dropout_key;
     c->comm = rc->comm;
-    if (rc->precision == NRT_BF16) {
+    c->net.loss_scale = 1.0f;
+    c->scaler = (nrt_scaler){rc->init_scale > 0 ? rc->init_scale : NRT_SCALE_INIT, 0, 0};
+    if (rc->precision != NRT_FP32) {
         int ok = 1;
-        c->net.lowp = 1;
+        c->net.lowp = rc->precision;
         c->net.wlp = alloc_floats(m->param_count, sizeof(float), &ok);
         c->net.xlp = alloc_floats((size_t)rc->cap * m->lowp_in_size, sizeof(float), &ok);
         if (!ok) {
@@ -431,7 +438,8 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
                         .train_batch = cpu_train_batch,
                         .gradient = cpu_gradient,
                         .peak_memory = cpu_peak_memory,
-                        .close = cpu_close};
+                        .close = cpu_close,
+                        .scaler = rc->precision == NRT_FP16 ? &c->scaler : NULL};
     return 0;
 }
 
@@ -489,6 +497,15 @@ int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *
     if (kind == NRT_DEVICE_CPU)
         return nrt_cpu_open(m, &rc, be, err);
     int is_cuda = kind == NRT_DEVICE_CUDA;
+    if (rc.precision == NRT_FP16) { /* the cpu's alone, for now (every rank's the same) */
+        if (is_cuda) {
+            nrt_errorf(err, "device %s: precision fp16 runs on the cpu only, for now (its loss "
+                       "scaling is not on the GPU yet); use cpu, or bf16", dev);
+            return rc.comm ? NRT_ALL_RANKS : -1;
+        }
+        snprintf(note, note_len, "cpu (auto: precision fp16 runs on the cpu only, for now)");
+        return nrt_cpu_open(m, &rc, be, err);
+    }
     if (!m->cuda) {
         if (is_cuda)
             return nrt_errorf(err, "device %s: this program was built without CUDA (its "

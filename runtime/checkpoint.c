@@ -13,8 +13,10 @@
  *    .exp_avg_sq (Adam), .momentum_buffer (SGD with momentum);
  *  - in the metadata, the counters: the epoch under way and how many of its
  *    samples are done, the updates done, the seed, the batch size (a
- *    rank's) and the ranks, whether the epochs are shuffled, the epoch's loss sum so far and the
- *    learning-rate schedule's state; and what a resumed run takes from the
+ *    rank's) and the ranks, whether the epochs are shuffled, the epoch's
+ *    loss sum so far, the learning-rate schedule's state and, in fp16, the
+ *    loss scaler's (GradScaler's scale and growth tracker, the steps
+ *    skipped); and what a resumed run takes from the
  *    checkpoint unless told otherwise: the number of epochs and the data.
  *    Doubles are written in C's hexadecimal notation (%a), which reads
  *    back exactly.
@@ -31,6 +33,7 @@
 #include "netrt.h"
 
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -39,7 +42,7 @@
 #include <string.h>
 
 #define FORMAT "2" /* 2: the epochs and the data */
-#define MAX_META 23
+#define MAX_META 32 /* keys: 28 at most (fp16, standardized), and room */
 
 int nrt_lr_valid(double lr)
 {
@@ -77,6 +80,8 @@ typedef struct Meta {
 
 static void put_str(Meta *mt, const char *key, const char *value)
 {
+    if (mt->n == MAX_META)
+        abort(); /* a key more than MAX_META: a bug, not bad input */
     mt->kv[2 * mt->n] = key;
     mt->kv[2 * mt->n + 1] = value;
     mt->n++;
@@ -154,6 +159,11 @@ int nrt_checkpoint_save(const char *dir, const nrt_model *m, const nrt_optim *h,
     put(&mt, "schedule_best", "%a", c->sched.best);
     put(&mt, "schedule_bad_epochs", "%" PRId64, c->sched.bad_epochs);
     put(&mt, "schedule_cooldown", "%" PRId64, c->sched.cooldown_left);
+    if (c->precision == NRT_FP16) {
+        put(&mt, "loss_scale", "%a", (double)c->scaler.scale);
+        put(&mt, "loss_scale_tracker", "%" PRId32, c->scaler.tracker);
+        put(&mt, "skipped_steps", "%" PRId64, c->scaler.skipped);
+    }
     if (c->stats.dim) {
         if (nrt_stats_meta(&c->stats, stats_text, err))
             goto out;
@@ -227,6 +237,11 @@ static int finite(double x)
 static int not_nan(double x)
 {
     return !isnan(x);
+}
+
+static int positive_float(double x)
+{
+    return x > 0 && x <= FLT_MAX && (double)(float)x == x;
 }
 
 /* A number that ok accepts (expected: what it accepts, in words). */
@@ -331,10 +346,16 @@ int nrt_checkpoint_load(const char *dir, const nrt_model *m, const nrt_optim *h,
     /* (one from before precision was a choice has none: fp32) */
     const char *prec = nrt_safetensors_meta(f, "precision");
     c->precision = prec ? nrt_precision_parse(prec) : NRT_FP32;
-    if (c->precision != NRT_FP32 && c->precision != NRT_BF16) {
-        nrt_errorf(err, "%s: precision \"%.20s\" in the metadata (expected fp32 or bf16)", path,
-                   prec);
+    if (c->precision < 0) {
+        nrt_errorf(err, "%s: precision \"%.20s\" in the metadata (expected fp32, bf16 or fp16)",
+                   path, prec);
         goto out;
+    }
+    if (c->precision == NRT_FP16) {
+        c->scaler.scale = (float)get_double(&r, "loss_scale", positive_float, "a positive float");
+        c->scaler.tracker =
+            (int32_t)get_int(&r, "loss_scale_tracker", 0, NRT_SCALE_INTERVAL - 1);
+        c->scaler.skipped = get_int(&r, "skipped_steps", 0, (long long)c->step);
     }
     c->shuffle = (int)get_int(&r, "shuffle", 0, 1);
     c->epochs = get_int(&r, "epochs", 0, NRT_EPOCHS_MAX);

@@ -1912,15 +1912,27 @@ int nrt_correct(const float *logits, const int32_t *label, int n, int k)
 
 /* ------------------------------------------------------------ precision */
 
-void nrt_round_bf16(float *p, size_t n)
+/* (a loop a precision, so that each is vectorised) */
+void nrt_round_lowp_to(int prec, float *dst, const float *src, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        p[i] = nrt_bf16(p[i]);
+    if (prec == NRT_BF16)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = nrt_bf16(src[i]);
+    else if (prec == NRT_FP16)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = nrt_fp16(src[i]);
+    else if (dst != src)
+        memmove(dst, src, sizeof(float) * n);
 }
 
-const float *nrt_round_bf16_to(float *dst, const float *src, size_t n)
+void nrt_round_lowp(int prec, float *p, size_t n)
+{
+    nrt_round_lowp_to(prec, p, p, n);
+}
+
+void nrt_round_lowp_scaled(int prec, float *p, size_t n, float s)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = nrt_bf16(src[i]);
-    return dst;
+        p[i] *= s;
+    nrt_round_lowp(prec, p, n);
 }

@@ -27,6 +27,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <signal.h>
 #include <math.h>
 #include <stdarg.h>
@@ -60,6 +61,7 @@ typedef struct Options {
     double lr;              /* < 0: the model's */
     size_t bucket_bytes;    /* --bucket-mb, in bytes; 0: the default */
     int precision;          /* --precision, else the model's (enum nrt_precision) */
+    float init_scale;       /* --loss-scale (fp16), 0: GradScaler's default */
     uint64_t seed;
     /* flags a checkpoint must agree with, and --epochs, a resumed run's new length */
     int given_seed, given_batch, given_shuffle, given_data, given_epochs, given_precision;
@@ -142,9 +144,10 @@ static void usage(const nrt_model *m, const char *prog, FILE *out)
             "  --skip-bad         leave out images that cannot be read, with a count\n"
             "                     at the end, instead of stopping at the first\n"
             "  --quiet            print nothing but errors\n"
-            "  --precision P      fp32 | bf16: the products' and the activations'\n"
-            "                     precision, as torch.autocast (default: the model's,\n"
-            "                     %s)\n"
+            "  --precision P      fp32 | bf16 | fp16: the products' and the\n"
+            "                     activations' precision, as torch.autocast (default:\n"
+            "                     the model's, %s); fp16 scales the loss as GradScaler\n"
+            "  --loss-scale S     fp16: the first loss scale (default 65536)\n"
             "  --bucket-mb X      with several ranks on GPUs: the gradients are summed\n"
             "                     in buckets of up to X MiB while backward runs\n"
             "                     (DDP's bucket_cap_mb; default 25; netc --mpi)\n"
@@ -190,7 +193,7 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
     long long epochs = o->epochs, batch = o->batch, seed = (long long)o->seed, log_every = 0,
               threads = 0, gradcheck = 0, max_steps = -1,
               workers = cores < 1 ? 1 : cores > 8 ? 8 : cores;
-    const char *lr = NULL, *bucket_mb = NULL, *precision = NULL;
+    const char *lr = NULL, *bucket_mb = NULL, *precision = NULL, *loss_scale = NULL;
     const Flag flags[] = {
         {"--device", &o->device, NULL, 0, 0},
         {"--jit-arch", &o->jit_arch, NULL, 0, 0},
@@ -209,6 +212,7 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
         {"--lr", &lr, NULL, 0, 0},
         {"--bucket-mb", &bucket_mb, NULL, 0, 0},
         {"--precision", &precision, NULL, 0, 0},
+        {"--loss-scale", &loss_scale, NULL, 0, 0},
         {"--epochs", NULL, &epochs, 0, NRT_EPOCHS_MAX},
         {"--batch", NULL, &batch, 1, NRT_BATCH_MAX},
         {"--seed", NULL, &seed, 0, NRT_SEED_MAX},
@@ -280,9 +284,25 @@ static int parse_flags(const nrt_model *m, int argc, char **argv, Options *o)
         }
         o->given_precision = 1;
     }
-    if (o->precision == NRT_FP16) {
-        fail(prog, "precision fp16 is not supported yet; bf16 is");
-        return -1;
+    if (loss_scale) {
+        char *end;
+        errno = 0;
+        double s = strtod(loss_scale, &end);
+        if (errno || end == loss_scale || *end || !(s > 0 && s <= FLT_MAX) || (float)s == 0) {
+            fail(prog, "--loss-scale expects a positive number a float holds, got '%s'",
+                 loss_scale);
+            return -1;
+        }
+        if (o->resume) {
+            fail(prog, "--loss-scale starts a run; --resume goes on with its checkpoint's scale");
+            return -1;
+        }
+        if (o->precision != NRT_FP16) {
+            fail(prog, "--loss-scale: the run is in %s; the loss is scaled in fp16 only",
+                 nrt_precision_name(o->precision));
+            return -1;
+        }
+        o->init_scale = (float)s;
     }
     if (bucket_mb) {
         char *end;
@@ -569,6 +589,7 @@ typedef struct Run {
     int64_t start_epoch;   /* where training starts: 1, or a checkpoint's */
     uint64_t start_position;
     double resume_loss_sum; /* the checkpoint's epoch's loss sum so far */
+    nrt_scaler resume_scaler; /* and its loss scaler (fp16) */
     int test_left_out;      /* for a signal after the last step */
     char *resumed_paths; /* the checkpoint's data paths, where o's may point */
     int64_t last_epoch;    /* the last epoch ended (TensorBoard's test step) */
@@ -618,6 +639,15 @@ static void rec_num(Record *rc, const char *key, double v)
 static void rec_int(Record *rc, const char *key, long long v)
 {
     rec_put(rc, "%s\"%s\": %lld", rc->n ? ", " : "{", key, v);
+}
+
+/* fp16: the loss scaler's state, "loss_scale" and "skipped_steps" (so far) */
+static void rec_scaler(Record *rc, const nrt_scaler *s)
+{
+    if (!s)
+        return;
+    rec_num(rc, "loss_scale", (double)s->scale);
+    rec_int(rc, "skipped_steps", (long long)s->skipped);
 }
 
 /* The record, closed, to the metrics file; an error stops the run. */
@@ -688,6 +718,8 @@ static int save_checkpoint(Run *r, int64_t epoch, size_t position)
                         .test_data = o->test_data, .sched = r->sched,
                         .param = r->param, .m = r->opt_m, .v = r->opt_v,
                         .buffers = r->buffers, .stats = r->stats};
+    if (r->be.scaler)
+        c.scaler = *r->be.scaler;
     return r->be.get_params(r->be.ctx, r->param, r->buffers, &r->err) ||
                    r->be.get_state(r->be.ctx, r->opt_m, r->opt_v, &c.step, &c.loss_sum,
                                    &r->err) ||
@@ -743,6 +775,9 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
         }
         if (r->m->schedule.kind)
             printf("  lr %.4g", lr);
+        if (be->scaler)
+            printf("  loss_scale %g (%lld skipped)", (double)be->scaler->scale,
+                   (long long)be->scaler->skipped);
         printf("  %.2fs  %.0f samples/s%s\n", secs, (double)seen / secs,
                full ? "" : "  (stopped part way)");
         fflush(stdout);
@@ -757,6 +792,7 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
                 rec_num(&rc, "valid_accuracy", accuracy);
         }
         rec_num(&rc, "lr", lr);
+        rec_scaler(&rc, be->scaler);
         rec_num(&rc, "seconds", secs);
         rec_num(&rc, "samples_per_sec", (double)seen / secs);
         if (!full)
@@ -773,6 +809,8 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
     if (tb_scalar(r, "train/loss", epoch, train_loss) ||
         tb_scalar(r, "valid/loss", epoch, valid_loss) ||
         tb_scalar(r, "valid/accuracy", epoch, accuracy) || tb_scalar(r, "lr", epoch, lr) ||
+        (be->scaler && (tb_scalar(r, "loss_scale", epoch, be->scaler->scale) ||
+                        tb_scalar(r, "skipped_steps", epoch, (double)be->scaler->skipped))) ||
         (r->tb && nrt_tb_flush(r->tb, &r->err)))
         return -1;
     if (r->m->schedule.kind) {
@@ -891,10 +929,13 @@ static int train(Run *r)
                 Record rc = {.n = 0};
                 rec_int(&rc, "step", r->steps);
                 rec_num(&rc, "loss", (double)loss);
+                rec_scaler(&rc, be->scaler);
                 if (write_record(r, &rc))
                     return -1;
             }
-            if (logged && tb_scalar(r, "train/step_loss", r->steps, loss))
+            if (logged && (tb_scalar(r, "train/step_loss", r->steps, loss) ||
+                           (be->scaler && tb_scalar(r, "train/loss_scale", r->steps,
+                                                    be->scaler->scale))))
                 return -1;
             if (show) {
                 progress(r, epoch, s + n, d->n, seen, now() - te, shown_sum / (double)shown);
@@ -1032,6 +1073,7 @@ static int read_checkpoint(Run *r, Options *o)
     r->start_epoch = c.epoch;
     r->start_position = c.position;
     r->resume_loss_sum = c.loss_sum;
+    r->resume_scaler = c.scaler;
     return 0;
 }
 
@@ -1401,6 +1443,8 @@ static int run_training(Run *r)
     if (be->set_data(be->ctx, r->loader ? NULL : &d->train, d->has_valid ? &d->valid : NULL,
                      d->has_test ? &d->test : NULL, &r->err))
         return -1;
+    if (o->resume && be->scaler)
+        *be->scaler = r->resume_scaler;
     if (o->resume && be->set_state(be->ctx, r->opt_m, r->opt_v, (uint64_t)r->steps,
                                       r->resume_loss_sum, &r->err))
         return -1;
@@ -1618,10 +1662,11 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
                          .optim = m->optim,
                          .comm = r.world > 1 ? &r.comm : NULL,
                          .bucket_bytes = o.bucket_bytes,
-                         .precision = o.precision};
+                         .precision = o.precision,
+                         .init_scale = o.init_scale};
     rc.optim.lr = r.lr;
     char note[256];
-    if (o.precision == NRT_BF16 && o.gradcheck) {
+    if (o.precision != NRT_FP32 && o.gradcheck) {
         nrt_errorf(err, "--gradcheck checks the fp32 passes: give --precision fp32");
         r.world_failed = 1;
         goto fail;

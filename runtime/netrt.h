@@ -512,11 +512,7 @@ int nrt_correct(const float *logits, const int32_t *label, int n, int k);
 
 /* ------------------------------------------------------------ precision */
 
-/* The precision of a model's products and of the values between its
- * layers (`precision` in the model, --precision): the parameters, the
- * losses and the optimizer stay in fp32. */
-enum nrt_precision { NRT_FP32 = 0, NRT_BF16 = 1, NRT_FP16 = 2 };
-/* A precision's name, as the model language, --precision and checkpoints
+/* enum nrt_precision, nrt_bf16, nrt_fp16, nrt_lowp: lowp.h.  A precision's name, as the model language, --precision and checkpoints
  * write it; and the precision a name is (-1: none). */
 static inline const char *nrt_precision_name(int p)
 {
@@ -530,10 +526,11 @@ static inline int nrt_precision_parse(const char *s)
     return -1;
 }
 
-/* nrt_bf16 and nrt_lowp: lowp.h */
-/* Rounds p[0..n) to bf16 in place; dst[0..n) = src rounded, returning dst. */
-void nrt_round_bf16(float *p, size_t n);
-const float *nrt_round_bf16_to(float *dst, const float *src, size_t n);
+/* In precision prec (nrt_lowp): p[0..n) rounded in place; dst[0..n) =
+ * src rounded; p[0..n) scaled by s (an fp32 product), then rounded. */
+void nrt_round_lowp(int prec, float *p, size_t n);
+void nrt_round_lowp_to(int prec, float *dst, const float *src, size_t n);
+void nrt_round_lowp_scaled(int prec, float *p, size_t n, float s);
 
 /* ---------------------------------------------------------------- optim.c */
 
@@ -562,6 +559,25 @@ int nrt_optim_init(nrt_optim_state *s, const nrt_optim *h, size_t n,
 /* One update of param[0..n) with grad[0..n), exactly torch.optim's. */
 void nrt_optim_step(nrt_optim_state *s, float *param, const float *grad);
 void nrt_optim_free(nrt_optim_state *s);
+
+/* fp16's dynamic loss scaling, as torch.cuda.amp.GradScaler with its
+ * defaults: the loss's gradient is multiplied by scale before backward;
+ * after it the gradients are divided by it (multiplied by its fp32
+ * reciprocal), and a step whose gradients hold an inf or a NaN is
+ * skipped and the scale halved; 2000 steps in a row without one double
+ * it (if the double is finite). */
+#define NRT_SCALE_INIT 65536.0f
+#define NRT_SCALE_GROWTH 2.0f
+#define NRT_SCALE_BACKOFF 0.5f
+#define NRT_SCALE_INTERVAL 2000
+typedef struct nrt_scaler {
+    float scale;     /* GradScaler's _scale */
+    int32_t tracker; /* steps since the last skipped one or growth (_growth_tracker) */
+    int64_t skipped; /* steps skipped so far */
+} nrt_scaler;
+/* Unscales grad[0..n) in place and updates the scaler: 1 if the step is
+ * to be skipped (a gradient is not finite), else 0. */
+int nrt_scaler_step(nrt_scaler *s, float *grad, size_t n);
 
 /* ------------------------------------------------------------- schedule.c */
 
@@ -679,12 +695,15 @@ typedef struct nrt_net {
     uint64_t dropout_key; /* dropout masks: a function of the key, */
     uint64_t step;     /* the updates done so far, the layer and the value */
     int training;      /* dropout active; batchnorm on the batch's statistics */
-    /* precision bf16 (the cpu's emulation: fp32 arithmetic on values rounded
-     * to bf16 where PyTorch's autocast rounds them): lowp on, the weights of
-     * the products rounded into wlp by each forward pass, the first
-     * product's input into xlp [cap * lowp_in_size] */
+    /* precision bf16 or fp16 (the cpu's emulation: fp32 arithmetic on
+     * values rounded where PyTorch's autocast rounds them): lowp the
+     * precision (0: fp32), the weights of the products rounded into wlp by
+     * each forward pass, the first product's input into xlp [cap *
+     * lowp_in_size]; fp16's loss scale (GradScaler's; else 1), which the
+     * loss's gradient is multiplied by */
     int lowp;
     float *wlp, *xlp;
+    float loss_scale;
 } nrt_net;
 
 typedef struct nrt_batch {
@@ -765,6 +784,7 @@ typedef struct nrt_run_config {
      * once while backward goes on (--bucket-mb); 0: the default. */
     size_t bucket_bytes;
     int precision;           /* enum nrt_precision: the cpu's bf16 emulation */
+    float init_scale;        /* fp16: the first loss scale (0: NRT_SCALE_INIT) */
 } nrt_run_config;
 
 enum nrt_eval_set { NRT_EVAL_VALID = 0, NRT_EVAL_TEST = 1 };
@@ -778,6 +798,9 @@ typedef struct nrt_backend {
     int loss_free;           /* reading a step's loss costs nothing (cpu) */
     int buckets;             /* several ranks: the buckets the gradients are
                                 summed in as backward runs (0: at once, after) */
+    /* fp16: the loss scaler, read after each step (metrics, checkpoints)
+     * and set before set_state when a run resumes; NULL otherwise */
+    nrt_scaler *scaler;
     /* The run's data: the backend keeps what it needs (a GPU copies a
      * training set that fits to device memory, once).  Any may be NULL
      * (--eval has no training set). */
@@ -960,6 +983,7 @@ typedef struct nrt_checkpoint {
     char *text;             /* load: where those three lie (the caller frees it) */
     double loss_sum;        /* the epoch's loss sum so far */
     nrt_sched_state sched;
+    nrt_scaler scaler;      /* fp16's loss scaler */
     float *param;           /* param_count floats each; m and v NULL */
     float *m, *v;           /* where the optimizer keeps none */
     void *buffers;          /* buffer_bytes (NULL: the model has none) */

@@ -15,6 +15,8 @@
  *         m = beta1 * m + (1 - beta1) * g
  *         v = beta2 * v + (1 - beta2) * g^2
  *         p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ *
+ * and fp16's loss scaler, torch.cuda.amp.GradScaler's (nrt_scaler_step).
  */
 #include "netrt.h"
 
@@ -121,4 +123,30 @@ void nrt_optim_free(nrt_optim_state *s)
     free(s->m);
     free(s->v);
     s->m = s->v = NULL;
+}
+
+int nrt_scaler_step(nrt_scaler *s, float *grad, size_t n)
+{
+    /* as _amp_foreach_non_finite_check_and_unscale_: an inf or NaN noted,
+     * every gradient multiplied by the reciprocal (worked out in double) */
+    const float inv = (float)(1.0 / (double)s->scale);
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        found |= !isfinite(grad[i]);
+        grad[i] *= inv;
+    }
+    /* as _amp_update_scale_ */
+    if (found) {
+        s->scale *= NRT_SCALE_BACKOFF;
+        s->tracker = 0;
+        s->skipped++;
+    } else if (s->tracker + 1 == NRT_SCALE_INTERVAL) {
+        const float grown = s->scale * NRT_SCALE_GROWTH;
+        if (isfinite(grown))
+            s->scale = grown;
+        s->tracker = 0;
+    } else {
+        s->tracker++;
+    }
+    return found;
 }

@@ -897,7 +897,7 @@ static int setup(Ctx *c, const nrt_model *m, const nrt_run_config *cfg, char *na
     net->cap = cfg->cap;
     net->dropout_key = cfg->dropout_key;
     net->training = 1;
-    net->lowp = cfg->precision == NRT_BF16;
+    net->lowp = cfg->precision;
     cudaDeviceProp p;
     if (NRT_CUDA(cudaSetDevice(cfg->device), err) ||
         NRT_CUDA(cudaGetDeviceProperties(&p, cfg->device), err))
@@ -976,6 +976,8 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
         return nrt_errorf(err, "internal error: a batch capacity of %d", cfg->cap);
     if (cfg->optim.kind != NRT_SGD && cfg->optim.kind != NRT_ADAM)
         return nrt_errorf(err, "internal error: unknown optimizer kind %d", cfg->optim.kind);
+    if (cfg->precision == NRT_FP16)
+        return nrt_errorf(err, "internal error: fp16 on a GPU (no loss scaling there yet)");
     const int count = nrt_cuda_device_count(err);
     if (count < 0)
         return -1;

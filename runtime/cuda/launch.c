@@ -193,10 +193,10 @@ int nrt_cu_row_sums(nrt_cuda_net *net, const float *a, int rows, size_t cols, fl
                          err);
 }
 
-int nrt_cu_round_bf16(nrt_cuda_net *net, float *dst, const float *src, size_t count,
+int nrt_cu_round_lowp(nrt_cuda_net *net, float *dst, const float *src, size_t count,
                       nrt_error *err)
 {
-    return nrt_cu_each(net, NRT_K_ROUND_BF16, count, NRT_ARGS(&src, &dst), err);
+    return nrt_cu_each(net, NRT_K_ROUND_LOWP, count, NRT_ARGS(&src, &dst, &net->lowp), err);
 }
 
 int nrt_cu_dropout_fwd(nrt_cuda_net *net, uint32_t layer, const float *x, float *y,

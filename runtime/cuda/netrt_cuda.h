@@ -115,9 +115,10 @@ struct nrt_cuda_net {
      * model's i-th (its code->kernels[i]). */
     cudaLibrary_t library;
     cudaKernel_t *kernel;
-    /* A bf16 run (as the cpu's nrt_net): lowp on, the products' weights
-     * rounded into wlp [param_count] by each forward pass, the first
-     * product's input into xlp [cap * lowp_in_size]; NULL in fp32. */
+    /* A bf16 run (as the cpu's nrt_net): lowp NRT_BF16 (0: fp32), the
+     * products' weights rounded into wlp [param_count] by each forward
+     * pass, the first product's input into xlp [cap * lowp_in_size]; NULL
+     * in fp32.  (fp16 runs on the cpu only, for now.) */
     int lowp;
     float *wlp, *xlp;
     /* Several ranks: backward calls this (nrt_cu_grads_final) once the
@@ -129,7 +130,7 @@ struct nrt_cuda_net {
 
 /* The runtime's kernels in every module (netrt_kernels.cuh), by index. */
 enum { NRT_K_GEMM_SCALE, NRT_K_DROPOUT_FWD, NRT_K_MSE, NRT_K_COL_SUMS, NRT_K_ROW_SUMS,
-       NRT_K_ROUND_BF16, NRT_K_MODEL };
+       NRT_K_ROUND_LOWP, NRT_K_MODEL };
 
 /* Checks a CUDA runtime result: 0 if cudaSuccess, else -1 with
  * "CALL failed at FILE:LINE: REASON" in err. */
@@ -259,9 +260,9 @@ int nrt_cu_col_sums(nrt_cuda_net *net, const float *a, int rows, int cols, float
                     nrt_error *err);
 int nrt_cu_row_sums(nrt_cuda_net *net, const float *a, int rows, size_t cols, float *out,
                     nrt_error *err);
-/* dst[0..count) = src rounded to bf16 (nrt_round_bf16_to, bit for bit);
- * dst may be src. */
-int nrt_cu_round_bf16(nrt_cuda_net *net, float *dst, const float *src, size_t count,
+/* dst[0..count) = src in the run's precision net->lowp (nrt_round_lowp_to,
+ * bit for bit); dst may be src. */
+int nrt_cu_round_lowp(nrt_cuda_net *net, float *dst, const float *src, size_t count,
                       nrt_error *err);
 /* Inverted dropout, nrt_dropout_fwd bit for bit; the step is read on the
  * device, so a captured graph draws new masks. */

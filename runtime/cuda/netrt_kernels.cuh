@@ -32,7 +32,7 @@
  *   nrt_dev_mse          nrt_mse
  *   nrt_dev_col_sums,    nrt_col_sums, nrt_row_sums
  *   nrt_dev_row_sums
- *   nrt_dev_round_bf16   nrt_round_bf16_to (lowp.h's rounding)
+ *   nrt_dev_round_lowp   nrt_round_lowp_to (lowp.h's rounding)
  *
  * (nrt_dev_: the cpu functions they mirror have C linkage too)
  *
@@ -897,12 +897,12 @@ extern "C" __global__ void nrt_dev_gemm_scale(int m, int n, float beta, float *_
     }
 }
 
-/* dst[i] = src[i] rounded to bf16 (lowp.h's nrt_bf16, the cpu's bits);
+/* dst[i] = src[i] in precision prec (lowp.h's nrt_lowp, the cpu's bits);
  * dst may be src. */
-extern "C" __global__ void nrt_dev_round_bf16(size_t count, const float *src, float *dst)
+extern "C" __global__ void nrt_dev_round_lowp(size_t count, const float *src, float *dst, int prec)
 {
     NRT_EACH(i, count)
-        dst[i] = nrt_bf16(src[i]);
+        dst[i] = nrt_lowp(prec, src[i]);
 }
 
 /* One thread per lane b of philox.h's layout: its stream decides the

@@ -22,8 +22,8 @@ bwd@gradients@runtime/cuda/netrt_kernels.cuh@(dy[at] - mdy - (x[at] - mean)@(dy[
 nofork@ranks@runtime/cuda/backend.cu@ ||\n        NRT_CUDA(cudaStreamWaitEvent(b->stream, b->fork, 0), err))@)
 nojoin@ranks@runtime/cuda/backend.cu@ ||\n                   NRT_CUDA(cudaStreamWaitEvent(c->net.stream, b->join, 0), err)@
 early@ranks@runtime/cuda/backend.cu@(join_buckets(c, err) || nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err))@(nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err) || join_buckets(c, err))
-fp32@train@runtime/cuda/backend.cu@    net->lowp = cfg->precision == NRT_BF16;@    net->lowp = 0;
-rounding@kernels@runtime/cuda/netrt_kernels.cuh@        dst[i] = nrt_bf16(src[i]);@        dst[i] = nrt_bf16(src[i] * (1.0f + 0x1p-22f));'
+fp32@train@runtime/cuda/backend.cu@    net->lowp = cfg->precision;@    net->lowp = 0;
+rounding@kernels@runtime/cuda/netrt_kernels.cuh@        dst[i] = nrt_lowp(prec, src[i]);@        dst[i] = nrt_lowp(prec, src[i] * (1.0f + 0x1p-22f));'
 # what each is, for the report
 what() {
     case $1 in

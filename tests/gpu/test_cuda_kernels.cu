@@ -290,12 +290,12 @@ static void kernel_table(nrt_cuda_net *net)
     g_model.cuda = &g_cuda_model;
     net->model = &g_model;
     net->kernel = g_kernel;
-    /* in the order of NRT_K_GEMM_SCALE .. NRT_K_ROUND_BF16 */
+    /* in the order of NRT_K_GEMM_SCALE .. NRT_K_ROUND_LOWP */
     static_assert(NRT_K_MODEL == 6, "netrt_cuda.h has a new runtime kernel: add it here");
     const void *const runtime[NRT_K_MODEL] = {
         (const void *)nrt_dev_gemm_scale, (const void *)nrt_dev_dropout_fwd,
         (const void *)nrt_dev_mse, (const void *)nrt_dev_col_sums,
-        (const void *)nrt_dev_row_sums, (const void *)nrt_dev_round_bf16};
+        (const void *)nrt_dev_row_sums, (const void *)nrt_dev_round_lowp};
     for (int k = 0; k < NRT_K_MODEL; k++)
         kernel_index(runtime[k], nrt_cuda_kernel_name(net, k));
 }
@@ -1055,8 +1055,9 @@ static void test_sums(nrt_cuda_net *net)
 
 /* ------------------------------------------------------------ rounding */
 
-/* nrt_cu_round_bf16 against the cpu's nrt_round_bf16_to, bit for bit:
- * random values of every magnitude, and the cases the rounding has —
+/* nrt_cu_round_lowp against the cpu's nrt_round_lowp_to, bit for bit, in
+ * bf16 and in fp16: random values of every magnitude, and the cases the
+ * rounding has —
  * ties to even either way, a carry into the exponent, the largest values
  * (to infinity), subnormals, signed zeros, infinities, NaNs quiet and
  * signalling; in place and into another buffer. */
@@ -1068,12 +1069,17 @@ static std::vector<uint32_t> bits(const std::vector<float> &v) /* NaNs' too */
     return u;
 }
 
-static void test_round_bf16(nrt_cuda_net *net)
+static void test_round_lowp(nrt_cuda_net *net, int prec)
 {
     const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3fffffffu, 0x7f7fffffu,
                                 0xff7fffffu, 0x7f7f8000u, 0x00000001u, 0x00008000u, 0x00018000u,
                                 0x80000000u, 0x00000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
-                                0x7f800001u, 0xff800001u, 0x7fffffffu};
+                                0x7f800001u, 0xff800001u, 0x7fffffffu,
+                                /* fp16's: its largest, the tie past it, subnormals and
+                                 * their ties, mantissa ties */
+                                0x477fe000u, 0x477ff000u, 0x477fefffu, 0xc77ff000u, 0x38800000u,
+                                0x387fffffu, 0x33800000u, 0x33000000u, 0x33000001u, 0xb3400000u,
+                                0x3f801000u, 0x3f803000u};
     for (size_t count : {(size_t)1, (size_t)18, (size_t)1000, (size_t)(1 << 20) + 3}) {
         std::vector<float> x(count), want(count);
         for (size_t i = 0; i < count; i++) {
@@ -1082,14 +1088,17 @@ static void test_round_bf16(nrt_cuda_net *net)
                 u = special[i];
             memcpy(&x[i], &u, sizeof u);
         }
-        nrt_round_bf16_to(want.data(), x.data(), count);
+        nrt_round_lowp_to(prec, want.data(), x.data(), count);
         Dev<float> gx(x), gy(count);
         nrt_error err = {};
-        if (launched(net, nrt_cu_round_bf16(net, gy.p, gx.p, count, &err), err, "round_bf16"))
-            compare_exact(name("round_bf16 count=%zu", count), bits(gy.get()), bits(want));
-        if (launched(net, nrt_cu_round_bf16(net, gx.p, gx.p, count, &err), err, "round_bf16"))
-            compare_exact(name("round_bf16 count=%zu in place", count), bits(gx.get()),
+        const char *p = nrt_precision_name(prec);
+        net->lowp = prec;
+        if (launched(net, nrt_cu_round_lowp(net, gy.p, gx.p, count, &err), err, "round_lowp"))
+            compare_exact(name("round_lowp %s count=%zu", p, count), bits(gy.get()), bits(want));
+        if (launched(net, nrt_cu_round_lowp(net, gx.p, gx.p, count, &err), err, "round_lowp"))
+            compare_exact(name("round_lowp %s count=%zu in place", p, count), bits(gx.get()),
                           bits(want));
+        net->lowp = 0;
     }
 }
 
@@ -1314,7 +1323,8 @@ int main(int argc, char **argv)
     test_xent<1000>(&net, {2, 33});
     test_mse(&net);
     test_sums(&net);
-    test_round_bf16(&net);
+    test_round_lowp(&net, NRT_BF16);
+    test_round_lowp(&net, NRT_FP16);
     test_transpose<3, 1024>(&net, {1, 4});
     test_transpose<64, 16>(&net, {1, 5, 64});
     test_transpose<5, 7>(&net, {1, 3});

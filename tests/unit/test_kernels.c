@@ -1834,10 +1834,113 @@ static void test_bf16(void)
               cases[i].out);
     }
     float a[3] = {1.00390625f, -2.5f, 3.14159265f}, b[3];
-    nrt_round_bf16_to(b, a, 3);
-    nrt_round_bf16(a, 3);
+    nrt_round_lowp_to(NRT_BF16, b, a, 3);
+    nrt_round_lowp(NRT_BF16, a, 3);
     CHECK(!memcmp(a, b, sizeof a) && a[0] == 1.0f && a[1] == -2.5f && a[2] == 3.140625f,
-          "nrt_round_bf16: %g %g %g", a[0], a[1], a[2]);
+          "nrt_round_lowp bf16: %g %g %g", a[0], a[1], a[2]);
+}
+
+/* nrt_fp16 against bit patterns worked out by hand: PyTorch's .half()
+ * (c10's fp16_ieee_from_fp32_value: to nearest, ties to even; subnormals
+ * from 2^-14 down in steps of 2^-24; from 65520 on infinity; a NaN the
+ * quiet NaN of its sign). */
+static void test_fp16(void)
+{
+    static const struct {
+        uint32_t in, out;
+    } cases[] = {
+        {0x3f800000, 0x3f800000}, /* 1 */
+        {0x3f801000, 0x3f800000}, /* 1 + 2^-11: a tie, to even (down) */
+        {0x3f803000, 0x3f804000}, /* 1 + 3 2^-11: a tie, to even (up) */
+        {0x3f801001, 0x3f802000}, /* just past the tie: up */
+        {0x477fe000, 0x477fe000}, /* 65504, the largest */
+        {0x477fefff, 0x477fe000}, /* just short of 65520: 65504 */
+        {0x477ff000, 0x7f800000}, /* 65520, the tie past it: infinity */
+        {0xc77ff000, 0xff800000}, /* -65520: -infinity */
+        {0x7f7fffff, 0x7f800000}, /* FLT_MAX */
+        {0x38800000, 0x38800000}, /* 2^-14, the smallest normal */
+        {0x387fffff, 0x38800000}, /* just below it: up to it */
+        {0x33800000, 0x33800000}, /* 2^-24, the smallest subnormal */
+        {0x33000000, 0x00000000}, /* 2^-25: a tie, to even (0) */
+        {0x33000001, 0x33800000}, /* just past it: 2^-24 */
+        {0x33c00000, 0x34000000}, /* 3 2^-25: a tie, to even (2^-23) */
+        {0xb3000000, 0x80000000}, /* -2^-25: -0 */
+        {0x38000001, 0x38000000}, /* 2^-15 and a little: 2^-15, a subnormal */
+        {0x00000001, 0x00000000}, /* fp32's smallest subnormal: 0 */
+        {0x7f800000, 0x7f800000}, /* infinity */
+        {0x7f800001, 0x7fc00000}, /* a signalling NaN: the quiet one */
+        {0xffc12345, 0xffc00000}, /* a NaN keeps its sign alone */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float v, r;
+        uint32_t got;
+        memcpy(&v, &cases[i].in, sizeof v);
+        r = nrt_fp16(v);
+        memcpy(&got, &r, sizeof got);
+        CHECK(got == cases[i].out, "nrt_fp16(0x%08x) = 0x%08x, want 0x%08x", cases[i].in, got,
+              cases[i].out);
+    }
+#ifdef __FLT16_MAX__
+    /* and against the compiler's own conversion, IEEE's, over every
+     * exponent with random significands (NaNs aside: C leaves their bits
+     * open) */
+    long long differ = 0;
+    for (uint32_t e = 0; e < 256; e++)
+        for (int k = 0; k < 4096; k++) {
+            uint32_t u = e << 23 | ((uint32_t)nrt_rng_next(&rng) & 0x807fffffu), got, want;
+            float v, r, w;
+            memcpy(&v, &u, sizeof v);
+            if (isnan(v))
+                continue;
+            r = nrt_fp16(v);
+            w = (float)(_Float16)v;
+            memcpy(&got, &r, sizeof got);
+            memcpy(&want, &w, sizeof want);
+            differ += got != want;
+        }
+    CHECK(differ == 0, "nrt_fp16 differs from (_Float16) on %lld values", differ);
+#endif
+    float a[3] = {3.14159265f, 1e5f, 2.0f}, s[3] = {1.0f, 0.5f, 4096.0f};
+    nrt_round_lowp_scaled(NRT_FP16, s, 3, 16.0f); /* scaled, then rounded */
+    nrt_round_lowp(NRT_FP16, a, 3);
+    CHECK(a[0] == 3.140625f && isinf(a[1]) && a[2] == 2.0f && s[0] == 16.0f && s[1] == 8.0f &&
+              isinf(s[2]),
+          "nrt_round_lowp fp16: %g %g %g; scaled %g %g %g", a[0], a[1], a[2], s[0], s[1], s[2]);
+}
+
+/* GradScaler's step, by its rules: unscaling by the fp32 reciprocal of
+ * the scale, a non-finite gradient found before it (and the step skipped,
+ * the scale halved, the tracker reset), growth after NRT_SCALE_INTERVAL
+ * clean steps, and none where the grown scale would not be finite. */
+static void test_scaler(void)
+{
+    nrt_scaler s = {3.0f, 0, 0};
+    float g[3] = {3.0f, -6.0f, 1.0f};
+    int skip = nrt_scaler_step(&s, g, 3);
+    const float inv3 = (float)(1.0 / 3.0);
+    CHECK(!skip && g[0] == 3.0f * inv3 && g[1] == -6.0f * inv3 && g[2] == inv3 &&
+              s.scale == 3.0f && s.tracker == 1 && s.skipped == 0,
+          "a clean step: %d, %g %g %g, scale %g tracker %d", skip, g[0], g[1], g[2], s.scale,
+          (int)s.tracker);
+    float bad[2] = {INFINITY, 2.0f};
+    skip = nrt_scaler_step(&s, bad, 2);
+    CHECK(skip && s.scale == 1.5f && s.tracker == 0 && s.skipped == 1 && bad[1] == 2.0f * inv3,
+          "an inf: %d, scale %g tracker %d skipped %lld", skip, s.scale, (int)s.tracker,
+          (long long)s.skipped);
+    float nan[1] = {NAN};
+    CHECK(nrt_scaler_step(&s, nan, 1) && s.scale == 0.75f && s.skipped == 2, "a NaN: scale %g",
+          s.scale);
+    s = (nrt_scaler){1024.0f, NRT_SCALE_INTERVAL - 2, 0};
+    float z[1] = {0.0f};
+    nrt_scaler_step(&s, z, 1);
+    CHECK(s.scale == 1024.0f && s.tracker == NRT_SCALE_INTERVAL - 1, "before growth: %g %d",
+          s.scale, (int)s.tracker);
+    nrt_scaler_step(&s, z, 1);
+    CHECK(s.scale == 2048.0f && s.tracker == 0, "growth after %d clean steps: %g %d",
+          NRT_SCALE_INTERVAL, s.scale, (int)s.tracker);
+    s = (nrt_scaler){FLT_MAX, NRT_SCALE_INTERVAL - 1, 0};
+    nrt_scaler_step(&s, z, 1);
+    CHECK(s.scale == FLT_MAX && s.tracker == 0, "no growth to infinity: %g", s.scale);
 }
 
 int main(int argc, char **argv)
@@ -1860,5 +1963,7 @@ int main(int argc, char **argv)
     test_avgpool_fast();
     test_losses();
     test_bf16();
+    test_fp16();
+    test_scaler();
     return check_summary("test_kernels");
 }
