@@ -1803,13 +1803,25 @@ static int bench(void)
     return 0;
 }
 
+/* A rounding function f against bit patterns worked out by hand. */
+typedef struct Bits {
+    uint32_t in, out;
+} Bits;
+
+static void rounding_cases(const char *name, float (*f)(float), const Bits *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t got = nrt_f32_bits(f(nrt_f32_of(cases[i].in)));
+        CHECK(got == cases[i].out, "%s(0x%08x) = 0x%08x, want 0x%08x", name, cases[i].in, got,
+              cases[i].out);
+    }
+}
+
 /* nrt_bf16 against bit patterns worked out by hand: PyTorch's .bfloat16()
  * (round to nearest, ties to even; NaN kept; overflow to infinity). */
 static void test_bf16(void)
 {
-    static const struct {
-        uint32_t in, out;
-    } cases[] = {
+    static const Bits cases[] = {
         {0x3f800000, 0x3f800000}, /* 1 */
         {0x3f808000, 0x3f800000}, /* 1 + 2^-8: a tie, to even (down) */
         {0x3f818000, 0x3f820000}, /* 1 + 3 2^-8: a tie, to even (up) */
@@ -1824,15 +1836,7 @@ static void test_bf16(void)
         {0x7f800001, 0x7fc00000}, /* a signalling NaN: quiet NaN */
         {0xffc12345, 0xffc10000}, /* a quiet NaN keeps its sign and top bits */
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        float v, r;
-        uint32_t got;
-        memcpy(&v, &cases[i].in, sizeof v);
-        r = nrt_bf16(v);
-        memcpy(&got, &r, sizeof got);
-        CHECK(got == cases[i].out, "nrt_bf16(0x%08x) = 0x%08x, want 0x%08x", cases[i].in, got,
-              cases[i].out);
-    }
+    rounding_cases("nrt_bf16", nrt_bf16, cases, sizeof cases / sizeof cases[0]);
     float a[3] = {1.00390625f, -2.5f, 3.14159265f}, b[3];
     nrt_round_lowp_to(NRT_BF16, b, a, 3);
     nrt_round_lowp(NRT_BF16, a, 3);
@@ -1846,9 +1850,7 @@ static void test_bf16(void)
  * quiet NaN of its sign). */
 static void test_fp16(void)
 {
-    static const struct {
-        uint32_t in, out;
-    } cases[] = {
+    static const Bits cases[] = {
         {0x3f800000, 0x3f800000}, /* 1 */
         {0x3f801000, 0x3f800000}, /* 1 + 2^-11: a tie, to even (down) */
         {0x3f803000, 0x3f804000}, /* 1 + 3 2^-11: a tie, to even (up) */
@@ -1871,15 +1873,7 @@ static void test_fp16(void)
         {0x7f800001, 0x7fc00000}, /* a signalling NaN: the quiet one */
         {0xffc12345, 0xffc00000}, /* a NaN keeps its sign alone */
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        float v, r;
-        uint32_t got;
-        memcpy(&v, &cases[i].in, sizeof v);
-        r = nrt_fp16(v);
-        memcpy(&got, &r, sizeof got);
-        CHECK(got == cases[i].out, "nrt_fp16(0x%08x) = 0x%08x, want 0x%08x", cases[i].in, got,
-              cases[i].out);
-    }
+    rounding_cases("nrt_fp16", nrt_fp16, cases, sizeof cases / sizeof cases[0]);
 #ifdef __FLT16_MAX__
     /* and against the compiler's own conversion, IEEE's, over every
      * exponent with random significands (NaNs aside: C leaves their bits
@@ -1887,16 +1881,9 @@ static void test_fp16(void)
     long long differ = 0;
     for (uint32_t e = 0; e < 256; e++)
         for (int k = 0; k < 4096; k++) {
-            uint32_t u = e << 23 | ((uint32_t)nrt_rng_next(&rng) & 0x807fffffu), got, want;
-            float v, r, w;
-            memcpy(&v, &u, sizeof v);
-            if (isnan(v))
-                continue;
-            r = nrt_fp16(v);
-            w = (float)(_Float16)v;
-            memcpy(&got, &r, sizeof got);
-            memcpy(&want, &w, sizeof want);
-            differ += got != want;
+            const float v = nrt_f32_of(e << 23 | ((uint32_t)nrt_rng_next(&rng) & 0x807fffffu));
+            if (!isnan(v))
+                differ += nrt_f32_bits(nrt_fp16(v)) != nrt_f32_bits((float)(_Float16)v);
         }
     CHECK(differ == 0, "nrt_fp16 differs from (_Float16) on %lld values", differ);
 #endif
