@@ -26,7 +26,8 @@ static void usage(FILE *out)
           "\n"
           "  -o FILE         write the program (or, with --emit, the source) to FILE;\n"
           "                  default: the model's file name without .net\n"
-          "  --emit=KIND     write KIND instead of a program (to stdout without -o):\n"
+          "  --emit=KIND     write KIND instead of a program (to stdout without -o,\n"
+          "                  or with -o -):\n"
           "                    c        the generated C (with CUDA: its host passes\n"
           "                             and kernel source too, as --jit builds it)\n"
           "                    cuda     the generated CUDA kernels (.cu)\n"
@@ -606,6 +607,8 @@ int main(int argc, char **argv)
     if (emit) {
         if (kind == EMIT_C && cuda)
             kind = EMIT_C_FOR_CUDA;
+        if (out && !strcmp(out, "-")) /* -o -: stdout, as without -o */
+            out = NULL;
         status = write_out(p, &eo, out, arena, kind) == 0 ? 0 : 1;
         goto deps;
     }

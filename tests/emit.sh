@@ -129,6 +129,9 @@ fi
 check "head -1 '$WORK/lib.deps' | grep -q '^lib.h lib.c:'" "--emit=lib -MF: $(cat "$WORK/lib.deps" 2>/dev/null)"
 "$NETC" --emit=ir -MF "$WORK/ir.d" -MT graph.txt "$WORK/my model.net" > /dev/null
 check "head -1 '$WORK/ir.d' | grep -q '^graph.txt:'" "-MT: $(cat "$WORK/ir.d" 2>/dev/null)"
+(cd "$WORK" && "$NETC" --emit=ir "my model.net" -o - > ir.out)
+check "[ \$? -eq 0 ] && grep -q '^; netc' '$WORK/ir.out' && [ ! -e '$WORK/-' ]" \
+    "--emit=ir -o -: not to stdout (or a file named -)"
 "$NETC" --emit=c -MD "$WORK/my model.net" > /dev/null 2> "$WORK/err"
 check "[ $? -eq 2 ] && grep -q 'MD needs an output file' '$WORK/err'" "-MD to stdout: $(cat "$WORK/err")"
 # no dependencies for a failed compilation
