@@ -330,14 +330,13 @@ void emit_lowp_dlast(Emit *e)
     if (!p->values[p->nvalues - 1].lowp)
         return;
     const char *count = arena_printf(e->arena, "(size_t)n * %d", p->n_out);
-    if (e->cuda) { /* (fp16, which scales, runs on the cpu only) */
-        emit_round(e, "net->lowp && dlast", "dlast", NULL, count);
-        return;
-    }
     emitf(e, "/* the loss in fp32; its gradient scaled (fp16: GradScaler's factor, else 1) and");
     emitf(e, " * cast to the output's precision */");
     emitf(e, "if (net->lowp && dlast)");
-    emitf(e, "    nrt_round_lowp_scaled(net->lowp, dlast, %s, net->loss_scale);", count);
+    if (e->cuda)
+        emitf(e, "    TRY(nrt_cu_round_lowp_scaled(net, dlast, %s, err));", count);
+    else
+        emitf(e, "    nrt_round_lowp_scaled(net->lowp, dlast, %s, net->loss_scale);", count);
 }
 
 /* After n's backward pass in a bf16 run: the gradient of a bf16 input

@@ -148,7 +148,7 @@ typedef struct Cpu {
     uint32_t *order;       /* the epoch's order, train->n indices */
     uint32_t *eval_idx;    /* 0 .. the larger eval set's n - 1 */
     double loss_sum;
-    nrt_scaler scaler;     /* fp16's (the backend's scaler points here) */
+    nrt_scaler scaler;     /* fp16's */
 } Cpu;
 
 static int cpu_set_data(void *ctx, const nrt_dataset *train, const nrt_dataset *valid,
@@ -374,6 +374,20 @@ static int cpu_set_state(void *ctx, const float *m, const float *v, uint64_t ste
     return 0;
 }
 
+static int cpu_get_scaler(void *ctx, nrt_scaler *s, nrt_error *err)
+{
+    (void)err;
+    *s = ((Cpu *)ctx)->scaler;
+    return 0;
+}
+
+static int cpu_set_scaler(void *ctx, const nrt_scaler *s, nrt_error *err)
+{
+    (void)err;
+    ((Cpu *)ctx)->scaler = *s;
+    return 0;
+}
+
 static size_t cpu_peak_memory(void *ctx)
 {
     (void)ctx;
@@ -438,8 +452,11 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
                         .train_batch = cpu_train_batch,
                         .gradient = cpu_gradient,
                         .peak_memory = cpu_peak_memory,
-                        .close = cpu_close,
-                        .scaler = rc->precision == NRT_FP16 ? &c->scaler : NULL};
+                        .close = cpu_close};
+    if (rc->precision == NRT_FP16) {
+        be->get_scaler = cpu_get_scaler;
+        be->set_scaler = cpu_set_scaler;
+    }
     return 0;
 }
 
@@ -497,15 +514,6 @@ int nrt_backend_open(const nrt_model *m, const char *dev, const nrt_run_config *
     if (kind == NRT_DEVICE_CPU)
         return nrt_cpu_open(m, &rc, be, err);
     int is_cuda = kind == NRT_DEVICE_CUDA;
-    if (rc.precision == NRT_FP16) { /* the cpu's alone, for now (every rank's the same) */
-        if (is_cuda) {
-            nrt_errorf(err, "device %s: precision fp16 runs on the cpu only, for now (its loss "
-                       "scaling is not on the GPU yet); use cpu, or bf16", dev);
-            return rc.comm ? NRT_ALL_RANKS : -1;
-        }
-        snprintf(note, note_len, "cpu (auto: precision fp16 runs on the cpu only, for now)");
-        return nrt_cpu_open(m, &rc, be, err);
-    }
     if (!m->cuda) {
         if (is_cuda)
             return nrt_errorf(err, "device %s: this program was built without CUDA (its "

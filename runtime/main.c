@@ -644,8 +644,6 @@ static void rec_int(Record *rc, const char *key, long long v)
 /* fp16: the loss scaler's state, "loss_scale" and "skipped_steps" (so far) */
 static void rec_scaler(Record *rc, const nrt_scaler *s)
 {
-    if (!s)
-        return;
     rec_num(rc, "loss_scale", (double)s->scale);
     rec_int(rc, "skipped_steps", (long long)s->skipped);
 }
@@ -718,9 +716,8 @@ static int save_checkpoint(Run *r, int64_t epoch, size_t position)
                         .test_data = o->test_data, .sched = r->sched,
                         .param = r->param, .m = r->opt_m, .v = r->opt_v,
                         .buffers = r->buffers, .stats = r->stats};
-    if (r->be.scaler)
-        c.scaler = *r->be.scaler;
-    return r->be.get_params(r->be.ctx, r->param, r->buffers, &r->err) ||
+    return (r->be.get_scaler && r->be.get_scaler(r->be.ctx, &c.scaler, &r->err)) ||
+                   r->be.get_params(r->be.ctx, r->param, r->buffers, &r->err) ||
                    r->be.get_state(r->be.ctx, r->opt_m, r->opt_v, &c.step, &c.loss_sum,
                                    &r->err) ||
                    nrt_checkpoint_save(o->checkpoint, r->m, &r->m->optim, &c, &r->err)
@@ -766,6 +763,9 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
         return -1;
     const double lr = r->lr;
     r->last_epoch = epoch;
+    nrt_scaler sc;
+    if (be->get_scaler && be->get_scaler(be->ctx, &sc, &r->err))
+        return -1;
     if (!o->quiet) {
         printf("epoch %3lld/%d  train_loss %.6g", (long long)epoch, o->epochs, train_loss);
         if (valid) {
@@ -775,9 +775,8 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
         }
         if (r->m->schedule.kind)
             printf("  lr %.4g", lr);
-        if (be->scaler)
-            printf("  loss_scale %g (%lld skipped)", (double)be->scaler->scale,
-                   (long long)be->scaler->skipped);
+        if (be->get_scaler)
+            printf("  loss_scale %g (%lld skipped)", (double)sc.scale, (long long)sc.skipped);
         printf("  %.2fs  %.0f samples/s%s\n", secs, (double)seen / secs,
                full ? "" : "  (stopped part way)");
         fflush(stdout);
@@ -792,7 +791,8 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
                 rec_num(&rc, "valid_accuracy", accuracy);
         }
         rec_num(&rc, "lr", lr);
-        rec_scaler(&rc, be->scaler);
+        if (be->get_scaler)
+            rec_scaler(&rc, &sc);
         rec_num(&rc, "seconds", secs);
         rec_num(&rc, "samples_per_sec", (double)seen / secs);
         if (!full)
@@ -809,8 +809,8 @@ static int end_epoch(Run *r, int64_t epoch, double train_loss, size_t seen, doub
     if (tb_scalar(r, "train/loss", epoch, train_loss) ||
         tb_scalar(r, "valid/loss", epoch, valid_loss) ||
         tb_scalar(r, "valid/accuracy", epoch, accuracy) || tb_scalar(r, "lr", epoch, lr) ||
-        (be->scaler && (tb_scalar(r, "loss_scale", epoch, be->scaler->scale) ||
-                        tb_scalar(r, "skipped_steps", epoch, (double)be->scaler->skipped))) ||
+        (be->get_scaler && (tb_scalar(r, "loss_scale", epoch, sc.scale) ||
+                            tb_scalar(r, "skipped_steps", epoch, (double)sc.skipped))) ||
         (r->tb && nrt_tb_flush(r->tb, &r->err)))
         return -1;
     if (r->m->schedule.kind) {
@@ -925,17 +925,20 @@ static int train(Run *r)
             }
             shown_sum += (double)loss * (double)n;
             shown += n;
+            nrt_scaler sc;
+            if (logged && be->get_scaler && be->get_scaler(be->ctx, &sc, err))
+                return -1;
             if (logged && r->metrics >= 0) {
                 Record rc = {.n = 0};
                 rec_int(&rc, "step", r->steps);
                 rec_num(&rc, "loss", (double)loss);
-                rec_scaler(&rc, be->scaler);
+                if (be->get_scaler)
+                    rec_scaler(&rc, &sc);
                 if (write_record(r, &rc))
                     return -1;
             }
             if (logged && (tb_scalar(r, "train/step_loss", r->steps, loss) ||
-                           (be->scaler && tb_scalar(r, "train/loss_scale", r->steps,
-                                                    be->scaler->scale))))
+                           (be->get_scaler && tb_scalar(r, "train/loss_scale", r->steps, sc.scale))))
                 return -1;
             if (show) {
                 progress(r, epoch, s + n, d->n, seen, now() - te, shown_sum / (double)shown);
@@ -1443,8 +1446,8 @@ static int run_training(Run *r)
     if (be->set_data(be->ctx, r->loader ? NULL : &d->train, d->has_valid ? &d->valid : NULL,
                      d->has_test ? &d->test : NULL, &r->err))
         return -1;
-    if (o->resume && be->scaler)
-        *be->scaler = r->resume_scaler;
+    if (o->resume && be->set_scaler && be->set_scaler(be->ctx, &r->resume_scaler, &r->err))
+        return -1;
     if (o->resume && be->set_state(be->ctx, r->opt_m, r->opt_v, (uint64_t)r->steps,
                                       r->resume_loss_sum, &r->err))
         return -1;

@@ -798,9 +798,11 @@ typedef struct nrt_backend {
     int loss_free;           /* reading a step's loss costs nothing (cpu) */
     int buckets;             /* several ranks: the buckets the gradients are
                                 summed in as backward runs (0: at once, after) */
-    /* fp16: the loss scaler, read after each step (metrics, checkpoints)
-     * and set before set_state when a run resumes; NULL otherwise */
-    nrt_scaler *scaler;
+    /* fp16: the loss scaler's state, read after a step (metrics,
+     * checkpoints) and set before set_state when a run resumes; both NULL
+     * unless the run is in fp16 */
+    int (*get_scaler)(void *ctx, nrt_scaler *s, nrt_error *err);
+    int (*set_scaler)(void *ctx, const nrt_scaler *s, nrt_error *err);
     /* The run's data: the backend keeps what it needs (a GPU copies a
      * training set that fits to device memory, once).  Any may be NULL
      * (--eval has no training set). */

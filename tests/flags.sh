@@ -38,8 +38,6 @@ expect_error "--lr 1e-50 is too small: it would be 0 as a float" --lr 1e-50
 expect_error "--lr expects a non-negative number, got '1e-400'" --lr 1e-400
 expect_error "--data needs a value" --data
 expect_error "--precision expects fp32, bf16 or fp16, got 'bf8'" --precision bf8
-expect_error "device cuda: precision fp16 runs on the cpu only, for now (its loss scaling is not on the GPU yet); use cpu, or bf16" \
-    --data "$WORK/ok.csv" --precision fp16 --device cuda
 expect_error "--loss-scale: the run is in fp32; the loss is scaled in fp16 only" --loss-scale 8
 expect_error "--loss-scale expects a positive number a float holds, got '1e39'" --precision fp16 \
     --loss-scale 1e39

@@ -15,7 +15,8 @@
 # (PyTorch 1.13's cpu autocast has no fp16, so there is no step-by-step
 # comparison with PyTorch here; bf16's is in tests/pytorch.sh, and fp16
 # rounds at bf16's points: tests/unit/test_kernels.c checks its rounding
-# against the compiler's _Float16 and GradScaler's rules one by one.)
+# against the compiler's _Float16 and GradScaler's rules one by one, and
+# tests/emu_train.sh the GPU's scaler against the cpu's.)
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 cd "$SRC" || exit 1 # the model names its data from the source tree
 compile "$SRC/models/digits_mlp.net" "$WORK/dm" || finish

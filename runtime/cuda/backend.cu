@@ -38,8 +38,13 @@ struct Scalars {
     double eval_loss;           /* evaluate's sum of loss * n */
     unsigned long long correct; /* evaluate's correct predictions */
     unsigned long long cursor;  /* position in the epoch's order */
-    unsigned long long step;    /* updates done so far (dropout; Adam's t - 1) */
+    unsigned long long step;    /* steps done so far (dropout; Adam's t - 1) */
     float loss;                 /* the batch's mean loss, written by forward */
+    /* fp16: the loss scaler, whether this step's gradients overflowed, and
+     * the updates done (steps not skipped: the optimizer's count) */
+    nrt_scaler scaler;
+    int found;
+    unsigned long long updates;
     nrt_order order;            /* the epoch's order (the host reads its
                                    pinned mirror: host mode, checks) */
 };
@@ -285,8 +290,13 @@ static int enqueue_step(Ctx *c, int k, int n, size_t offset, int gather, nrt_err
     if (c->comm &&
         (join_buckets(c, err) || nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err)))
         return -1;
-    if (nrt_cuda_optim(s, c->sms, &c->h, net->param, net->grad, c->opt_m, c->opt_v, np,
-                       &sc->step, err))
+    /* fp16: the summed gradients unscaled and the update skipped if one is
+     * not finite (on every rank alike: they hold the same sums) */
+    const int fp16 = net->lowp == NRT_FP16;
+    if ((fp16 && nrt_cuda_unscale(s, c->sms, net->grad, np, &sc->scaler, &sc->found, err)) ||
+        nrt_cuda_optim(s, c->sms, &c->h, net->param, net->grad, c->opt_m, c->opt_v, np,
+                       fp16 ? &sc->updates : &sc->step, fp16 ? &sc->found : NULL, err) ||
+        (fp16 && nrt_cuda_scaler_update(s, &sc->scaler, &sc->found, &sc->updates, err)))
         return -1;
     return nrt_cuda_end_step(s, &sc->loss, n, &sc->loss_sum, &sc->cursor, &sc->step, err);
 }
@@ -782,10 +792,34 @@ static int be_set_state(void *ctx, const float *m, const float *v, uint64_t step
     const cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
     c->host->step = step;
     c->host->loss_sum = loss_sum;
+    /* (fp16: the scaler, set first, says how many steps were skipped) */
+    c->host->updates = step - (unsigned long long)c->host->scaler.skipped;
     return (m && c->opt_m && copy(c, c->opt_m, m, bytes, h2d, err)) ||
                    (v && c->opt_v && copy(c, c->opt_v, v, bytes, h2d, err)) ||
                    copy(c, &c->dev->step, &c->host->step, sizeof c->dev->step, h2d, err) ||
+                   copy(c, &c->dev->updates, &c->host->updates, sizeof c->dev->updates, h2d,
+                        err) ||
                    copy(c, &c->dev->loss_sum, &c->host->loss_sum, sizeof(double), h2d, err) ||
+                   NRT_CUDA(cudaStreamSynchronize(c->net.stream), err)
+               ? -1
+               : 0;
+}
+
+static int be_get_scaler(void *ctx, nrt_scaler *s, nrt_error *err)
+{
+    Ctx *c = (Ctx *)ctx;
+    if (copy(c, &c->host->scaler, &c->dev->scaler, sizeof *s, cudaMemcpyDeviceToHost, err) ||
+        NRT_CUDA(cudaStreamSynchronize(c->net.stream), err))
+        return -1;
+    *s = c->host->scaler;
+    return 0;
+}
+
+static int be_set_scaler(void *ctx, const nrt_scaler *s, nrt_error *err)
+{
+    Ctx *c = (Ctx *)ctx;
+    c->host->scaler = *s;
+    return copy(c, &c->dev->scaler, &c->host->scaler, sizeof *s, cudaMemcpyHostToDevice, err) ||
                    NRT_CUDA(cudaStreamSynchronize(c->net.stream), err)
                ? -1
                : 0;
@@ -883,6 +917,8 @@ static int alloc_net(Ctx *c, nrt_error *err)
     net->workspace_bytes = m->cuda->workspace;
     net->loss = &c->dev->loss;
     net->step = &c->dev->step;
+    if (net->lowp == NRT_FP16)
+        net->loss_scale = &c->dev->scaler.scale;
     return 0;
 }
 
@@ -911,8 +947,14 @@ static int setup(Ctx *c, const nrt_model *m, const nrt_run_config *cfg, char *na
     if (nrt_cuda_module_load(m->cuda->code, cfg->device, &net->library, &net->kernel, err) ||
         setup_blas(c, err) || alloc_net(c, err))
         return -1;
+    memset(c->host, 0, sizeof *c->host); /* (pinned memory comes as it is) */
+    /* fp16's scaler from its first scale (set_scaler when resumed) */
+    const nrt_scaler first = {cfg->init_scale > 0 ? cfg->init_scale : NRT_SCALE_INIT, 0, 0};
     /* the zeroing of every buffer is done before the first use */
-    return NRT_CUDA(cudaStreamSynchronize(net->stream), err);
+    return (net->lowp == NRT_FP16 && be_set_scaler(c, &first, err)) ||
+                   NRT_CUDA(cudaStreamSynchronize(net->stream), err)
+               ? -1
+               : 0;
 }
 
 /* Whether a library (what) loaded on every rank, where loaded says this
@@ -976,8 +1018,6 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
         return nrt_errorf(err, "internal error: a batch capacity of %d", cfg->cap);
     if (cfg->optim.kind != NRT_SGD && cfg->optim.kind != NRT_ADAM)
         return nrt_errorf(err, "internal error: unknown optimizer kind %d", cfg->optim.kind);
-    if (cfg->precision == NRT_FP16)
-        return nrt_errorf(err, "internal error: fp16 on a GPU (no loss scaling there yet)");
     const int count = nrt_cuda_device_count(err);
     if (count < 0)
         return -1;
@@ -1024,6 +1064,10 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
     b.train_batch = be_train_batch;
     b.gradient = be_gradient;
     b.peak_memory = be_peak_memory;
+    if (cfg->precision == NRT_FP16) {
+        b.get_scaler = be_get_scaler;
+        b.set_scaler = be_set_scaler;
+    }
     b.close = be_close;
     *out = b;
     return 0;

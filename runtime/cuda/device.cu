@@ -271,8 +271,10 @@ struct OptArgs {
 
 /* optim.c's sgd without momentum: p -= lr * (grad + wd * p). */
 static __global__ void k_sgd(float *__restrict__ p, const float *__restrict__ g, size_t n,
-                             OptArgs a)
+                             const int *skip, OptArgs a)
 {
+    if (skip && *skip)
+        return;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         const float pi = p[i];
@@ -285,8 +287,11 @@ static __global__ void k_sgd(float *__restrict__ p, const float *__restrict__ g,
  * its increment: here, no update done yet. */
 static __global__ void k_sgd_momentum(float *__restrict__ p, const float *__restrict__ g,
                                       float *__restrict__ buf, size_t n,
-                                      const unsigned long long *__restrict__ step, OptArgs a)
+                                      const unsigned long long *__restrict__ step,
+                                      const int *skip, OptArgs a)
 {
+    if (skip && *skip)
+        return;
     const bool first = *step == 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -304,8 +309,11 @@ static __global__ void k_sgd_momentum(float *__restrict__ p, const float *__rest
  * there, then rounded to float as there. */
 static __global__ void k_adam(float *__restrict__ p, const float *__restrict__ g,
                               float *__restrict__ m, float *__restrict__ v, size_t n,
-                              const unsigned long long *__restrict__ step, OptArgs a)
+                              const unsigned long long *__restrict__ step, const int *skip,
+                              OptArgs a)
 {
+    if (skip && *skip)
+        return;
     const double t = (double)(*step + 1);
     const double bc1 = 1.0 - pow((double)a.b1, t);
     const double bc2 = 1.0 - pow((double)a.b2, t);
@@ -327,10 +335,11 @@ static __global__ void k_adam(float *__restrict__ p, const float *__restrict__ g
 
 /* One update of param[0..n); step counts the updates done before it.  m:
  * sgd's momentum buffer (momentum != 0) or adam's first moment; v: adam's
- * second moment. */
+ * second moment.  None where skip, read on the device, is nonzero (fp16's
+ * overflow). */
 int nrt_cuda_optim(cudaStream_t s, int sms, const nrt_optim *h, float *param,
                    const float *grad, float *m, float *v, size_t n,
-                   const unsigned long long *step, nrt_error *err)
+                   const unsigned long long *step, const int *skip, nrt_error *err)
 {
     if (n == 0)
         return 0;
@@ -348,15 +357,69 @@ int nrt_cuda_optim(cudaStream_t s, int sms, const nrt_optim *h, float *param,
     a.nesterov = h->nesterov;
     const unsigned b = blocks_for(sms, n);
     if (h->kind == NRT_ADAM) {
-        k_adam<<<b, THREADS, 0, s>>>(param, grad, m, v, n, step, a);
+        k_adam<<<b, THREADS, 0, s>>>(param, grad, m, v, n, step, skip, a);
         return NRT_LAUNCHED("k_adam", err);
     }
     if (h->momentum != 0) {
-        k_sgd_momentum<<<b, THREADS, 0, s>>>(param, grad, m, n, step, a);
+        k_sgd_momentum<<<b, THREADS, 0, s>>>(param, grad, m, n, step, skip, a);
         return NRT_LAUNCHED("k_sgd_momentum", err);
     }
-    k_sgd<<<b, THREADS, 0, s>>>(param, grad, n, a);
+    k_sgd<<<b, THREADS, 0, s>>>(param, grad, n, skip, a);
     return NRT_LAUNCHED("k_sgd", err);
+}
+
+/* fp16's scaler, nrt_scaler_step's two halves: the gradients multiplied
+ * by the reciprocal of the scale (worked out in double, rounded to float),
+ * an inf or NaN among them (before) noted in *found; then the scale's
+ * update, and the optimizer's count of updates done (the step not skipped). */
+static __global__ void k_unscale(float *__restrict__ g, size_t n, const nrt_scaler *sc, int *found)
+{
+    const float inv = __double2float_rn(__ddiv_rn(1.0, (double)sc->scale));
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float gi = g[i];
+        if (!isfinite(gi))
+            *found = 1; /* (every writer writes 1: no order to keep) */
+        g[i] = __fmul_rn(gi, inv);
+    }
+}
+
+static __global__ void k_scaler_update(nrt_scaler *sc, const int *found,
+                                       unsigned long long *updates)
+{
+    if (*found) {
+        sc->scale = __fmul_rn(sc->scale, NRT_SCALE_BACKOFF);
+        sc->tracker = 0;
+        sc->skipped++;
+        return;
+    }
+    *updates += 1;
+    if (sc->tracker + 1 == NRT_SCALE_INTERVAL) {
+        const float grown = __fmul_rn(sc->scale, NRT_SCALE_GROWTH);
+        if (isfinite(grown))
+            sc->scale = grown;
+        sc->tracker = 0;
+    } else {
+        sc->tracker++;
+    }
+}
+
+int nrt_cuda_unscale(cudaStream_t s, int sms, float *grad, size_t n, const nrt_scaler *sc,
+                     int *found, nrt_error *err)
+{
+    if (NRT_CUDA(cudaMemsetAsync(found, 0, sizeof *found, s), err))
+        return -1;
+    if (n == 0)
+        return 0;
+    k_unscale<<<blocks_for(sms, n), THREADS, 0, s>>>(grad, n, sc, found);
+    return NRT_LAUNCHED("k_unscale", err);
+}
+
+int nrt_cuda_scaler_update(cudaStream_t s, nrt_scaler *sc, const int *found,
+                           unsigned long long *updates, nrt_error *err)
+{
+    k_scaler_update<<<1, 1, 0, s>>>(sc, found, updates);
+    return NRT_LAUNCHED("k_scaler_update", err);
 }
 
 /* The end of a step: the epoch's loss sum as main.c keeps it (in double,

@@ -196,7 +196,14 @@ int nrt_cu_row_sums(nrt_cuda_net *net, const float *a, int rows, size_t cols, fl
 int nrt_cu_round_lowp(nrt_cuda_net *net, float *dst, const float *src, size_t count,
                       nrt_error *err)
 {
-    return nrt_cu_each(net, NRT_K_ROUND_LOWP, count, NRT_ARGS(&src, &dst, &net->lowp), err);
+    const float *none = NULL;
+    return nrt_cu_each(net, NRT_K_ROUND_LOWP, count, NRT_ARGS(&src, &dst, &net->lowp, &none), err);
+}
+
+int nrt_cu_round_lowp_scaled(nrt_cuda_net *net, float *p, size_t count, nrt_error *err)
+{
+    return nrt_cu_each(net, NRT_K_ROUND_LOWP, count,
+                       NRT_ARGS(&p, &p, &net->lowp, &net->loss_scale), err);
 }
 
 int nrt_cu_dropout_fwd(nrt_cuda_net *net, uint32_t layer, const float *x, float *y,

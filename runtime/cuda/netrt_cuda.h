@@ -115,12 +115,13 @@ struct nrt_cuda_net {
      * model's i-th (its code->kernels[i]). */
     cudaLibrary_t library;
     cudaKernel_t *kernel;
-    /* A bf16 run (as the cpu's nrt_net): lowp NRT_BF16 (0: fp32), the
-     * products' weights rounded into wlp [param_count] by each forward
-     * pass, the first product's input into xlp [cap * lowp_in_size]; NULL
-     * in fp32.  (fp16 runs on the cpu only, for now.) */
+    /* A bf16 or fp16 run (as the cpu's nrt_net): lowp the precision (0:
+     * fp32), the products' weights rounded into wlp [param_count] by each
+     * forward pass, the first product's input into xlp [cap *
+     * lowp_in_size]; NULL in fp32. */
     int lowp;
     float *wlp, *xlp;
+    const float *loss_scale; /* fp16: the scaler's scale, on the device; else NULL */
     /* Several ranks: backward calls this (nrt_cu_grads_final) once the
      * gradients from param[from] on are final, so that their sum over the
      * ranks starts while it goes on (backend.cu's buckets); NULL alone. */
@@ -261,9 +262,12 @@ int nrt_cu_col_sums(nrt_cuda_net *net, const float *a, int rows, int cols, float
 int nrt_cu_row_sums(nrt_cuda_net *net, const float *a, int rows, size_t cols, float *out,
                     nrt_error *err);
 /* dst[0..count) = src in the run's precision net->lowp (nrt_round_lowp_to,
- * bit for bit); dst may be src. */
+ * bit for bit); dst may be src.  _scaled: p[0..count) multiplied by the
+ * loss scale (*net->loss_scale on the device; 1 where NULL), then rounded
+ * (nrt_round_lowp_scaled). */
 int nrt_cu_round_lowp(nrt_cuda_net *net, float *dst, const float *src, size_t count,
                       nrt_error *err);
+int nrt_cu_round_lowp_scaled(nrt_cuda_net *net, float *p, size_t count, nrt_error *err);
 /* Inverted dropout, nrt_dropout_fwd bit for bit; the step is read on the
  * device, so a captured graph draws new masks. */
 int nrt_cu_dropout_fwd(nrt_cuda_net *net, uint32_t layer, const float *x, float *y,
@@ -298,7 +302,11 @@ int nrt_cuda_weigh(cudaStream_t s, int sms, float *grad, size_t n, const float *
 int nrt_cuda_copy_loss(cudaStream_t s, const float *from, float *loss, nrt_error *err);
 int nrt_cuda_optim(cudaStream_t s, int sms, const nrt_optim *h, float *param,
                    const float *grad, float *m, float *v, size_t n,
-                   const unsigned long long *step, nrt_error *err);
+                   const unsigned long long *step, const int *skip, nrt_error *err);
+int nrt_cuda_unscale(cudaStream_t s, int sms, float *grad, size_t n, const nrt_scaler *sc,
+                     int *found, nrt_error *err);
+int nrt_cuda_scaler_update(cudaStream_t s, nrt_scaler *sc, const int *found,
+                           unsigned long long *updates, nrt_error *err);
 int nrt_cuda_end_step(cudaStream_t s, const float *loss, int n, double *loss_sum,
                       unsigned long long *cursor, unsigned long long *step, nrt_error *err);
 int nrt_cuda_count_eval(cudaStream_t s, const float *loss, const float *out,

@@ -897,12 +897,14 @@ extern "C" __global__ void nrt_dev_gemm_scale(int m, int n, float beta, float *_
     }
 }
 
-/* dst[i] = src[i] in precision prec (lowp.h's nrt_lowp, the cpu's bits);
- * dst may be src. */
-extern "C" __global__ void nrt_dev_round_lowp(size_t count, const float *src, float *dst, int prec)
+/* dst[i] = src[i] (times *scale, unless scale is NULL) in precision prec
+ * (lowp.h's nrt_lowp, the cpu's bits); dst may be src. */
+extern "C" __global__ void nrt_dev_round_lowp(size_t count, const float *src, float *dst, int prec,
+                                              const float *scale)
 {
+    const float s = scale ? *scale : 1.0f;
     NRT_EACH(i, count)
-        dst[i] = nrt_lowp(prec, src[i]);
+        dst[i] = nrt_lowp(prec, scale ? src[i] * s : src[i]);
 }
 
 /* One thread per lane b of philox.h's layout: its stream decides the

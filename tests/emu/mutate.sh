@@ -23,7 +23,8 @@ nofork@ranks@runtime/cuda/backend.cu@ ||\n        NRT_CUDA(cudaStreamWaitEvent(b
 nojoin@ranks@runtime/cuda/backend.cu@ ||\n                   NRT_CUDA(cudaStreamWaitEvent(c->net.stream, b->join, 0), err)@
 early@ranks@runtime/cuda/backend.cu@(join_buckets(c, err) || nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err))@(nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err) || join_buckets(c, err))
 fp32@train@runtime/cuda/backend.cu@    net->lowp = cfg->precision;@    net->lowp = 0;
-rounding@kernels@runtime/cuda/netrt_kernels.cuh@        dst[i] = nrt_lowp(prec, src[i]);@        dst[i] = nrt_lowp(prec, src[i] * (1.0f + 0x1p-22f));'
+noskip@train@runtime/cuda/backend.cu@fp16 ? &sc->found : NULL, err)@NULL, err)
+rounding@kernels@runtime/cuda/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s : src[i]);@nrt_lowp(prec, (scale ? src[i] * s : src[i]) * (1.0f + 0x1p-22f));'
 # what each is, for the report
 what() {
     case $1 in
@@ -38,6 +39,7 @@ what() {
     nojoin) echo "the optimizer not waiting for the gradients' sums" ;;
     early) echo "the summed loss read back before the sums are done" ;;
     fp32) echo "a bf16 run on the GPU computing in fp32 (lowp never set)" ;;
+    noskip) echo "fp16 on the GPU updating the weights with overflowed gradients" ;;
     rounding) echo "the GPU's bf16 rounding biased upward, now and then a bf16 ulp off" ;;
     esac
 }

@@ -27,6 +27,7 @@
 #            by NVRTC when it runs (default: no, by nvcc ahead of time)
 #   PRECISION  --precision of both runs (default: the model's); a model
 #            that cannot train in it is skipped
+#   FLAGS    more flags for both runs (--loss-scale S)
 #
 # Prints one line per model and run, ends with "parity: N passed, N failed";
 # exits 0 if all passed, 1 if not, 77 if DEVICE is cuda and there is none.
@@ -133,6 +134,7 @@ for model in "$@"; do
         flags="--load $work/$name.w0.safetensors --max-steps $STEPS --log-every 1 --quiet"
         [ -n "${BATCH:-}" ] && flags="$flags --batch $BATCH"
         [ -n "${PRECISION:-}" ] && flags="$flags --precision $PRECISION"
+        [ -n "${FLAGS:-}" ] && flags="$flags $FLAGS"
         [ "$order" = --no-shuffle ] && flags="$flags --no-shuffle"
         ok=1
         for side in a b; do

@@ -1098,6 +1098,16 @@ static void test_round_lowp(nrt_cuda_net *net, int prec)
         if (launched(net, nrt_cu_round_lowp(net, gx.p, gx.p, count, &err), err, "round_lowp"))
             compare_exact(name("round_lowp %s count=%zu in place", p, count), bits(gx.get()),
                           bits(want));
+        /* scaled by the loss scale, read on the device (fp16's dlast) */
+        std::vector<float> scaled = x;
+        nrt_round_lowp_scaled(prec, scaled.data(), count, 1024.0f);
+        Dev<float> gz(x), gs(std::vector<float>{1024.0f});
+        net->loss_scale = gs.p;
+        if (launched(net, nrt_cu_round_lowp_scaled(net, gz.p, count, &err), err,
+                     "round_lowp_scaled"))
+            compare_exact(name("round_lowp_scaled %s count=%zu", p, count), bits(gz.get()),
+                          bits(scaled));
+        net->loss_scale = NULL;
         net->lowp = 0;
     }
 }
