@@ -1,8 +1,9 @@
 /*
- * lowp.h — the precisions, and the rounding of a value to the low one a
- * mixed-precision run stores it in, shared word for word by the cpu runtime (netrt.h) and
- * the GPU kernels (netrt_kernels.cuh): the two backends round the same
- * values to the same bits.
+ * lowp.h — the precisions, the rounding of a value to the low one a
+ * mixed-precision run stores it in, and fp16's loss scaler, shared word
+ * for word by the cpu runtime (netrt.h) and the GPU's code
+ * (netrt_kernels.cuh, device.cu): the two backends round the same values
+ * to the same bits and scale the loss alike.
  *
  * This header is C and CUDA: NRT_HD marks the functions for both.
  */
@@ -83,5 +84,54 @@ static inline NRT_HD float nrt_lowp(int p, float v)
 {
     return p == NRT_BF16 ? nrt_bf16(v) : p == NRT_FP16 ? nrt_fp16(v) : v;
 }
+
+/* Whether v is neither infinite nor NaN. */
+static inline NRT_HD int nrt_f32_finite(float v)
+{
+    return (nrt_f32_bits(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+#ifndef __CUDACC_RTC__ /* the runtime's, on either side (not the model's kernels) */
+/* fp16's dynamic loss scaling, as torch.cuda.amp.GradScaler with its
+ * defaults: the loss's gradient is multiplied by scale before backward;
+ * after it the gradients are multiplied by the scale's reciprocal (an inf
+ * or a NaN among them noted first), and a step whose gradients hold one
+ * is skipped and the scale halved; 2000 steps in a row without one double
+ * it (if the double is finite). */
+#define NRT_SCALE_INIT 65536.0f
+#define NRT_SCALE_GROWTH 2.0f
+#define NRT_SCALE_BACKOFF 0.5f
+#define NRT_SCALE_INTERVAL 2000
+typedef struct nrt_scaler {
+    float scale;     /* GradScaler's _scale */
+    int32_t tracker; /* steps since the last skipped one or growth (_growth_tracker) */
+    int64_t skipped; /* steps skipped so far */
+} nrt_scaler;
+
+/* What the gradients are multiplied by: the scale's reciprocal, worked
+ * out in double (as _amp_foreach_non_finite_check_and_unscale_'s). */
+static inline NRT_HD float nrt_scaler_inv(const nrt_scaler *s)
+{
+    return (float)(1.0 / (double)s->scale);
+}
+
+/* After a step whose gradients held an inf or a NaN (found) or not: the
+ * scale's update, as _amp_update_scale_. */
+static inline NRT_HD void nrt_scaler_update(nrt_scaler *s, int found)
+{
+    if (found) {
+        s->scale *= NRT_SCALE_BACKOFF;
+        s->tracker = 0;
+        s->skipped++;
+    } else if (s->tracker + 1 == NRT_SCALE_INTERVAL) {
+        const float grown = s->scale * NRT_SCALE_GROWTH;
+        if (nrt_f32_finite(grown))
+            s->scale = grown;
+        s->tracker = 0;
+    } else {
+        s->tracker++;
+    }
+}
+#endif
 
 #endif

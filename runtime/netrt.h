@@ -512,7 +512,8 @@ int nrt_correct(const float *logits, const int32_t *label, int n, int k);
 
 /* ------------------------------------------------------------ precision */
 
-/* enum nrt_precision, nrt_bf16, nrt_fp16, nrt_lowp: lowp.h.  A precision's name, as the model language, --precision and checkpoints
+/* enum nrt_precision, nrt_bf16, nrt_fp16, nrt_lowp: lowp.h.  A
+ * precision's name, as the model language, --precision and checkpoints
  * write it; and the precision a name is (-1: none). */
 static inline const char *nrt_precision_name(int p)
 {
@@ -560,23 +561,9 @@ int nrt_optim_init(nrt_optim_state *s, const nrt_optim *h, size_t n,
 void nrt_optim_step(nrt_optim_state *s, float *param, const float *grad);
 void nrt_optim_free(nrt_optim_state *s);
 
-/* fp16's dynamic loss scaling, as torch.cuda.amp.GradScaler with its
- * defaults: the loss's gradient is multiplied by scale before backward;
- * after it the gradients are divided by it (multiplied by its fp32
- * reciprocal), and a step whose gradients hold an inf or a NaN is
- * skipped and the scale halved; 2000 steps in a row without one double
- * it (if the double is finite). */
-#define NRT_SCALE_INIT 65536.0f
-#define NRT_SCALE_GROWTH 2.0f
-#define NRT_SCALE_BACKOFF 0.5f
-#define NRT_SCALE_INTERVAL 2000
-typedef struct nrt_scaler {
-    float scale;     /* GradScaler's _scale */
-    int32_t tracker; /* steps since the last skipped one or growth (_growth_tracker) */
-    int64_t skipped; /* steps skipped so far */
-} nrt_scaler;
-/* Unscales grad[0..n) in place and updates the scaler: 1 if the step is
- * to be skipped (a gradient is not finite), else 0. */
+/* fp16's loss scaler (nrt_scaler, its rules: lowp.h), over the cpu's
+ * gradients: unscales grad[0..n) in place and updates the scaler; 1 if
+ * the step is to be skipped (a gradient is not finite), else 0. */
 int nrt_scaler_step(nrt_scaler *s, float *grad, size_t n);
 
 /* ------------------------------------------------------------- schedule.c */

@@ -127,26 +127,12 @@ void nrt_optim_free(nrt_optim_state *s)
 
 int nrt_scaler_step(nrt_scaler *s, float *grad, size_t n)
 {
-    /* as _amp_foreach_non_finite_check_and_unscale_: an inf or NaN noted,
-     * every gradient multiplied by the reciprocal (worked out in double) */
-    const float inv = (float)(1.0 / (double)s->scale);
+    const float inv = nrt_scaler_inv(s);
     int found = 0;
     for (size_t i = 0; i < n; i++) {
-        found |= !isfinite(grad[i]);
+        found |= !nrt_f32_finite(grad[i]);
         grad[i] *= inv;
     }
-    /* as _amp_update_scale_ */
-    if (found) {
-        s->scale *= NRT_SCALE_BACKOFF;
-        s->tracker = 0;
-        s->skipped++;
-    } else if (s->tracker + 1 == NRT_SCALE_INTERVAL) {
-        const float grown = s->scale * NRT_SCALE_GROWTH;
-        if (isfinite(grown))
-            s->scale = grown;
-        s->tracker = 0;
-    } else {
-        s->tracker++;
-    }
+    nrt_scaler_update(s, found);
     return found;
 }

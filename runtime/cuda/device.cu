@@ -368,17 +368,17 @@ int nrt_cuda_optim(cudaStream_t s, int sms, const nrt_optim *h, float *param,
     return NRT_LAUNCHED("k_sgd", err);
 }
 
-/* fp16's scaler, nrt_scaler_step's two halves: the gradients multiplied
- * by the reciprocal of the scale (worked out in double, rounded to float),
- * an inf or NaN among them (before) noted in *found; then the scale's
- * update, and the optimizer's count of updates done (the step not skipped). */
+/* fp16's scaler, nrt_scaler_step's two halves (lowp.h's rules): the
+ * gradients multiplied by the scale's reciprocal, an inf or NaN among them
+ * (before) noted in *found; then the scale's update, and the optimizer's
+ * count of updates done (the step not skipped). */
 static __global__ void k_unscale(float *__restrict__ g, size_t n, const nrt_scaler *sc, int *found)
 {
-    const float inv = __double2float_rn(__ddiv_rn(1.0, (double)sc->scale));
+    const float inv = nrt_scaler_inv(sc);
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         const float gi = g[i];
-        if (!isfinite(gi))
+        if (!nrt_f32_finite(gi))
             *found = 1; /* (every writer writes 1: no order to keep) */
         g[i] = __fmul_rn(gi, inv);
     }
@@ -387,21 +387,8 @@ static __global__ void k_unscale(float *__restrict__ g, size_t n, const nrt_scal
 static __global__ void k_scaler_update(nrt_scaler *sc, const int *found,
                                        unsigned long long *updates)
 {
-    if (*found) {
-        sc->scale = __fmul_rn(sc->scale, NRT_SCALE_BACKOFF);
-        sc->tracker = 0;
-        sc->skipped++;
-        return;
-    }
-    *updates += 1;
-    if (sc->tracker + 1 == NRT_SCALE_INTERVAL) {
-        const float grown = __fmul_rn(sc->scale, NRT_SCALE_GROWTH);
-        if (isfinite(grown))
-            sc->scale = grown;
-        sc->tracker = 0;
-    } else {
-        sc->tracker++;
-    }
+    nrt_scaler_update(sc, *found);
+    *updates += !*found;
 }
 
 int nrt_cuda_unscale(cudaStream_t s, int sms, float *grad, size_t n, const nrt_scaler *sc,
