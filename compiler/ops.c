@@ -639,7 +639,7 @@ static void linear_fwd(Emit *e, const Node *n)
     const Program *p = e->p;
     long long K = p->values[n->in].shape.d[0], M = p->values[n->out].shape.d[0];
     emitf(e, "/* y[n, %lld] = x[n, %lld] W^T */", M, K);
-    emitf(e, "nrt_sgemm(0, 1, n, %lld, %lld, 1.0f, x, %lld, W, %lld, 0.0f, y, %lld);",
+    emitf(e, "nrt_gemm(net->dot, 0, 1, n, %lld, %lld, 1.0f, x, %lld, W, %lld, 0.0f, y, %lld);",
           M, K, K, K, M);
     emit_epilogue(e, n, M, n->nparams > 1);
 }
@@ -650,13 +650,13 @@ static void linear_bwd(Emit *e, const Node *n)
     long long K = p->values[n->in].shape.d[0], M = p->values[n->out].shape.d[0];
     emit_act_grad(e, n, M);
     emitf(e, "/* dW[%lld, %lld] = dy^T x */", M, K);
-    emitf(e, "nrt_sgemm(1, 0, %lld, %lld, n, 1.0f, dy, %lld, x, %lld, 0.0f, dW, %lld);",
+    emitf(e, "nrt_gemm(net->dot, 1, 0, %lld, %lld, n, 1.0f, dy, %lld, x, %lld, 0.0f, dW, %lld);",
           M, K, M, K, K);
     if (n->nparams > 1)
         emitf(e, "nrt_col_sums(dy, n, %lld, db);", M);
     emitf(e, "/* dx[n, %lld] = dy W */", K);
     emitf(e, "if (dx)");
-    emitf(e, "    nrt_sgemm(0, 0, n, %lld, %lld, 1.0f, dy, %lld, W, %lld, 0.0f, dx, %lld);",
+    emitf(e, "    nrt_gemm(net->dot, 0, 0, n, %lld, %lld, 1.0f, dy, %lld, W, %lld, 0.0f, dx, %lld);",
           K, M, M, K, K);
 }
 
@@ -723,13 +723,13 @@ static bool conv2d_shape(Program *p, Node *n)
     return true;
 }
 
-/* The geometry as the runtime takes it, a constant in each pass. */
+/* The geometry as the runtime takes it, and the run's arithmetic. */
 static void conv_geometry(Emit *e, struct conv c)
 {
-    emitf(e, "static const nrt_conv g = {.c = %lld, .h = %lld, .w = %lld, .o = %lld, .oh = %lld, "
+    emitf(e, "const nrt_conv g = {.c = %lld, .h = %lld, .w = %lld, .o = %lld, .oh = %lld, "
           ".ow = %lld,", c.C, c.H, c.W, c.O, c.OH, c.OW);
-    emitf(e, "                           .kh = %lld, .kw = %lld, .sh = %lld, .sw = %lld, .ph = %lld, "
-          ".pw = %lld};", c.KH, c.KW, c.SH, c.SW, c.PH, c.PW);
+    emitf(e, "                    .kh = %lld, .kw = %lld, .sh = %lld, .sw = %lld, .ph = %lld, "
+          ".pw = %lld, .dot = net->dot};", c.KH, c.KW, c.SH, c.SW, c.PH, c.PW);
 }
 
 /* 1 when the input is laid out channel first, else 0 */
@@ -782,7 +782,7 @@ static void conv2d_bwd(Emit *e, const Node *n)
     emitf(e, "/* dcols[%lld, n*%lld] = W^T dy, folded back into dx */", c.CKK, c.P);
     emitf(e, "float *dcols = net->scratch;");
     emitf(e, "const int np = n * %lld;", c.P);
-    emitf(e, "nrt_sgemm(1, 0, %lld, np, %lld, 1.0f, W, %lld, dy, np, 0.0f, dcols, np);",
+    emitf(e, "nrt_gemm(net->dot, 1, 0, %lld, np, %lld, 1.0f, W, %lld, dy, np, 0.0f, dcols, np);",
           c.CKK, c.O, c.CKK);
     emitf(e, "nrt_col2im_batch%s(dcols, n, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
           "%lld, %lld, dx);", input_cn(e, n) ? "_cn" : "", c.C, c.H, c.W, c.KH, c.KW, c.SH,
@@ -1508,7 +1508,7 @@ static void batchnorm_cu_bwd(Emit *e, const Node *n)
  * sum g_{t+1} W_hh + what comes from above twice, its parts first), and
  * the weights' gradients at the end.
  *
- * The passes are one text for both backends: products are nrt_sgemm on
+ * The passes are one text for both backends: products are nrt_gemm on
  * the cpu and nrt_cu_gemm (cuBLAS) on the GPU with the same arguments,
  * elementwise steps loops or kernels with the same body (rnn_each). */
 
@@ -1590,7 +1590,7 @@ static const char *rnn_at(Emit *e, const char *base, long long floats)
     return floats ? arena_printf(e->arena, "%s + (size_t)n * %lld", base, floats) : base;
 }
 
-/* A product: nrt_sgemm's arguments, for the cpu or cuBLAS. */
+/* A product: nrt_sgemm's arguments, for the cpu (nrt_gemm) or cuBLAS. */
 static void rnn_gemm(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void rnn_gemm(Emit *e, const char *fmt, ...)
 {
@@ -1602,7 +1602,7 @@ static void rnn_gemm(Emit *e, const char *fmt, ...)
     if (e->cuda)
         emitf(e, "TRY(nrt_cu_gemm(net, %s, err));", args);
     else
-        emitf(e, "nrt_sgemm(%s);", args);
+        emitf(e, "nrt_gemm(net->dot, %s);", args);
 }
 
 /* body for every row < rows (a C expression) and column j < H of a

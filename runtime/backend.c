@@ -41,6 +41,32 @@ static void *alloc_floats(size_t n, size_t size, int *ok)
     return p;
 }
 
+/* The products' arithmetic in precision prec.  bf16's values are exact in
+ * fp32, so a bf16 product can run as fp32 multiply-adds on them or as
+ * AVX512-BF16's pairs (vdpbf16ps), whichever is faster, to within the
+ * order of the sums.  NETRT_CPU_BF16 chooses: native (the pairs, where the
+ * cpu has them), emulate (fp32: the order the GPU's products are compared
+ * with), or auto, the default: the pairs on AMD's cpus, which run
+ * vdpbf16ps at twice the multiply-adds of an fp32 FMA, and fp32 on
+ * Intel's, whose AVX-512 FMAs measured 1.5x faster than its vdpbf16ps
+ * (bench/RESULTS.md). */
+int nrt_dot_of(int prec, nrt_error *err)
+{
+    const char *how = getenv("NETRT_CPU_BF16");
+    int want;
+    if (!how || !*how || !strcmp(how, "auto"))
+#if defined(__x86_64__) || defined(__i386__)
+        want = __builtin_cpu_is("amd");
+#else
+        want = 0;
+#endif
+    else if (!strcmp(how, "native") || !strcmp(how, "emulate"))
+        want = how[0] == 'n';
+    else
+        return nrt_errorf(err, "NETRT_CPU_BF16 is '%s': native, emulate or auto", how);
+    return prec == NRT_BF16 && want && nrt_dot_native() ? NRT_DOT_BF16 : NRT_DOT_F32;
+}
+
 int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err)
 {
     int ok = 1;
@@ -428,6 +454,11 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
     if (rc->precision != NRT_FP32) {
         int ok = 1;
         c->net.lowp = rc->precision;
+        c->net.dot = nrt_dot_of(rc->precision, err);
+        if (c->net.dot < 0) {
+            cpu_close(c);
+            return -1;
+        }
         c->net.wlp = alloc_floats(m->param_count, sizeof(float), &ok);
         c->net.xlp = alloc_floats((size_t)rc->cap * m->lowp_in_size, sizeof(float), &ok);
         if (!ok) {
@@ -457,6 +488,11 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
         be->get_scaler = cpu_get_scaler;
         be->set_scaler = cpu_set_scaler;
     }
+    if (c->net.dot == NRT_DOT_BF16)
+        snprintf(be->products, sizeof be->products, "bf16 pairs on AVX512-BF16 (vdpbf16ps), summed in fp32");
+    else if (rc->precision != NRT_FP32)
+        snprintf(be->products, sizeof be->products, "fp32 multiply-adds (%s) of the rounded values",
+                 nrt_gemm_isa());
     return 0;
 }
 

@@ -481,6 +481,160 @@ pack_conv_rows_avx2(const float *xp, const size_t *roff, int kc,
 }
 #endif
 
+/* The AVX-512 kernel: the tile of MR rows and one panel (NR columns) or
+ * two side by side (2 NR: twelve zmm accumulators, enough independent
+ * sums to keep both FMA units busy, where six leave them waiting), storing
+ * its first mr rows and nr columns (masked) straight into C — the edge
+ * tiles included, with no padded copy.  Each element goes through exactly
+ * ukernel_avx2's operations (acc = fma(a, b, acc) along the block, then
+ * alpha * acc or fma(alpha, acc, beta * c)), so either kernel, and any mix
+ * of them across tiles, gives the same bits. */
+#if defined(NRT_X86_AVX2) && !defined(NETRT_NO_AVX512) &&                                  \
+    ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && __GNUC__ >= 10))
+#define NRT_X86_AVX512 1
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile_avx512(const int panels, int kc, const float *a, const float *b0, const float *b1,
+            float *c, size_t ldc, float alpha, float beta, int mr, int nr)
+{
+    __m512 acc[MR][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+        acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int p = 0; p < kc; p++, a += MR, b0 += NR, b1 += NR) {
+        const __m512 x0 = _mm512_loadu_ps(b0), x1 = panels == 2 ? _mm512_loadu_ps(b1) : x0;
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            const __m512 ai = _mm512_set1_ps(a[i]);
+            acc[i][0] = _mm512_fmadd_ps(ai, x0, acc[i][0]);
+            if (panels == 2)
+                acc[i][1] = _mm512_fmadd_ps(ai, x1, acc[i][1]);
+        }
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int h = 0; h < panels; h++) {
+        const int w = nr - h * NR > NR ? NR : nr - h * NR;
+        const __mmask16 cols = (__mmask16)((1u << w) - 1u);
+        for (int i = 0; i < mr; i++) {
+            float *ci = c + (size_t)i * ldc + h * NR;
+            __m512 r = _mm512_mul_ps(va, acc[i][h]);
+            if (beta != 0.0f)
+                r = _mm512_fmadd_ps(va, acc[i][h],
+                                    _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(cols, ci)));
+            _mm512_mask_storeu_ps(ci, cols, r);
+        }
+    }
+}
+
+/* nr <= NR: the one panel b0; else the two, b0 and b1. */
+__attribute__((target("avx512f"))) static void
+ukernel_avx512(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc,
+               float alpha, float beta, int mr, int nr)
+{
+    if (nr > NR)
+        tile_avx512(2, kc, a, b0, b1, c, ldc, alpha, beta, mr, nr);
+    else
+        tile_avx512(1, kc, a, b0, b0, c, ldc, alpha, beta, mr, nr);
+}
+#endif
+
+/* The bf16 products (NRT_DOT_BF16) on AVX512-BF16: vdpbf16ps multiplies
+ * pairs of bf16 values and adds both products to fp32 lanes, 32
+ * multiply-adds an instruction against AVX2's 8.  Its operands are the
+ * packed fp32 panels above, converted (pairs_a, pairs_b) into the pairs
+ * it reads: k = 2q in the low half of each 32-bit lane, 2q + 1 in the
+ * high, an odd block's last pair completed with a zero.  Its arithmetic,
+ * the instruction's: a product of two bf16 values is exact in fp32, and
+ * each lane takes acc += a[2q+1] b[2q+1], then acc += a[2q] b[2q], each
+ * sum rounded to nearest even, bf16 subnormals read as zero and fp32
+ * subnormal sums flushed to zero.  So a bf16 product differs from
+ * NRT_DOT_F32's on the same (bf16) values only in the order of its sums
+ * — and, as that, does not depend on the thread count either. */
+#ifdef NRT_X86_AVX512
+#define NRT_X86_BF16 1
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+/* The micro-kernel: the MR x NR tile in six zmm accumulators over kp
+ * pairs; stores its first mr rows and nr columns (c as ukernel_fn). */
+BF16_TARGET static void ukernel_bf16(int kp, const uint32_t *a, const uint16_t *b, float *c,
+                                     size_t ldc, float alpha, float beta, int mr, int nr)
+{
+    __m512 acc[MR];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int q = 0; q < kp; q++, a += MR, b += 2 * NR) {
+        const __m512bh bq = (__m512bh)_mm512_loadu_si512(b);
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++)
+            acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_set1_epi32((int)a[i]), bq);
+    }
+    const __mmask16 cols = (__mmask16)((1u << nr) - 1u);
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int i = 0; i < mr; i++) {
+        float *ci = c + (size_t)i * ldc;
+        __m512 r = _mm512_mul_ps(va, acc[i]);
+        if (beta != 0.0f)
+            r = _mm512_fmadd_ps(va, acc[i], _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(cols, ci)));
+        _mm512_mask_storeu_ps(ci, cols, r);
+    }
+}
+
+/* ntile packed tiles of A (kc groups of MR floats each) as pairs: tile t
+ * at dst + t * MR * kp, group q holding (a[2q][i], a[2q+1][i]). */
+static void pairs_a(int kc, int ntile, const float *src, uint32_t *restrict dst)
+{
+    const int kp = (kc + 1) / 2;
+    for (int t = 0; t < ntile; t++, src += (size_t)MR * kc, dst += (size_t)MR * kp)
+        for (int q = 0; q < kp; q++)
+            for (int i = 0; i < MR; i++) {
+                const uint32_t lo = nrt_f32_bits(nrt_bf16(src[(size_t)2 * q * MR + i])) >> 16;
+                const uint32_t hi = 2 * q + 1 < kc
+                                        ? nrt_f32_bits(nrt_bf16(src[(size_t)(2 * q + 1) * MR + i])) >> 16
+                                        : 0;
+                dst[(size_t)q * MR + i] = lo | hi << 16;
+            }
+}
+
+/* npanel packed panels of B (kc groups of NR floats each) as pairs: panel
+ * p at dst + p * 2 * NR * kp, group q holding (b[2q][j], b[2q+1][j]) for
+ * j < NR, sixteen rounded at once (vcvtne2ps2bf16) and interleaved. */
+BF16_TARGET static void pairs_b(int kc, int npanel, const float *src, uint16_t *restrict dst)
+{
+    static const uint16_t weave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i idx = _mm512_loadu_si512(weave);
+    const int kp = (kc + 1) / 2;
+    for (int t = 0; t < npanel; t++, src += (size_t)NR * kc, dst += (size_t)2 * NR * kp)
+        for (int q = 0; q < kp; q++) {
+            const __m512 lo = _mm512_loadu_ps(src + (size_t)2 * q * NR);
+            const __m512 hi = 2 * q + 1 < kc ? _mm512_loadu_ps(src + (size_t)(2 * q + 1) * NR)
+                                             : _mm512_setzero_ps();
+            const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(hi, lo); /* lo in lanes 0-15 */
+            _mm512_storeu_si512(dst + (size_t)q * 2 * NR, _mm512_permutexvar_epi16(idx, both));
+        }
+}
+#endif
+
+static int have_avx512(void)
+{
+#ifdef NRT_X86_AVX512
+    return __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
+static int have_bf16(void)
+{
+#ifdef NRT_X86_BF16
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512bf16");
+#else
+    return 0;
+#endif
+}
+
 static int have_avx2(void)
 {
 #ifdef NRT_X86_AVX2
@@ -554,8 +708,11 @@ struct gemm {
     int lda, ldb, ldc;
     const struct conv_src *cv;
     int flip;
+    int dot; /* enum nrt_dot: what gemm_run makes of it, below */
     ukernel_fn uk;
-    int avx2; /* the AVX2 packing routines may be used */
+    int avx2;   /* the AVX2 packing routines may be used */
+    int avx512; /* the micro-kernel is ukernel_avx512 */
+    int bf16;   /* the bf16 products: pairs_a, pairs_b, ukernel_bf16 */
 };
 
 /* op(A)[i][p] and op(B)[p][j], one at a time. */
@@ -685,7 +842,7 @@ static float *alloc_floats(size_t n)
  * pa and pb (gemm_block's sizes). */
 static __attribute__((noinline)) void
 gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
-              float *pb)
+              float *pb, void *pa2, void *pb2)
 {
     const int k = g->k;
     const int kcb = block_size(k, KC, 1); /* from k alone: see below */
@@ -722,6 +879,10 @@ gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
 #endif
                     pack_b_cols(g->b, g->ldb, pc, kc, j0 + j, nr, d);
                 }
+#ifdef NRT_X86_BF16
+            if (g->bf16)
+                pairs_b(kc, npanel, pb, pb2);
+#endif
             for (int ic = 0; ic < m; ic += mcb) {
                 const int mc = m - ic < mcb ? m - ic : mcb;
                 const int ntile = (mc + MR - 1) / MR;
@@ -740,13 +901,35 @@ gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
 #endif
                     pack_a(g->transa, g->a, g->lda, i0 + i, mr, pc, kc, d);
                 }
-                for (int jp = 0; jp < npanel; jp++) {
-                    const int j = jc + jp * NR, nr = n - j < NR ? n - j : NR;
+#ifdef NRT_X86_BF16
+                if (g->bf16)
+                    pairs_a(kc, ntile, pa, pa2);
+#endif
+                /* AVX-512 takes two panels at a time where there are two */
+                for (int jp = 0, step; jp < npanel; jp += step) {
+                    step = g->avx512 && jp + 1 < npanel ? 2 : 1;
+                    const int j = jc + jp * NR, nr = n - j < step * NR ? n - j : step * NR;
                     const float *tb = pb + (size_t)jp * NR * kc;
                     for (int it = 0; it < ntile; it++) {
                         const int i = ic + it * MR, mr = m - i < MR ? m - i : MR;
                         const float *ta = pa + (size_t)it * MR * kc;
                         float *tc = g->c + (size_t)(i0 + i) * ldc + j0 + j;
+#ifdef NRT_X86_BF16
+                        if (g->bf16) {
+                            const int kp = (kc + 1) / 2;
+                            ukernel_bf16(kp, (const uint32_t *)pa2 + (size_t)it * MR * kp,
+                                         (const uint16_t *)pb2 + (size_t)jp * 2 * NR * kp, tc,
+                                         ldc, g->alpha, beta, mr, nr);
+                            continue;
+                        }
+#endif
+#ifdef NRT_X86_AVX512
+                        if (g->avx512) {
+                            ukernel_avx512(kc, ta, tb, tb + (size_t)NR * kc, tc, ldc, g->alpha,
+                                           beta, mr, nr);
+                            continue;
+                        }
+#endif
                         if (mr == MR && nr == NR) {
                             g->uk(kc, ta, tb, tc, ldc, g->alpha, beta);
                             continue;
@@ -783,19 +966,23 @@ enum { PACK_STACK = 16384 };
 static int gemm_block(const struct gemm *g, int i0, int m, int j0, int n)
 {
     const int kcb = block_size(g->k, KC, 1);
-    const size_t na = (size_t)block_size(m, MC, MR) * kcb;
-    const size_t nb = (size_t)block_size(n, NC, NR) * kcb + 8; /* + pack_conv_rows_avx2's spill */
-    if (round_up(na, 16) + nb <= PACK_STACK) {
+    const size_t mcb = (size_t)block_size(m, MC, MR), ncb = (size_t)block_size(n, NC, NR);
+    const size_t na = mcb * kcb;
+    const size_t nb = ncb * kcb + 8; /* + pack_conv_rows_avx2's spill */
+    /* the bf16 products' pairs: 4 bytes a pair, a float's room */
+    const size_t kp = g->bf16 ? (size_t)(kcb + 1) / 2 : 0, na2 = mcb * kp, nb2 = ncb * kp;
+    const size_t at_b = round_up(na, 16), at_a2 = at_b + round_up(nb, 16);
+    const size_t at_b2 = at_a2 + round_up(na2, 16), all = at_b2 + nb2;
+    if (all <= PACK_STACK) {
         _Alignas(64) float buf[PACK_STACK];
-        gemm_block_in(g, i0, m, j0, n, buf, buf + round_up(na, 16));
+        gemm_block_in(g, i0, m, j0, n, buf, buf + at_b, buf + at_a2, buf + at_b2);
         return 0;
     }
-    float *pa = alloc_floats(na), *pb = alloc_floats(nb);
-    if (pa && pb)
-        gemm_block_in(g, i0, m, j0, n, pa, pb);
-    free(pa);
-    free(pb);
-    return pa && pb ? 0 : -1;
+    float *p = alloc_floats(all);
+    if (p)
+        gemm_block_in(g, i0, m, j0, n, p, p + at_b, p + at_a2, p + at_b2);
+    free(p);
+    return p ? 0 : -1;
 }
 
 /* Thread t of nt's share of C: the tiles of C form a grid of mt x np
@@ -833,6 +1020,8 @@ static void gemm_run(struct gemm *g, int m, int n)
 {
     g->avx2 = have_avx2();
     g->uk = pick_ukernel(g->avx2);
+    g->bf16 = g->dot == NRT_DOT_BF16 && have_bf16();
+    g->avx512 = !g->bf16 && g->dot != NRT_DOT_AVX2 && have_avx512();
     int nt = 1;
 #ifdef _OPENMP
     if ((double)m * n * g->k >= PAR_MIN_GEMM && !omp_in_parallel())
@@ -859,9 +1048,34 @@ static void gemm_run(struct gemm *g, int m, int n)
     }
 }
 
+const char *nrt_gemm_isa(void)
+{
+#ifdef NETRT_HAVE_OPENBLAS
+    return "OpenBLAS";
+#else
+    return have_avx512() ? "AVX-512" : have_avx2() ? "AVX2" : "portable";
+#endif
+}
+
+int nrt_dot_native(void)
+{
+#ifdef NETRT_HAVE_OPENBLAS
+    return 0;
+#else
+    return have_bf16();
+#endif
+}
+
 void nrt_sgemm(int transa, int transb, int m, int n, int k, float alpha,
                const float *a, int lda, const float *b, int ldb, float beta,
                float *c, int ldc)
+{
+    nrt_gemm(NRT_DOT_F32, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void nrt_gemm(int dot, int transa, int transb, int m, int n, int k, float alpha,
+              const float *a, int lda, const float *b, int ldb, float beta,
+              float *c, int ldc)
 {
     if (m <= 0 || n <= 0)
         return;
@@ -870,6 +1084,7 @@ void nrt_sgemm(int transa, int transb, int m, int n, int k, float alpha,
         return;
     }
 #ifdef NETRT_HAVE_OPENBLAS
+    (void)dot;
     cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
                 transb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
                 b, ldb, beta, c, ldc);
@@ -879,8 +1094,8 @@ void nrt_sgemm(int transa, int transb, int m, int n, int k, float alpha,
                    ldc);
         return;
     }
-    struct gemm g = {transa, transb, k, alpha, beta, a, b, c, lda, ldb, ldc,
-                     NULL, 0, NULL, 0};
+    struct gemm g = {.transa = transa, .transb = transb, .k = k, .alpha = alpha, .beta = beta,
+                     .a = a, .b = b, .c = c, .lda = lda, .ldb = ldb, .ldc = ldc, .dot = dot};
     gemm_run(&g, m, n);
 #endif
 }
@@ -1149,7 +1364,8 @@ void nrt_conv2d_fwd(const nrt_conv *g, int n, const float *w, const float *xp,
 {
     const struct conv_src s = conv_src_of(g, n, xp);
     const int k = g->c * g->kh * g->kw, np = n * g->oh * g->ow;
-    struct gemm gm = {0, 0, k, 1.0f, 0.0f, w, NULL, y, k, 0, np, &s, 0, NULL, 0};
+    struct gemm gm = {.k = k, .alpha = 1.0f, .a = w, .c = y, .lda = k, .ldc = np, .cv = &s,
+                      .dot = g->dot};
     if (g->o > 0 && np > 0)
         gemm_run(&gm, g->o, np);
 }
@@ -1159,7 +1375,8 @@ void nrt_conv2d_dw(const nrt_conv *g, int n, const float *dy, const float *xp,
 {
     const struct conv_src s = conv_src_of(g, n, xp);
     const int k = g->c * g->kh * g->kw, np = n * g->oh * g->ow;
-    struct gemm gm = {0, 1, np, 1.0f, 0.0f, dy, NULL, dw, np, 0, k, &s, 0, NULL, 0};
+    struct gemm gm = {.transb = 1, .k = np, .alpha = 1.0f, .a = dy, .c = dw, .lda = np, .ldc = k,
+                      .cv = &s, .dot = g->dot};
     if (g->o > 0 && k > 0)
         gemm_run(&gm, g->o, k);
 }
@@ -1176,14 +1393,15 @@ void nrt_conv2d_dx(const nrt_conv *g, int n, int cn, const float *w,
 {
     /* The transposed convolution: dy's channels in, x's out. */
     const nrt_conv t = {g->o, g->oh, g->ow, g->c, g->h, g->w, g->kh, g->kw,
-                        1, 1, g->kh - 1 - g->ph, g->kw - 1 - g->pw};
+                        1, 1, g->kh - 1 - g->ph, g->kw - 1 - g->pw, g->dot};
     float *dyp = scratch;
     nrt_conv2d_pad(&t, n, 1, dy, dyp);
     const struct conv_src s = conv_src_of(&t, n, dyp);
     const int kk = g->kh * g->kw, np = n * g->h * g->w;
     /* channel first: straight into dx; else into scratch, then transposed */
     float *out = cn ? dx : scratch + (size_t)n * (nrt_conv2d_dx_scratch(g) - (size_t)g->c * g->h * g->w);
-    struct gemm gm = {0, 0, g->o * kk, 1.0f, 0.0f, w, NULL, out, g->c * kk, 0, np, &s, kk, NULL, 0};
+    struct gemm gm = {.k = g->o * kk, .alpha = 1.0f, .a = w, .c = out, .lda = g->c * kk,
+                      .ldc = np, .cv = &s, .flip = kk, .dot = g->dot};
     if (g->c <= 0 || np <= 0)
         return;
     gemm_run(&gm, g->c, np);

@@ -1459,6 +1459,9 @@ static int run_training(Run *r)
         if (d->has_test)
             printf(", %zu test", d->test.n);
         printf("\n");
+        if (be->products[0])
+            printf("precision %s: products as %s\n", nrt_precision_name(o->precision),
+                   be->products);
         if (o->resume)
             printf("resuming from %s: epoch %lld, sample %llu of %zu, step %lld\n", o->resume,
                    (long long)r->start_epoch, (unsigned long long)r->start_position, d->train.n,

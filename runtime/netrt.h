@@ -401,12 +401,32 @@ void nrt_sgemm(int transa, int transb, int m, int n, int k, float alpha,
                const float *a, int lda, const float *b, int ldb, float beta,
                float *c, int ldc);
 
+/* How a product multiplies (nrt_gemm's dot, nrt_conv's): NRT_DOT_F32 in
+ * fp32 multiply-adds, on the widest vectors the cpu has (AVX-512, AVX2,
+ * or portable: the same bits from each); NRT_DOT_AVX2 the same, never on
+ * AVX-512 (to compare them); NRT_DOT_BF16, for operands that are bf16
+ * values (a bf16 run's), with AVX512-BF16's vdpbf16ps where the cpu has
+ * it (nrt_dot_native) — the same exact products, summed in pairs, so the
+ * result differs from NRT_DOT_F32's in the order of the sums alone — and
+ * as NRT_DOT_F32 where it has not. */
+enum nrt_dot { NRT_DOT_F32, NRT_DOT_BF16, NRT_DOT_AVX2 };
+int nrt_dot_native(void);
+/* The instruction set NRT_DOT_F32's products run on: "AVX-512", "AVX2",
+ * "portable" or "OpenBLAS". */
+const char *nrt_gemm_isa(void);
+/* nrt_sgemm, its products as dot says. */
+void nrt_gemm(int dot, int transa, int transb, int m, int n, int k, float alpha,
+              const float *a, int lda, const float *b, int ldb, float beta,
+              float *c, int ldc);
+
 /* A 2-D convolution's geometry: input [C, H, W], output [O, OH, OW], kernel
- * KH x KW, stride SH, SW, zero padding PH, PW (PyTorch's nn.Conv2d). */
+ * KH x KW, stride SH, SW, zero padding PH, PW (PyTorch's nn.Conv2d); and
+ * how its products multiply (enum nrt_dot). */
 typedef struct nrt_conv {
     int c, h, w;
     int o, oh, ow;
     int kh, kw, sh, sw, ph, pw;
+    int dot;
 } nrt_conv;
 
 /* A batch x, [N, C, H, W] or channel first [C, N, H, W] (cn = 1), to xp
@@ -691,6 +711,7 @@ typedef struct nrt_net {
     int lowp;
     float *wlp, *xlp;
     float loss_scale;
+    int dot; /* the products' arithmetic: enum nrt_dot */
 } nrt_net;
 
 typedef struct nrt_batch {
@@ -783,6 +804,7 @@ typedef struct nrt_backend {
     void *ctx;
     char name[160];          /* "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)" */
     int loss_free;           /* reading a step's loss costs nothing (cpu) */
+    char products[96];       /* bf16, fp16: how the products run, in words */
     int buckets;             /* several ranks: the buckets the gradients are
                                 summed in as backward runs (0: at once, after) */
     /* fp16: the loss scaler's state, read after a step (metrics,
@@ -1000,6 +1022,9 @@ int nrt_checkpoint_load(const char *dir, const struct nrt_model *m, const nrt_op
 /* The cpu's buffers for a batch of up to cap samples, zeroed; and their
  * release (safe on a zeroed or half-allocated net). */
 int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err);
+/* The cpu's products' arithmetic (enum nrt_dot) in precision prec, as
+ * NETRT_CPU_BF16 asks (-1, err set, for a value it does not know). */
+int nrt_dot_of(int prec, nrt_error *err);
 void nrt_net_free(nrt_net *net);
 
 /* The cpu backend. */

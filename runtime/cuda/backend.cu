@@ -1068,6 +1068,8 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
         b.get_scaler = be_get_scaler;
         b.set_scaler = be_set_scaler;
     }
+    if (cfg->precision != NRT_FP32) /* no tensor cores yet */
+        snprintf(b.products, sizeof b.products, "fp32 (cuBLAS, netc's kernels) of the rounded values");
     b.close = be_close;
     *out = b;
     return 0;

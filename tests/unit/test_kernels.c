@@ -227,6 +227,114 @@ static void test_sgemm_threads(void)
 #endif
 }
 
+/* ------------------------------------------------------- the products' dots */
+
+static float *bf16v(size_t n) /* random bf16 values, as floats */
+{
+    float *v = randv(n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = nrt_bf16(v[i]);
+    return v;
+}
+
+/* What NRT_DOT_BF16 computes on AVX512-BF16, from nrt_sgemm's contract and
+ * vdpbf16ps's definition: k cut into ceil(k / 256) blocks of equal size
+ * (rounded up); over each block, acc = 0, then for each pair (2q, 2q+1)
+ * of it, acc += a[2q+1] b[2q+1], acc += a[2q] b[2q] (a product of bf16
+ * values is exact in float; each sum rounded to float), an odd block's
+ * last pair completed by zeros; c = alpha acc + beta c on the first block
+ * (fused, beta c rounded first; alpha acc alone if beta is 0), alpha acc
+ * + c on the others.  Products of m n k < 4096 are the plain loop's. */
+static float dot_bf16_ref(const float *ai, size_t sa, const float *bj, size_t sb, int k,
+                          float alpha, float beta, float c)
+{
+    const int nb = (k + 255) / 256, kcb = (k + nb - 1) / nb;
+    for (int p0 = 0; p0 < k; p0 += kcb) {
+        const int kc = k - p0 < kcb ? k - p0 : kcb;
+        float acc = 0.0f;
+        for (int p = p0; p < p0 + kc; p += 2) {
+            const float odd = p + 1 < p0 + kc ? ai[(p + 1) * sa] * bj[(p + 1) * sb] : 0.0f;
+            acc += odd;
+            acc += ai[p * sa] * bj[p * sb];
+        }
+        if (p0 == 0)
+            c = beta == 0.0f ? alpha * acc : fmaf(alpha, acc, beta * c);
+        else
+            c = fmaf(alpha, acc, c);
+    }
+    return c;
+}
+
+/* nrt_gemm's dots on one product: NRT_DOT_F32 (AVX-512 where the cpu has
+ * it) the same bits as NRT_DOT_AVX2; NRT_DOT_BF16 on bf16 values the same
+ * bits as dot_bf16_ref where the cpu has AVX512-BF16, else as F32's. */
+static void check_dots(int ta, int tb, int m, int n, int k, float alpha, float beta)
+{
+    const int lda = ta ? m : k, ldb = tb ? k : n;
+    float *a = bf16v((size_t)m * k), *b = bf16v((size_t)k * n), *c0 = randv((size_t)m * n);
+    float *cf = malloc((size_t)m * n * sizeof *cf), *c2 = malloc((size_t)m * n * sizeof *c2);
+    float *cb = malloc((size_t)m * n * sizeof *cb);
+    memcpy(cf, c0, (size_t)m * n * sizeof *cf);
+    memcpy(c2, c0, (size_t)m * n * sizeof *c2);
+    memcpy(cb, c0, (size_t)m * n * sizeof *cb);
+    nrt_gemm(NRT_DOT_F32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cf, n);
+    nrt_gemm(NRT_DOT_AVX2, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c2, n);
+    nrt_gemm(NRT_DOT_BF16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cb, n);
+    CHECK(!memcmp(cf, c2, (size_t)m * n * sizeof *cf),
+          "gemm ta=%d tb=%d %dx%dx%d: %s and AVX2 differ", ta, tb, m, n, k, nrt_gemm_isa());
+    int bad = 0;
+    if (!nrt_dot_native() || (double)m * n * k < 4096.0)
+        bad = memcmp(cf, cb, (size_t)m * n * sizeof *cf) != 0;
+    else
+        for (int i = 0; i < m && !bad; i++)
+            for (int j = 0; j < n && !bad; j++) {
+                const float want = dot_bf16_ref(ta ? a + i : a + (size_t)i * lda, ta ? lda : 1,
+                                                tb ? b + (size_t)j * ldb : b + j, tb ? 1 : ldb,
+                                                k, alpha, beta, c0[(size_t)i * n + j]);
+                const float got = cb[(size_t)i * n + j];
+                if (memcmp(&got, &want, sizeof got)) {
+                    bad = 1;
+                    CHECK(0, "gemm bf16 ta=%d tb=%d %dx%dx%d: C[%d][%d] = %.9g, vdpbf16ps's "
+                          "sums give %.9g", ta, tb, m, n, k, i, j, got, want);
+                }
+            }
+    if (!nrt_dot_native() || (double)m * n * k < 4096.0)
+        CHECK(!bad, "gemm bf16 ta=%d tb=%d %dx%dx%d: not fp32's bits", ta, tb, m, n, k);
+    free(a), free(b), free(c0), free(cf), free(c2), free(cb);
+}
+
+static void test_dots(void)
+{
+    static const int shapes[][3] = {
+        {1, 1, 1},     {3, 5, 7},     {6, 16, 2},     {7, 17, 3},    {12, 32, 256},
+        {13, 33, 257}, {32, 1024, 75}, {75, 64, 32},  {64, 256, 800}, {145, 33, 513},
+        {5, 4100, 9},  {100, 100, 1}, {257, 40, 300}, {1, 1000, 50}, {33, 17, 31}};
+    int runs = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int t = 0; t < 4; t++, runs++)
+            check_dots(t & 1, t >> 1, shapes[s][0], shapes[s][1], shapes[s][2],
+                       t == 2 ? -0.5f : 1.0f, t == 0 ? 0.0f : t == 3 ? 1.0f : 0.25f);
+#ifdef _OPENMP
+    /* bf16's products do not depend on the thread count either */
+    int saved = omp_get_max_threads(), same = 1;
+    const int m = 64, n = 1100, k = 300;
+    float *a = bf16v((size_t)m * k), *b = bf16v((size_t)k * n);
+    float *c1 = malloc((size_t)m * n * sizeof *c1), *c2 = malloc((size_t)m * n * sizeof *c2);
+    omp_set_num_threads(1);
+    nrt_gemm(NRT_DOT_BF16, 0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c1, n);
+    for (int t = 2; t <= 3; t++) {
+        omp_set_num_threads(t);
+        nrt_gemm(NRT_DOT_BF16, 0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c2, n);
+        same &= !memcmp(c1, c2, (size_t)m * n * sizeof *c1);
+    }
+    omp_set_num_threads(saved);
+    CHECK(same, "gemm bf16 %dx%dx%d: threads change the result", m, n, k);
+    free(a), free(b), free(c1), free(c2);
+#endif
+    printf("gemm dots: %d products, %s%s\n", runs, nrt_gemm_isa(),
+           nrt_dot_native() ? " and AVX512-BF16" : " (no AVX512-BF16: bf16 as fp32)");
+}
+
 /* ---------------------------------------------------------- im2col/col2im */
 
 struct conv {
@@ -636,7 +744,7 @@ static double worst_error(const float *got, const double *ref,
 static void check_conv2d(int n, struct conv v, int o)
 {
     const int oh = out_size(v.h, v.kh, v.sh, v.ph), ow = out_size(v.w, v.kw, v.sw, v.pw);
-    const nrt_conv g = {v.c, v.h, v.w, o, oh, ow, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw};
+    const nrt_conv g = {v.c, v.h, v.w, o, oh, ow, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw, NRT_DOT_F32};
     const size_t in = (size_t)v.h * v.w, xs = (size_t)n * v.c * in;
     const size_t ys = (size_t)o * n * oh * ow, ws = (size_t)o * v.c * v.kh * v.kw;
     const size_t xps = (size_t)v.c * n * (v.h + 2 * v.ph) * (v.w + 2 * v.pw);
@@ -1396,6 +1504,19 @@ static double now(void)
 typedef void (*gemm_fn)(int, int, int, int, int, float, const float *, int,
                         const float *, int, float, float *, int);
 
+/* nrt_gemm's other dots, as gemm_fns */
+static void via_avx2(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                     const float *b, int ldb, float beta, float *c, int ldc)
+{
+    nrt_gemm(NRT_DOT_AVX2, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+static void via_bf16(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                     const float *b, int ldb, float beta, float *c, int ldc)
+{
+    nrt_gemm(NRT_DOT_BF16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 #ifdef HAVE_CBLAS
 static void via_cblas(int ta, int tb, int m, int n, int k, float alpha,
                       const float *a, int lda, const float *b, int ldb,
@@ -1516,18 +1637,18 @@ static void run_job(const struct job *j)
     const size_t plane = (size_t)oh * ow, rows = (size_t)c * k * k;
     switch (j->kind) {
     case J_CONV_FWD: { /* c channels in and out; in: x, out: y */
-        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p};
+        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p, NRT_DOT_F32};
         nrt_conv2d_pad(&g, n, 1, j->in, j->tmp);
         nrt_conv2d_fwd(&g, n, j->wt, j->tmp, j->out);
         break;
     }
     case J_CONV_DW: { /* in: dy, tmp: the padded input, out: dW */
-        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p};
+        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p, NRT_DOT_F32};
         nrt_conv2d_dw(&g, n, j->in, j->tmp, j->out);
         break;
     }
     case J_CONV_DX: { /* in: dy, out: dx */
-        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p};
+        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p, NRT_DOT_F32};
         nrt_conv2d_dx(&g, n, 1, j->wt, j->in, j->tmp, j->out);
         break;
     }
@@ -1799,6 +1920,25 @@ static int bench(void)
         printf("\n");
     }
     printf("(ratio = OpenBLAS / nrt, one thread; Nt = %d threads)\n", maxt);
+    /* nrt_gemm's kernels side by side, one thread: fp32 on AVX2, fp32 on
+     * the widest the cpu has, bf16 values in pairs (AVX512-BF16) */
+    set_threads(1);
+    printf("\n%-22s %4s %4s %4s %2s | %7s %7s %7s\n", "GFLOP/s, 1 thread", "m", "n", "k", "op",
+           "AVX2", nrt_gemm_isa(), nrt_dot_native() ? "bf16" : "(bf16)");
+    for (int s = 0; s < NS; s++) {
+        int m = sh[s].m, n = sh[s].n, k = sh[s].k;
+        float *a = randv((size_t)m * k), *b = randv((size_t)k * n), *c = randv((size_t)m * n);
+        for (size_t i = 0; i < (size_t)m * k; i++)
+            a[i] = nrt_bf16(a[i]);
+        for (size_t i = 0; i < (size_t)k * n; i++)
+            b[i] = nrt_bf16(b[i]);
+        printf("%-22s %4d %4d %4d %c%c | %7.1f %7.1f %7.1f\n", sh[s].what, m, n, k,
+               sh[s].ta ? 'T' : 'N', sh[s].tb ? 'T' : 'N',
+               gflops(via_avx2, sh[s].ta, sh[s].tb, m, n, k, sh[s].beta, a, b, c),
+               gflops(nrt_sgemm, sh[s].ta, sh[s].tb, m, n, k, sh[s].beta, a, b, c),
+               gflops(via_bf16, sh[s].ta, sh[s].tb, m, n, k, sh[s].beta, a, b, c));
+        free(a), free(b), free(c);
+    }
     bench_layers(maxt);
     return 0;
 }
@@ -1937,6 +2077,7 @@ int main(int argc, char **argv)
         return bench();
     test_sgemm();
     test_sgemm_threads();
+    test_dots();
     test_im2col();
     test_maxpool();
     test_avgpool();
