@@ -345,20 +345,30 @@ static int cpu_train_batch(void *ctx, const nrt_batch *b, float *loss, nrt_error
     return update(ctx, b, b->total > 0 ? (size_t)b->total : (size_t)b->n, loss, err);
 }
 
-static int cpu_gradient(void *ctx, const nrt_batch *b, float *loss, float *grad, float *dinput,
-                        nrt_error *err)
+static int cpu_gradient(void *ctx, const nrt_batch *b, int fp32_backward, float *loss,
+                        float *grad, float *dinput, nrt_error *err)
 {
     (void)err;
     Cpu *c = ctx;
     const float *out;
     c->net.training = 1;
+    c->net.loss_scale = c->net.lowp == NRT_FP16 ? c->scaler.scale : 1.0f;
     *loss = c->m->forward(&c->net, b, &out);
     if (!grad)
         return 0;
     c->net.dinput = dinput; /* the caller's: not the net's to free */
+    const int lowp = c->net.lowp;
+    if (fp32_backward)
+        c->net.lowp = NRT_FP32;
     c->m->backward(&c->net, b);
+    c->net.lowp = lowp;
     c->net.dinput = NULL;
     memcpy(grad, c->net.grad, sizeof(float) * c->m->param_count);
+    if (c->net.lowp == NRT_FP16) { /* unscaled as a step's are, the scaler left as it is */
+        nrt_unscale(&c->scaler, grad, c->m->param_count);
+        if (dinput)
+            nrt_unscale(&c->scaler, dinput, (size_t)b->n * c->m->in_size);
+    }
     return 0;
 }
 

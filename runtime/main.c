@@ -153,7 +153,10 @@ static void usage(const nrt_model *m, const char *prog, FILE *out)
             "                     (DDP's bucket_cap_mb; default 25; netc --mpi)\n"
             "  --gradcheck N      check the gradients on N training samples against\n"
             "                     central finite differences, on the --device (on a\n"
-            "                     GPU also against the cpu's), and exit\n"
+            "                     GPU also against the cpu's), and exit; in bf16 and\n"
+            "                     fp16 fp32's passes so, the loss against fp32's and\n"
+            "                     the gradients against the backward pass in fp32,\n"
+            "                     within a few units of roundoff\n"
             "  --help             print this help\n",
             prog, m->name, NETRT_VERSION, m->source, m->device, m->epochs, m->batch,
             (double)m->optim.lr, (unsigned long long)m->seed,
@@ -1381,15 +1384,19 @@ static void prefer_passive_waits(char **argv)
 }
 
 /* --gradcheck: the passes of the device the run selected against finite
- * differences and, on a GPU, against the cpu's. */
+ * differences and, on a GPU, against the cpu's; in bf16 and fp16, the
+ * cpu's fp32 passes against finite differences and the run's against them
+ * (gradcheck.c). */
 static int run_gradcheck(Run *r, const nrt_run_config *rc)
 {
     nrt_backend cpu = {0};
+    nrt_run_config fp32 = *rc;
+    fp32.precision = NRT_FP32;
     const int gpu = strcmp(r->be.name, "cpu") != 0;
-    if (gpu && nrt_cpu_open(r->m, rc, &cpu, &r->err))
+    if ((gpu || rc->precision != NRT_FP32) && nrt_cpu_open(r->m, &fp32, &cpu, &r->err))
         return -1;
-    int status = nrt_gradcheck(r->m, &r->be, gpu ? &cpu : NULL, &r->data.train,
-                               r->o->gradcheck, r->param, r->buffers, &r->err);
+    int status = nrt_gradcheck(r->m, &r->be, rc->precision, cpu.close ? &cpu : NULL,
+                               &r->data.train, r->o->gradcheck, r->param, r->buffers, &r->err);
     if (cpu.close)
         cpu.close(cpu.ctx);
     return status;
@@ -1672,11 +1679,6 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
                          .init_scale = o.init_scale};
     rc.optim.lr = r.lr;
     char note[256];
-    if (o.precision != NRT_FP32 && o.gradcheck) {
-        nrt_errorf(err, "--gradcheck checks the fp32 passes: give --precision fp32");
-        r.world_failed = 1;
-        goto fail;
-    }
     int opened = nrt_backend_open(m, o.device, &rc, &r.be, note, sizeof note, err);
     if (opened) {
         r.world_failed = opened == NRT_ALL_RANKS;

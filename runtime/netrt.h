@@ -582,8 +582,10 @@ void nrt_optim_step(nrt_optim_state *s, float *param, const float *grad);
 void nrt_optim_free(nrt_optim_state *s);
 
 /* fp16's loss scaler (nrt_scaler, its rules: lowp.h), over the cpu's
- * gradients: unscales grad[0..n) in place and updates the scaler; 1 if
- * the step is to be skipped (a gradient is not finite), else 0. */
+ * gradients: nrt_unscale multiplies grad[0..n) in place by the scale's
+ * reciprocal, 1 if one of them was not finite, else 0; nrt_scaler_step
+ * unscales them and updates the scaler, 1 if the step is to be skipped. */
+int nrt_unscale(const nrt_scaler *s, float *grad, size_t n);
 int nrt_scaler_step(nrt_scaler *s, float *grad, size_t n);
 
 /* ------------------------------------------------------------- schedule.c */
@@ -855,9 +857,15 @@ typedef struct nrt_backend {
      * training mode with the dropout masks of the current step, and no
      * update: its mean loss; with grad not NULL, then the backward pass:
      * d loss / d parameters into grad [param_count] and, with dinput not
-     * NULL, d loss / d input into dinput [n, in_size]. */
-    int (*gradient)(void *ctx, const nrt_batch *b, float *loss, float *grad, float *dinput,
-                    nrt_error *err);
+     * NULL, d loss / d input into dinput [n, in_size].  fp16: backward
+     * from the loss scaled by the scaler's scale, and both gradients then
+     * unscaled, as a step's (an inf or a NaN where they overflowed); the
+     * scaler is left as it was.  In bf16 and fp16 with fp32_backward, the
+     * backward pass is fp32's, over the forward's low-precision values:
+     * the same arithmetic without the roundings (the reference of
+     * --gradcheck's low-precision check). */
+    int (*gradient)(void *ctx, const nrt_batch *b, int fp32_backward, float *loss, float *grad,
+                    float *dinput, nrt_error *err);
     /* Bytes of device memory in use at the peak (0 on the cpu). */
     size_t (*peak_memory)(void *ctx);
     void (*close)(void *ctx);
@@ -1088,12 +1096,16 @@ void nrt_session_close(nrt_session *s);
 
 /* Compares the gradients of be's backward pass (sampled) with central
  * finite differences on the first nsamples samples of d, from the weights
- * param and buffers (param is moved and put back); with ref (the cpu, when
- * be is a GPU) not NULL, also every gradient with ref's.  Prints the
- * verdicts; returns 0 if all agree, 1 if not, -1 on an error (err). */
-int nrt_gradcheck(const nrt_model *m, const nrt_backend *be, const nrt_backend *ref,
-                  const nrt_dataset *d, int nsamples, float *param, const void *buffers,
-                  nrt_error *err);
+ * param and buffers (param is moved and put back); with ref (the cpu in
+ * fp32, when be is a GPU) not NULL, also every gradient with ref's.  be in
+ * precision bf16 or fp16 (ref then the cpu in fp32 on any device): ref's
+ * gradients against finite differences, be's loss against ref's, and be's
+ * gradients against its backward pass in fp32 (gradcheck.c says why and
+ * within what).  Prints the verdicts; returns 0 if all agree, 1 if not, -1
+ * on an error (err). */
+int nrt_gradcheck(const nrt_model *m, const nrt_backend *be, int precision,
+                  const nrt_backend *ref, const nrt_dataset *d, int nsamples, float *param,
+                  const void *buffers, nrt_error *err);
 
 /* ----------------------------------------------------------------- main.c */
 

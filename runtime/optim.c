@@ -125,7 +125,7 @@ void nrt_optim_free(nrt_optim_state *s)
     s->m = s->v = NULL;
 }
 
-int nrt_scaler_step(nrt_scaler *s, float *grad, size_t n)
+int nrt_unscale(const nrt_scaler *s, float *grad, size_t n)
 {
     const float inv = nrt_scaler_inv(s);
     int found = 0;
@@ -133,6 +133,12 @@ int nrt_scaler_step(nrt_scaler *s, float *grad, size_t n)
         found |= !nrt_f32_finite(grad[i]);
         grad[i] *= inv;
     }
+    return found;
+}
+
+int nrt_scaler_step(nrt_scaler *s, float *grad, size_t n)
+{
+    const int found = nrt_unscale(s, grad, n);
     nrt_scaler_update(s, found);
     return found;
 }

@@ -14,10 +14,35 @@
 # every gradient of them, of the parameters and the input, against the
 # cpu's within 1e-5 of the tensor's largest.  Every layer netc knows must be
 # in a model here, and every activation both fused and as a pass of its own.
+# Each model (boston_mlp too) is checked in bf16 and fp16 as well: fp32's
+# passes against finite differences on the cpu, the low-precision loss
+# against fp32's within 4 u of what rounding the weights and the input moves
+# it by, and the low-precision gradients against the same backward pass in
+# fp32 over the same forward pass within 8 u of the largest (u = 2^-8 in
+# bf16, 2^-11 in fp16; runtime/gradcheck.c says why).
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 DEV=${NETC_TRAIN_DEVICE:-cpu}
 
 . "$SRC/tests/gradcheck/data.sh"
+
+# check_lowp NAME PROG ARGS...: PROG's --gradcheck in bf16 and in fp16 (the
+# latter's output left in $lout)
+check_lowp() {
+    _name=$1 _prog=$2
+    shift 2
+    for prec in bf16 fp16; do
+        lout=$("$_prog" "$@" --device "$DEV" --precision $prec 2>&1)
+        status=$?
+        echo "$lout" | grep -v '^kink' | sed "s/^/  $_name $prec: /"
+        check "[ $status -eq 0 ]" "$_name: gradcheck in $prec failed"
+        check "echo \"\$lout\" | grep -q '^gradcheck on cpu in fp32: .*: ok$'" \
+            "$_name: no ok verdict of the fp32 passes in a $prec run"
+        check "echo \"\$lout\" | grep -q \"^gradcheck: $prec's loss on $DEV.*: ok$\"" \
+            "$_name: no ok verdict of the $prec loss on $DEV"
+        check "echo \"\$lout\" | grep -q \"^gradcheck: $prec's gradients on $DEV.*: ok$\"" \
+            "$_name: no ok verdict of the $prec gradients on $DEV"
+    done
+}
 
 run_check() { # MODEL: its gradients on its data (tests/gradcheck/data.sh)
     model=$1.net data=$WORK/$1.csv
@@ -32,6 +57,7 @@ run_check() { # MODEL: its gradients on its data (tests/gradcheck/data.sh)
     [ "$DEV" = cpu ] ||
         check "echo \"\$out\" | grep -q \"^gradcheck: $DEV.*against the cpu's.*: ok$\"" \
             "$model: no verdict of the gradients against the cpu's"
+    check_lowp "$model" "$prog" --data "$data" --gradcheck 4 --seed 3
 }
 
 # Every layer netc knows is in a model here, so that its backward passes
@@ -79,4 +105,10 @@ compile "$SRC/models/boston_mlp.net" "$WORK/boston"
 out=$(cd "$SRC" && "$WORK/boston" --gradcheck 3 --device "$DEV" 2>&1)
 check "[ $? -eq 0 ] && echo \"\$out\" | grep -q 'is a float: its differences resolve derivatives to'" \
     "boston_mlp's gradients with a large loss: $(echo "$out" | grep -v '^kink' | head -5)"
+# and in bf16 and fp16, whose gradients overflow at the first loss scale:
+# checked at the first of its halvings where they fit
+cd "$SRC" || exit 1 # the model names its data from the source tree
+check_lowp boston_mlp "$WORK/boston" --gradcheck 3
+check "echo \"\$lout\" | grep -q '^gradcheck: fp16.s gradients overflow at the loss scale 65536: checked at '" \
+    "boston_mlp in fp16: no word of its gradients' overflow at the first loss scale"
 finish

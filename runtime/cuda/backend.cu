@@ -693,9 +693,14 @@ static int be_train_batch(void *ctx, const nrt_batch *b, float *loss, nrt_error 
 
 /* --gradcheck: forward and backward on the caller's batch, eagerly and
  * without an update.  The input's gradient, which training never needs,
- * goes to a buffer of its own, allocated the first time it is asked for. */
-static int be_gradient(void *ctx, const nrt_batch *b, float *loss, float *grad, float *dinput,
-                       nrt_error *err)
+ * goes to a buffer of its own, allocated the first time it is asked for.
+ * fp16: backward from the loss times the device's scale (net->loss_scale
+ * points at it), both gradients then unscaled on the host, as the cpu's
+ * (nrt_unscale), the scaler untouched.  fp32_backward: the backward
+ * pass's kernels launched as in fp32, over the low-precision forward's
+ * values. */
+static int be_gradient(void *ctx, const nrt_batch *b, int fp32_backward, float *loss,
+                       float *grad, float *dinput, nrt_error *err)
 {
     Ctx *c = (Ctx *)ctx;
     nrt_cuda_net *net = &c->net;
@@ -711,15 +716,28 @@ static int be_gradient(void *ctx, const nrt_batch *b, float *loss, float *grad, 
     net->y = c->by;
     net->training = 1;
     net->dinput = grad && dinput ? c->dinput : NULL;
+    /* (the kernels take lowp as an argument, read as they are launched) */
+    const int lowp = net->lowp;
     int rc = to_batch(c, b->x, b->label, b->y, (size_t)b->n, cudaMemcpyHostToDevice, err) ||
-                     c->m->cuda->forward(net, b->n, err) ||
-                     (grad && c->m->cuda->backward(net, b->n, err)) ||
-                     (grad && copy(c, grad, net->grad, sizeof(float) * c->m->param_count,
-                                   cudaMemcpyDeviceToHost, err)) ||
-                     (net->dinput && copy(c, dinput, c->dinput, sizeof(float) * nin,
-                                          cudaMemcpyDeviceToHost, err))
-                 ? -1
-                 : read_loss(c, loss, err);
+             c->m->cuda->forward(net, b->n, err);
+    if (!rc && grad) {
+        if (fp32_backward)
+            net->lowp = NRT_FP32;
+        rc = c->m->cuda->backward(net, b->n, err) ||
+             copy(c, grad, net->grad, sizeof(float) * c->m->param_count, cudaMemcpyDeviceToHost,
+                  err) ||
+             (net->dinput &&
+              copy(c, dinput, c->dinput, sizeof(float) * nin, cudaMemcpyDeviceToHost, err)) ||
+             (lowp == NRT_FP16 && copy(c, &c->host->scaler, &c->dev->scaler,
+                                       sizeof c->host->scaler, cudaMemcpyDeviceToHost, err));
+        net->lowp = lowp;
+    }
+    rc = rc || read_loss(c, loss, err) ? -1 : 0; /* (read_loss waits for the copies) */
+    if (!rc && grad && lowp == NRT_FP16) {
+        nrt_unscale(&c->host->scaler, grad, c->m->param_count);
+        if (net->dinput)
+            nrt_unscale(&c->host->scaler, dinput, nin);
+    }
     net->dinput = NULL;
     return rc;
 }

@@ -5,7 +5,9 @@
 #            the cpu (tests/gpu/parity.sh, a few steps), in fp32, bf16 and
 #            fp16 (its first steps skipped)
 #   gradients  --gradcheck on the emulated device of tests/gradcheck's
-#            batchnorm2d model (finite differences and the cpu's gradients)
+#            batchnorm2d model (finite differences and the cpu's gradients;
+#            in bf16 and fp16, the loss against fp32's and the gradients
+#            against the backward pass in fp32)
 #   ranks    a digits CNN on 2 ranks (mpirun), an emulated GPU each, its
 #            gradients summed over NCCL in four buckets as backward runs,
 #            against one process at twice the batch (tests/emu_mpi.sh's)
@@ -37,9 +39,13 @@ train)
 gradients)
     . "$SRC/tests/gradcheck/data.sh"
     gradcheck_data batchnorm2d "$WORK/bn.csv"
-    compile "$SRC/tests/gradcheck/batchnorm2d.net" "$WORK/bn" &&
-        "$WORK/bn" --data "$WORK/bn.csv" --gradcheck 4 --device cuda > "$WORK/bn.out" 2>&1
-    check "[ $? -eq 0 ]" "gradcheck: $(grep -v '^kink' "$WORK/bn.out" | head -3)"
+    compile "$SRC/tests/gradcheck/batchnorm2d.net" "$WORK/bn" || finish
+    for precision in fp32 bf16 fp16; do
+        "$WORK/bn" --data "$WORK/bn.csv" --gradcheck 4 --device cuda --precision $precision \
+            > "$WORK/bn.out" 2>&1
+        check "[ $? -eq 0 ]" \
+            "gradcheck in $precision: $(grep -v -e '^kink' -e ': ok$' "$WORK/bn.out" | head -3)"
+    done
     ;;
 ranks)
     mpi_setup 300

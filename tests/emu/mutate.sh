@@ -24,7 +24,9 @@ nojoin@ranks@runtime/cuda/backend.cu@ ||\n                   NRT_CUDA(cudaStream
 early@ranks@runtime/cuda/backend.cu@(join_buckets(c, err) || nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err))@(nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err) || join_buckets(c, err))
 fp32@train@runtime/cuda/backend.cu@    net->lowp = cfg->precision;@    net->lowp = 0;
 noskip@train@runtime/cuda/backend.cu@fp16 ? &sc->found : NULL, err)@NULL, err)
-rounding@kernels@runtime/cuda/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s : src[i]);@nrt_lowp(prec, (scale ? src[i] * s : src[i]) * (1.0f + 0x1p-22f));'
+rounding@kernels@runtime/cuda/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s : src[i]);@nrt_lowp(prec, (scale ? src[i] * s : src[i]) * (1.0f + 0x1p-22f));
+scaled@gradients@runtime/cuda/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s : src[i]);@nrt_lowp(prec, scale ? src[i] * s * s : src[i]);
+unscale@gradients@runtime/cuda/backend.cu@        nrt_unscale(&c->host->scaler, grad, c->m->param_count);\n@'
 # what each is, for the report
 what() {
     case $1 in
@@ -41,6 +43,8 @@ what() {
     fp32) echo "a bf16 run on the GPU computing in fp32 (lowp never set)" ;;
     noskip) echo "fp16 on the GPU updating the weights with overflowed gradients" ;;
     rounding) echo "the GPU's bf16 rounding biased upward, now and then a bf16 ulp off" ;;
+    scaled) echo "fp16's loss gradient scaled twice on the GPU" ;;
+    unscale) echo "fp16's gradients left scaled by --gradcheck on the GPU" ;;
     esac
 }
 

@@ -150,7 +150,8 @@ stage_parity() {
         # image lists, the loader's flipped batches, resume with flips
         parity_job images.sh env NETC_TRAIN_DEVICE=cuda NETC="$BUILD/netc" NETC_TOP_SRCDIR="$root" \
             sh "$root/tests/images.sh"
-        # every backward pass against finite differences and the cpu's gradients
+        # every backward pass against finite differences and the cpu's gradients;
+        # in bf16 and fp16 against its own backward pass in fp32
         parity_job gradcheck.sh env NETC_TRAIN_DEVICE=cuda NETC="$BUILD/netc" NETC_TOP_SRCDIR="$root" \
             sh "$root/tests/gradcheck.sh"
     fi
