@@ -42,29 +42,34 @@ static void *alloc_floats(size_t n, size_t size, int *ok)
 }
 
 /* The products' arithmetic in precision prec.  bf16's values are exact in
- * fp32, so a bf16 product can run as fp32 multiply-adds on them or as
- * AVX512-BF16's pairs (vdpbf16ps), whichever is faster, to within the
- * order of the sums.  NETRT_CPU_BF16 chooses: native (the pairs, where the
- * cpu has them), emulate (fp32: the order the GPU's products are compared
- * with), or auto, the default: the pairs on AMD's cpus, which run
- * vdpbf16ps at twice the multiply-adds of an fp32 FMA, and fp32 on
- * Intel's, whose AVX-512 FMAs measured 1.5x faster than its vdpbf16ps
- * (bench/RESULTS.md). */
+ * fp32, so a bf16 product can run as fp32 multiply-adds on them, as
+ * AVX512-BF16's pairs (vdpbf16ps) or on AMX's tiles (tdpbf16ps), the same
+ * products summed in another order, and the fastest is chosen.
+ * NETRT_CPU_BF16 chooses: amx, avx512bf16 (each where the cpu has it, else
+ * the next), fp32 (the order the GPU's products are compared with), or
+ * auto, the default: AMX where the cpu has it; else the pairs on AMD's
+ * cpus, which run vdpbf16ps at twice the multiply-adds of an fp32 FMA, and
+ * fp32 on Intel's, whose AVX-512 FMAs measured twice the multiply-adds of
+ * its vdpbf16ps (bench/RESULTS.md). */
 int nrt_dot_of(int prec, nrt_error *err)
 {
+    static const char *const names[] = {"auto", "amx", "avx512bf16", "fp32"};
     const char *how = getenv("NETRT_CPU_BF16");
-    int want;
-    if (!how || !*how || !strcmp(how, "auto"))
+    int want = 0;
+    while (how && *how && want < 4 && strcmp(how, names[want]))
+        want++;
+    if (want == 4)
+        return nrt_errorf(err, "NETRT_CPU_BF16 is '%s': auto, amx, avx512bf16 or fp32", how);
+    if (prec != NRT_BF16 || want == 3)
+        return NRT_DOT_F32;
+    if (want <= 1 && nrt_amx_enable())
+        return NRT_DOT_AMX;
+    int pairs = want != 0;
 #if defined(__x86_64__) || defined(__i386__)
-        want = __builtin_cpu_is("amd");
-#else
-        want = 0;
+    if (want == 0)
+        pairs = __builtin_cpu_is("amd");
 #endif
-    else if (!strcmp(how, "native") || !strcmp(how, "emulate"))
-        want = how[0] == 'n';
-    else
-        return nrt_errorf(err, "NETRT_CPU_BF16 is '%s': native, emulate or auto", how);
-    return prec == NRT_BF16 && want && nrt_dot_native() ? NRT_DOT_BF16 : NRT_DOT_F32;
+    return pairs && nrt_dot_native() ? NRT_DOT_BF16 : NRT_DOT_F32;
 }
 
 int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err)
@@ -498,7 +503,9 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
         be->get_scaler = cpu_get_scaler;
         be->set_scaler = cpu_set_scaler;
     }
-    if (c->net.dot == NRT_DOT_BF16)
+    if (c->net.dot == NRT_DOT_AMX)
+        snprintf(be->products, sizeof be->products, "bf16 tiles on AMX (tdpbf16ps), summed in fp32");
+    else if (c->net.dot == NRT_DOT_BF16)
         snprintf(be->products, sizeof be->products, "bf16 pairs on AVX512-BF16 (vdpbf16ps), summed in fp32");
     else if (rc->precision != NRT_FP32)
         snprintf(be->products, sizeof be->products, "fp32 multiply-adds (%s) of the rounded values",

@@ -38,6 +38,7 @@
  * the first cell in scan order and lets NaN win; average pooling divides by
  * k*k (count_include_pad); the losses are means, accumulated in double.
  */
+#define _DEFAULT_SOURCE /* syscall */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -51,6 +52,11 @@
 
 #ifdef NETRT_HAVE_OPENBLAS
 #include <cblas.h>
+#endif
+
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 #ifdef _OPENMP
@@ -598,15 +604,20 @@ static void pairs_a(int kc, int ntile, const float *src, uint32_t *restrict dst)
 
 /* npanel packed panels of B (kc groups of NR floats each) as pairs: panel
  * p at dst + p * 2 * NR * kp, group q holding (b[2q][j], b[2q+1][j]) for
- * j < NR, sixteen rounded at once (vcvtne2ps2bf16) and interleaved. */
-BF16_TARGET static void pairs_b(int kc, int npanel, const float *src, uint16_t *restrict dst)
+ * j < NR, sixteen rounded at once (vcvtne2ps2bf16) and interleaved; kp
+ * groups a panel, those past kc's pairs zeros (AMX's tiles take 16). */
+BF16_TARGET static void pairs_b(int kc, int kp, int npanel, const float *src,
+                                uint16_t *restrict dst)
 {
     static const uint16_t weave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const __m512i idx = _mm512_loadu_si512(weave);
-    const int kp = (kc + 1) / 2;
     for (int t = 0; t < npanel; t++, src += (size_t)NR * kc, dst += (size_t)2 * NR * kp)
         for (int q = 0; q < kp; q++) {
+            if (2 * q >= kc) {
+                _mm512_storeu_si512(dst + (size_t)q * 2 * NR, _mm512_setzero_si512());
+                continue;
+            }
             const __m512 lo = _mm512_loadu_ps(src + (size_t)2 * q * NR);
             const __m512 hi = 2 * q + 1 < kc ? _mm512_loadu_ps(src + (size_t)(2 * q + 1) * NR)
                                              : _mm512_setzero_ps();
@@ -614,12 +625,119 @@ BF16_TARGET static void pairs_b(int kc, int npanel, const float *src, uint16_t *
             _mm512_storeu_si512(dst + (size_t)q * 2 * NR, _mm512_permutexvar_epi16(idx, both));
         }
 }
+
+/* bf16 products on AMX (NRT_DOT_AMX): tdpbf16ps multiplies a tile of A,
+ * 16 rows of 16 pairs, by a tile of B, 16 pairs of 16 columns (pairs_b's
+ * layout, 16 groups at a time), into a 16 x 16 tile of fp32 sums: 8192
+ * multiply-adds an instruction.  The same exact products as the other
+ * dots, summed in the order of the hardware (pairs, in fp32, bf16
+ * subnormals as zero): within fp32's rounding of NRT_DOT_F32's, and the
+ * same bits whatever the thread count.  Here C is computed in blocks of
+ * 32 x 32, four accumulator tiles (0-3), two of A (4, 5) and two of B
+ * (6, 7). */
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
+#define NRT_X86_AMX 1
+
+/* The tile configuration: palette 1, every tile 16 rows of 64 bytes. */
+struct amx_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+/* The packed A (ntile tiles of MR rows, kc groups each) as AMX's rows:
+ * row r (< round_up(mc, 32)) at dst + r * kp, its pairs (a[r][2q],
+ * a[r][2q+1]); rows past mc and pairs past kc zeros. */
+static void amx_rows_a(int kc, int kp, int mc, const float *pa, uint32_t *restrict dst)
+{
+    const int rows = (mc + 31) / 32 * 32;
+    for (int r = 0; r < rows; r++)
+        for (int q = 0; q < kp; q++) {
+            uint32_t v = 0;
+            if (r < mc && 2 * q < kc) {
+                const float *t = pa + (size_t)(r / MR) * MR * kc + r % MR;
+                v = nrt_f32_bits(nrt_bf16(t[(size_t)2 * q * MR])) >> 16;
+                if (2 * q + 1 < kc)
+                    v |= nrt_f32_bits(nrt_bf16(t[(size_t)(2 * q + 1) * MR])) & 0xffff0000u;
+            }
+            dst[(size_t)r * kp + q] = v;
+        }
+}
+
+/* C[0, mc) x [0, nc) = alpha * sums + beta * C (beta 0: C not read), from
+ * amx_rows_a's A and pairs_b's panels (npanel, with a zero panel after an
+ * odd count), kp a multiple of 16. */
+AMX_TARGET static void amx_block(int kp, int mc, int nc, int npanel, const uint32_t *a,
+                                 const uint16_t *b, float *c, size_t ldc, float alpha,
+                                 float beta)
+{
+    struct amx_config cfg = {.palette = 1};
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    const size_t sa = (size_t)kp * 4, panel = (size_t)2 * NR * kp;
+    _Alignas(64) float out[4][16 * 16];
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int r = 0; r < mc; r += 32)
+        for (int jp = 0; jp < npanel; jp += 2) {
+            const uint32_t *a0 = a + (size_t)r * kp, *a1 = a0 + (size_t)16 * kp;
+            const uint16_t *b0 = b + (size_t)jp * panel, *b1 = b0 + panel;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int q = 0; q < kp; q += 16) {
+                _tile_loadd(4, a0 + q, sa);
+                _tile_loadd(5, a1 + q, sa);
+                _tile_loadd(6, b0 + (size_t)q * 2 * NR, 64);
+                _tile_loadd(7, b1 + (size_t)q * 2 * NR, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+            _tile_stored(0, out[0], 64);
+            _tile_stored(1, out[1], 64);
+            _tile_stored(2, out[2], 64);
+            _tile_stored(3, out[3], 64);
+            for (int t = 0; t < 4; t++) {
+                const int i0 = r + 16 * (t / 2), j0 = (jp + t % 2) * NR;
+                const int w = nc - j0 > NR ? NR : nc - j0;
+                if (w <= 0)
+                    continue;
+                const __mmask16 cols = (__mmask16)((1u << w) - 1u);
+                for (int i = 0; i < 16 && i0 + i < mc; i++) {
+                    float *ci = c + (size_t)(i0 + i) * ldc + j0;
+                    const __m512 acc = _mm512_load_ps(out[t] + 16 * i);
+                    __m512 v = _mm512_mul_ps(va, acc);
+                    if (beta != 0.0f)
+                        v = _mm512_fmadd_ps(va, acc,
+                                            _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(cols, ci)));
+                    _mm512_mask_storeu_ps(ci, cols, v);
+                }
+            }
+        }
+    _tile_release();
+}
 #endif
 
 static int have_avx512(void)
 {
 #ifdef NRT_X86_AVX512
     return __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
+static int have_amx(void)
+{
+#ifdef NRT_X86_AMX
+    return __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
+           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512bf16");
 #else
     return 0;
 #endif
@@ -713,6 +831,7 @@ struct gemm {
     int avx2;   /* the AVX2 packing routines may be used */
     int avx512; /* the micro-kernel is ukernel_avx512 */
     int bf16;   /* the bf16 products: pairs_a, pairs_b, ukernel_bf16 */
+    int amx;    /* on AMX: amx_rows_a, pairs_b, amx_block */
 };
 
 /* op(A)[i][p] and op(B)[p][j], one at a time. */
@@ -881,7 +1000,16 @@ gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
                 }
 #ifdef NRT_X86_BF16
             if (g->bf16)
-                pairs_b(kc, npanel, pb, pb2);
+                pairs_b(kc, (kc + 1) / 2, npanel, pb, pb2);
+#endif
+#ifdef NRT_X86_AMX
+            const int kpa = ((kc + 1) / 2 + 15) / 16 * 16; /* AMX's pairs: whole tiles */
+            if (g->amx) {
+                pairs_b(kc, kpa, npanel, pb, pb2);
+                if (npanel % 2) /* and a zero panel beside an odd one out */
+                    memset((uint16_t *)pb2 + (size_t)npanel * 2 * NR * kpa, 0,
+                           (size_t)2 * NR * kpa * sizeof(uint16_t));
+            }
 #endif
             for (int ic = 0; ic < m; ic += mcb) {
                 const int mc = m - ic < mcb ? m - ic : mcb;
@@ -904,6 +1032,14 @@ gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
 #ifdef NRT_X86_BF16
                 if (g->bf16)
                     pairs_a(kc, ntile, pa, pa2);
+#endif
+#ifdef NRT_X86_AMX
+                if (g->amx) {
+                    amx_rows_a(kc, kpa, mc, pa, pa2);
+                    amx_block(kpa, mc, nc, npanel, pa2, pb2, g->c + (size_t)(i0 + ic) * ldc + j0 + jc,
+                              ldc, g->alpha, beta);
+                    continue;
+                }
 #endif
                 /* AVX-512 takes two panels at a time where there are two */
                 for (int jp = 0, step; jp < npanel; jp += step) {
@@ -969,8 +1105,14 @@ static int gemm_block(const struct gemm *g, int i0, int m, int j0, int n)
     const size_t mcb = (size_t)block_size(m, MC, MR), ncb = (size_t)block_size(n, NC, NR);
     const size_t na = mcb * kcb;
     const size_t nb = ncb * kcb + 8; /* + pack_conv_rows_avx2's spill */
-    /* the bf16 products' pairs: 4 bytes a pair, a float's room */
-    const size_t kp = g->bf16 ? (size_t)(kcb + 1) / 2 : 0, na2 = mcb * kp, nb2 = ncb * kp;
+    /* the bf16 products' pairs: 4 bytes a pair, a float's room (AMX's in
+     * whole tiles: 16 pairs, 32 rows of A, an even count of B's panels) */
+    size_t kp = g->bf16 ? (size_t)(kcb + 1) / 2 : 0, na2 = mcb * kp, nb2 = ncb * kp;
+    if (g->amx) {
+        kp = round_up((size_t)(kcb + 1) / 2, 16);
+        na2 = round_up(mcb, 32) * kp;
+        nb2 = (ncb + NR) * kp;
+    }
     const size_t at_b = round_up(na, 16), at_a2 = at_b + round_up(nb, 16);
     const size_t at_b2 = at_a2 + round_up(na2, 16), all = at_b2 + nb2;
     if (all <= PACK_STACK) {
@@ -1020,7 +1162,8 @@ static void gemm_run(struct gemm *g, int m, int n)
 {
     g->avx2 = have_avx2();
     g->uk = pick_ukernel(g->avx2);
-    g->bf16 = g->dot == NRT_DOT_BF16 && have_bf16();
+    g->amx = g->dot == NRT_DOT_AMX && have_amx();
+    g->bf16 = !g->amx && (g->dot == NRT_DOT_BF16 || g->dot == NRT_DOT_AMX) && have_bf16();
     g->avx512 = !g->bf16 && g->dot != NRT_DOT_AVX2 && have_avx512();
     int nt = 1;
 #ifdef _OPENMP
@@ -1054,6 +1197,17 @@ const char *nrt_gemm_isa(void)
     return "OpenBLAS";
 #else
     return have_avx512() ? "AVX-512" : have_avx2() ? "AVX2" : "portable";
+#endif
+}
+
+int nrt_amx_enable(void)
+{
+#if defined(NRT_X86_AMX) && defined(__linux__)
+    /* Linux gives a process AMX's 8 KiB of tile state only when asked
+     * (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) */
+    return have_amx() && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return 0;
 #endif
 }
 

@@ -409,8 +409,12 @@ void nrt_sgemm(int transa, int transb, int m, int n, int k, float alpha,
  * it (nrt_dot_native) — the same exact products, summed in pairs, so the
  * result differs from NRT_DOT_F32's in the order of the sums alone — and
  * as NRT_DOT_F32 where it has not. */
-enum nrt_dot { NRT_DOT_F32, NRT_DOT_BF16, NRT_DOT_AVX2 };
+enum nrt_dot { NRT_DOT_F32, NRT_DOT_BF16, NRT_DOT_AVX2, NRT_DOT_AMX };
 int nrt_dot_native(void);
+/* NRT_DOT_AMX: bf16 products on AMX's tiles, the same products summed in
+ * the hardware's order; only once nrt_amx_enable has returned 1 (the cpu
+ * has AMX, and the process has asked the kernel for the tiles' state). */
+int nrt_amx_enable(void);
 /* The instruction set NRT_DOT_F32's products run on: "AVX-512", "AVX2",
  * "portable" or "OpenBLAS". */
 const char *nrt_gemm_isa(void);

@@ -10,8 +10,8 @@
 #  - 2000 steps without an overflow double the scale;
 #  - a run stopped and resumed keeps the scaler's state: the same weights,
 #    bit for bit, as one never stopped;
-#  - bf16's products on AVX512-BF16 and in fp32 arithmetic end a run in
-#    the same place, and the run says which it used;
+#  - bf16's products on AMX, on AVX512-BF16 and in fp32 arithmetic end a
+#    run in the same place, and the run says which it used;
 #  - digits_mlp reaches in fp16 and in bf16 the test accuracy of fp32
 #    within a point.
 # (PyTorch 1.13's cpu autocast has no fp16, so there is no step-by-step
@@ -63,25 +63,28 @@ check "[ \"\$(field '$WORK/full.jsonl' loss_scale)\" = \"\$(field '$WORK/cut.jso
 check "[ $? -ne 0 ] && grep -q 'loss-scale starts a run; --resume goes on with its checkpoint' '$WORK/rs.out'" \
     "--resume with --loss-scale: $(cat "$WORK/rs.out")"
 
-# bf16's products on the cpu: AVX512-BF16's pairs (NETRT_CPU_BF16=native,
-# where the cpu has them) or fp32 multiply-adds of the same bf16 values
-# (emulate): the same exact products summed in another order, so the
-# same run to within the roundings that order moves
-for how in native emulate; do
+# bf16's products on the cpu: AMX's tiles (NETRT_CPU_BF16=amx) or
+# AVX512-BF16's pairs (avx512bf16), each where the cpu has it, else the
+# next, or fp32 multiply-adds of the same bf16 values (fp32): the same
+# exact products summed in other orders, so the same run to within the
+# roundings that order moves; and the run says which it used
+pairs="fp32 multiply-adds"
+grep -q avx512_bf16 /proc/cpuinfo 2>/dev/null &&
+    pairs="bf16 pairs on AVX512-BF16 (vdpbf16ps), summed in fp32"
+tiles=$pairs
+grep -q amx_bf16 /proc/cpuinfo 2>/dev/null && tiles="bf16 tiles on AMX (tdpbf16ps), summed in fp32"
+for how in amx avx512bf16 fp32; do
     NETRT_CPU_BF16=$how "$WORK/dm" --threads 1 --precision bf16 --epochs 2 \
         --metrics "$WORK/$how.jsonl" --log-every 1 > "$WORK/$how.out" 2>&1
 done
-if grep -q avx512_bf16 /proc/cpuinfo 2>/dev/null; then
-    native="bf16 pairs on AVX512-BF16 (vdpbf16ps), summed in fp32"
-else
-    native="fp32 multiply-adds"
-fi
-check "grep -q 'precision bf16: products as $native' '$WORK/native.out' && grep -q 'precision bf16: products as fp32 multiply-adds (.*) of the rounded values' '$WORK/emulate.out'" \
-    "bf16's products not as NETRT_CPU_BF16 asks: $(grep precision "$WORK/native.out" "$WORK/emulate.out")"
-check "close \"\$(field '$WORK/native.jsonl' train_loss)\" \"\$(field '$WORK/emulate.jsonl' train_loss)\" 0.01 && close \"\$(field '$WORK/native.jsonl' test_accuracy)\" \"\$(field '$WORK/emulate.jsonl' test_accuracy)\" 0.01" \
-    "bf16 native and emulated apart: $(tail -1 "$WORK/native.jsonl") against $(tail -1 "$WORK/emulate.jsonl")"
+check "grep -q 'precision bf16: products as $tiles' '$WORK/amx.out' && grep -q 'precision bf16: products as $pairs' '$WORK/avx512bf16.out' && grep -q 'precision bf16: products as fp32 multiply-adds (.*) of the rounded values' '$WORK/fp32.out'" \
+    "bf16's products not as NETRT_CPU_BF16 asks: $(grep precision "$WORK/amx.out" "$WORK/avx512bf16.out" "$WORK/fp32.out")"
+for how in amx avx512bf16; do
+    check "close \"\$(field '$WORK/$how.jsonl' train_loss)\" \"\$(field '$WORK/fp32.jsonl' train_loss)\" 0.01 && close \"\$(field '$WORK/$how.jsonl' test_accuracy)\" \"\$(field '$WORK/fp32.jsonl' test_accuracy)\" 0.01" \
+        "bf16 with NETRT_CPU_BF16=$how and fp32 apart: $(tail -1 "$WORK/$how.jsonl") against $(tail -1 "$WORK/fp32.jsonl")"
+done
 NETRT_CPU_BF16=fast "$WORK/dm" --precision bf16 --max-steps 1 > "$WORK/env.out" 2>&1
-check "[ $? -ne 0 ] && grep -q \"NETRT_CPU_BF16 is 'fast': native, emulate or auto\" '$WORK/env.out'" \
+check "[ $? -ne 0 ] && grep -q \"NETRT_CPU_BF16 is 'fast': auto, amx, avx512bf16 or fp32\" '$WORK/env.out'" \
     "NETRT_CPU_BF16=fast: $(cat "$WORK/env.out")"
 
 # the three precisions end in the same place

@@ -66,8 +66,8 @@ static float *randv(size_t n)
 /* One product checked against a double reference.  A and B are stored with
  * row strides larger than needed when pad is set, and C too; the padding of
  * C must come back untouched.  nanc: C starts as NaN (used with beta = 0). */
-static void check_gemm(int ta, int tb, int m, int n, int k, float alpha,
-                       float beta, int pad, int nanc)
+static void check_gemm_at(int dot, int ta, int tb, int m, int n, int k, float alpha,
+                          float beta, int pad, int nanc)
 {
     int ar = ta ? k : m, ac = ta ? m : k; /* A as stored */
     int br = tb ? n : k, bc = tb ? k : n;
@@ -75,6 +75,13 @@ static void check_gemm(int ta, int tb, int m, int n, int k, float alpha,
     int ldc = n + (pad ? 2 : 0);
     float *a = randv((size_t)ar * lda), *b = randv((size_t)br * ldb);
     float *c = randv((size_t)m * ldc), *c0 = malloc(((size_t)m * ldc + 1) * 4);
+    if (dot != NRT_DOT_F32) /* the bf16 dots: bf16 values, as a bf16 run's */
+        for (size_t i = 0; i < (size_t)ar * lda || i < (size_t)br * ldb; i++) {
+            if (i < (size_t)ar * lda)
+                a[i] = nrt_bf16(a[i]);
+            if (i < (size_t)br * ldb)
+                b[i] = nrt_bf16(b[i]);
+        }
     for (int i = 0; i < m; i++)
         for (int j = 0; j < ldc; j++)
             if (j >= n)
@@ -82,7 +89,7 @@ static void check_gemm(int ta, int tb, int m, int n, int k, float alpha,
             else if (nanc)
                 c[(size_t)i * ldc + j] = NAN;
     memcpy(c0, c, (size_t)m * ldc * sizeof *c);
-    nrt_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    nrt_gemm(dot, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     int bad = 0;
     for (int i = 0; i < m && bad < 3; i++) {
         for (int j = 0; j < ldc && bad < 3; j++) {
@@ -111,9 +118,9 @@ static void check_gemm(int ta, int tb, int m, int n, int k, float alpha,
             double tol = 2.0 * FLT_EPSILON * (k + 4) * bound + 1e-30;
             if (!(err <= tol)) { /* catches NaN too */
                 bad++;
-                CHECK(0, "sgemm ta=%d tb=%d m=%d n=%d k=%d alpha=%g beta=%g "
+                CHECK(0, "gemm dot=%d ta=%d tb=%d m=%d n=%d k=%d alpha=%g beta=%g "
                          "pad=%d nanc=%d: C[%d][%d] = %.9g, want %.9g",
-                      ta, tb, m, n, k, alpha, beta, pad, nanc, i, j, got,
+                      dot, ta, tb, m, n, k, alpha, beta, pad, nanc, i, j, got,
                       want);
             }
         }
@@ -124,6 +131,17 @@ static void check_gemm(int ta, int tb, int m, int n, int k, float alpha,
     free(b);
     free(c);
     free(c0);
+}
+
+static void check_gemm(int ta, int tb, int m, int n, int k, float alpha, float beta, int pad,
+                       int nanc)
+{
+    check_gemm_at(NRT_DOT_F32, ta, tb, m, n, k, alpha, beta, pad, nanc);
+}
+
+static void check_gemm_dot(int dot, int ta, int tb, int m, int n, int k, float alpha, float beta)
+{
+    check_gemm_at(dot, ta, tb, m, n, k, alpha, beta, 1, beta == 0.0f);
 }
 
 static void test_sgemm(void)
@@ -320,19 +338,35 @@ static void test_dots(void)
     const int m = 64, n = 1100, k = 300;
     float *a = bf16v((size_t)m * k), *b = bf16v((size_t)k * n);
     float *c1 = malloc((size_t)m * n * sizeof *c1), *c2 = malloc((size_t)m * n * sizeof *c2);
-    omp_set_num_threads(1);
-    nrt_gemm(NRT_DOT_BF16, 0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c1, n);
-    for (int t = 2; t <= 3; t++) {
-        omp_set_num_threads(t);
-        nrt_gemm(NRT_DOT_BF16, 0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c2, n);
-        same &= !memcmp(c1, c2, (size_t)m * n * sizeof *c1);
+    for (int dot = NRT_DOT_BF16; dot <= NRT_DOT_AMX; dot += NRT_DOT_AMX - NRT_DOT_BF16) {
+        if (dot == NRT_DOT_AMX && !nrt_amx_enable())
+            break;
+        omp_set_num_threads(1);
+        nrt_gemm(dot, 0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c1, n);
+        for (int t = 2; t <= 3; t++) {
+            omp_set_num_threads(t);
+            nrt_gemm(dot, 0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c2, n);
+            same &= !memcmp(c1, c2, (size_t)m * n * sizeof *c1);
+        }
+        omp_set_num_threads(saved);
+        CHECK(same, "gemm dot %d %dx%dx%d: threads change the result", dot, m, n, k);
     }
-    omp_set_num_threads(saved);
-    CHECK(same, "gemm bf16 %dx%dx%d: threads change the result", m, n, k);
     free(a), free(b), free(c1), free(c2);
 #endif
-    printf("gemm dots: %d products, %s%s\n", runs, nrt_gemm_isa(),
-           nrt_dot_native() ? " and AVX512-BF16" : " (no AVX512-BF16: bf16 as fp32)");
+    /* AMX's tiles: the same products summed in the hardware's order, so
+     * against the double reference within fp32's rounding of the sums (the
+     * convolutions: test_conv_batch) */
+    const int amx = nrt_amx_enable();
+    if (amx) {
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (int t = 0; t < 4; t++, runs++)
+                check_gemm_dot(NRT_DOT_AMX, t & 1, t >> 1, shapes[s][0], shapes[s][1],
+                               shapes[s][2], t == 2 ? -0.5f : 1.0f,
+                               t == 0 ? 0.0f : t == 3 ? 1.0f : 0.25f);
+    }
+    printf("gemm dots: %d products, %s%s%s\n", runs, nrt_gemm_isa(),
+           nrt_dot_native() ? " and AVX512-BF16" : " (no AVX512-BF16: bf16 as fp32)",
+           amx ? " and AMX" : " (no AMX)");
 }
 
 /* ---------------------------------------------------------- im2col/col2im */
@@ -741,14 +775,23 @@ static double worst_error(const float *got, const double *ref,
  * channel first; dx computed when the geometry allows (stride 1, padding
  * below the kernel), in both layouts; and every result the same, bit for
  * bit, with 1, 2 and 3 threads. */
-static void check_conv2d(int n, struct conv v, int o)
+static void check_conv2d_dot(int n, struct conv v, int o, int dot)
 {
     const int oh = out_size(v.h, v.kh, v.sh, v.ph), ow = out_size(v.w, v.kw, v.sw, v.pw);
-    const nrt_conv g = {v.c, v.h, v.w, o, oh, ow, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw, NRT_DOT_F32};
+    const nrt_conv g = {v.c, v.h, v.w, o, oh, ow, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw, dot};
     const size_t in = (size_t)v.h * v.w, xs = (size_t)n * v.c * in;
     const size_t ys = (size_t)o * n * oh * ow, ws = (size_t)o * v.c * v.kh * v.kw;
     const size_t xps = (size_t)v.c * n * (v.h + 2 * v.ph) * (v.w + 2 * v.pw);
     float *x = randv(xs), *xc = malloc(xs * sizeof *xc), *w = randv(ws), *dy = randv(ys);
+    if (dot != NRT_DOT_F32) /* the bf16 dots: bf16 values, as a bf16 run's */
+        for (size_t i = 0; i < xs || i < ws || i < ys; i++) {
+            if (i < xs)
+                x[i] = nrt_bf16(x[i]);
+            if (i < ws)
+                w[i] = nrt_bf16(w[i]);
+            if (i < ys)
+                dy[i] = nrt_bf16(dy[i]);
+        }
     for (int i = 0; i < n; i++)
         for (int ch = 0; ch < v.c; ch++)
             memcpy(xc + ((size_t)ch * n + i) * in, x + ((size_t)i * v.c + ch) * in,
@@ -834,6 +877,11 @@ static void check_conv2d(int n, struct conv v, int o)
     free(yr), free(ya), free(dwr), free(dwa), free(dxr), free(dxa);
 }
 
+static void check_conv2d(int n, struct conv v, int o)
+{
+    check_conv2d_dot(n, v, o, NRT_DOT_F32);
+}
+
 static void test_conv_batch(void)
 {
     static const struct conv cs[] = {
@@ -864,6 +912,16 @@ static void test_conv_batch(void)
             check_conv2d(ns[i], cs[t], 1 + (int)(t + i) % 7);
             runs++;
         }
+    /* the bf16 dots' convolutions (their products packed from the padded
+     * input), on bf16 values, against the same reference */
+    static const struct conv lp[] = {{3, 32, 32, 5, 5, 1, 1, 2, 2}, {8, 16, 16, 5, 5, 1, 1, 2, 2},
+                                     {3, 6, 5, 4, 3, 3, 2, 3, 2}, {32, 8, 8, 5, 5, 1, 1, 2, 2}};
+    for (size_t t = 0; t < sizeof lp / sizeof *lp; t++) {
+        check_conv2d_dot(2, lp[t], 5, NRT_DOT_BF16);
+        if (nrt_amx_enable())
+            check_conv2d_dot(3, lp[t], 33, NRT_DOT_AMX);
+        runs++;
+    }
     printf("col2im_batch and conv2d: %d batches checked\n", runs);
 }
 
@@ -1517,6 +1575,12 @@ static void via_bf16(int ta, int tb, int m, int n, int k, float alpha, const flo
     nrt_gemm(NRT_DOT_BF16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+static void via_amx(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                    const float *b, int ldb, float beta, float *c, int ldc)
+{
+    nrt_gemm(NRT_DOT_AMX, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 #ifdef HAVE_CBLAS
 static void via_cblas(int ta, int tb, int m, int n, int k, float alpha,
                       const float *a, int lda, const float *b, int ldb,
@@ -1923,8 +1987,10 @@ static int bench(void)
     /* nrt_gemm's kernels side by side, one thread: fp32 on AVX2, fp32 on
      * the widest the cpu has, bf16 values in pairs (AVX512-BF16) */
     set_threads(1);
-    printf("\n%-22s %4s %4s %4s %2s | %7s %7s %7s\n", "GFLOP/s, 1 thread", "m", "n", "k", "op",
-           "AVX2", nrt_gemm_isa(), nrt_dot_native() ? "bf16" : "(bf16)");
+    const int amx = nrt_amx_enable();
+    printf("\n%-22s %4s %4s %4s %2s | %7s %7s %7s %7s\n", "GFLOP/s, 1 thread", "m", "n", "k",
+           "op", "AVX2", nrt_gemm_isa(), nrt_dot_native() ? "bf16" : "(bf16)",
+           amx ? "AMX" : "(no AMX)");
     for (int s = 0; s < NS; s++) {
         int m = sh[s].m, n = sh[s].n, k = sh[s].k;
         float *a = randv((size_t)m * k), *b = randv((size_t)k * n), *c = randv((size_t)m * n);
@@ -1932,11 +1998,12 @@ static int bench(void)
             a[i] = nrt_bf16(a[i]);
         for (size_t i = 0; i < (size_t)k * n; i++)
             b[i] = nrt_bf16(b[i]);
-        printf("%-22s %4d %4d %4d %c%c | %7.1f %7.1f %7.1f\n", sh[s].what, m, n, k,
+        printf("%-22s %4d %4d %4d %c%c | %7.1f %7.1f %7.1f %7.1f\n", sh[s].what, m, n, k,
                sh[s].ta ? 'T' : 'N', sh[s].tb ? 'T' : 'N',
                gflops(via_avx2, sh[s].ta, sh[s].tb, m, n, k, sh[s].beta, a, b, c),
                gflops(nrt_sgemm, sh[s].ta, sh[s].tb, m, n, k, sh[s].beta, a, b, c),
-               gflops(via_bf16, sh[s].ta, sh[s].tb, m, n, k, sh[s].beta, a, b, c));
+               gflops(via_bf16, sh[s].ta, sh[s].tb, m, n, k, sh[s].beta, a, b, c),
+               amx ? gflops(via_amx, sh[s].ta, sh[s].tb, m, n, k, sh[s].beta, a, b, c) : 0.0);
         free(a), free(b), free(c);
     }
     bench_layers(maxt);
