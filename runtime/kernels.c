@@ -14,14 +14,18 @@
  * reads them — which is also where the transposes are absorbed, so the four
  * combinations share one compute path.  The micro-kernel keeps a 6x16 tile
  * of C in registers while it walks K: twelve 8-float accumulators, two loads
- * of B and six broadcasts of A per step.  It exists twice: once compiled for
- * AVX2+FMA (GCC vector types, with the fused multiply-add spelled out since
- * ISO C mode does not contract a*b+c), chosen at run time with
- * __builtin_cpu_supports so that one binary runs everywhere, with packing
- * routines that transpose 8x8 blocks in registers; and once portable, in
- * GCC vector extensions (SSE2, NEON).  Matrices too small to repay packing
- * go through a plain loop.  On the shapes netc's programs produce this runs
- * at the speed of OpenBLAS, single-threaded (test_kernels --bench).
+ * of B and six broadcasts of A per step.  It exists three times: for
+ * AVX-512 (a 6x32 tile, two panels of B at once), for AVX2+FMA (GCC vector
+ * types, with the fused multiply-add spelled out since ISO C mode does not
+ * contract a*b+c), each chosen at run time with __builtin_cpu_supports so
+ * that one binary runs everywhere, with packing routines that transpose 8x8
+ * blocks in registers; and portable, in GCC vector extensions (SSE2, NEON).
+ * All three give every element the same operations, so the same bits.
+ * Matrices too small to repay packing go through a plain loop.  A bf16
+ * run's products (nrt_gemm's dot) may instead convert the packed panels to
+ * bf16 pairs for AVX512-BF16's vdpbf16ps or AMX's tiles.  On the shapes
+ * netc's programs produce the AVX2 kernel ran at the speed of OpenBLAS,
+ * single-threaded, and the AVX-512 one 1.5-2x faster (test_kernels --bench).
  *
  * Threads (OpenMP): C is cut into one rectangle of whole tiles per thread,
  * and each thread runs the blocked product on its rectangle alone — packing
