@@ -36,9 +36,8 @@ done
 # within 2e-3 over 6 steps (measured: 6e-4 over 20), the others bit for
 # bit (within 1e-6), which a rounding point missing on either side (1e-4
 # and more within a few steps) cannot pass.  The cpu's products are its
-# fp32 multiply-adds here (NETRT_CPU_BF16=fp32), not AVX512-BF16's pairs
-# or AMX's tiles, which sum in orders of their own.
-export NETRT_CPU_BF16=fp32
+# fp32 multiply-adds here (NETRT_CPU_BF16=fp32, tests/emu/env.sh), not
+# AVX512-BF16's pairs or AMX's tiles, which sum in orders of their own.
 DEVICE=cuda STEPS=6 SAMPLES=75 BATCH=16 RTOL=2e-3 PRECISION=bf16 DATA_DIR="$WORK/data" \
     sh "$SRC/tests/gpu/parity.sh" "$SRC"/models/*.net "$SRC"/tests/gradcheck/*.net \
     > "$WORK/parity.bf16" 2>&1

@@ -13,7 +13,11 @@
 # of the test's own), NETC_CUDA=yes (the suite's default is no),
 # NETC_EMU_LIBDIR and NETC_EMU_CUDA_INCLUDE (nvcc.py's), NETC_EMU_IMAGE_DIR
 # (lib/images: nvcc.py's copies of the fatbins it makes, which the
-# emulated cudart loads without writing a file).
+# emulated cudart loads without writing a file), and NETRT_CPU_BF16=fp32:
+# the cpu's bf16 products as fp32 multiply-adds, which sum in the order
+# the emulated device's do (AVX512-BF16's pairs and AMX's tiles have
+# orders of their own), so that a bf16 run can agree with the cpu's bit
+# for bit on any machine.
 # Skips the test (77) without the CUDA toolkit's headers or off x86-64;
 # fails it if the libraries do not build without a warning.
 # Gives emu_nvcc ARGS...: the emulated nvcc.
@@ -27,7 +31,7 @@ cuda_inc=$(echo "${NETRT_CUDA_CFLAGS:-}" | sed -n 's/.*-I\([^ ]*\).*/\1/p')
 [ -n "$cuda_inc" ] || cuda_inc=/usr/local/cuda/include
 cuda_major=$(sed -n 's/^#define CUDART_VERSION *\([0-9]*\)[0-9][0-9][0-9]$/\1/p' \
     "$cuda_inc/cuda_runtime_api.h")
-export NETC_EMU_LIBDIR="$EMU_LIB" NETC_EMU_CUDA_INCLUDE="$cuda_inc"
+export NETC_EMU_LIBDIR="$EMU_LIB" NETC_EMU_CUDA_INCLUDE="$cuda_inc" NETRT_CPU_BF16=fp32
 export NETC_EMU_IMAGE_DIR="$EMU_LIB/images"
 export NETC_EMU_NVCC="$PYTHON $EMU/nvcc.py"
 emu_nvcc() { "$PYTHON" "$EMU/nvcc.py" "$@"; }
