@@ -680,7 +680,10 @@ AMX_TARGET static void amx_block(int kp, int mc, int nc, int npanel, const uint3
         cfg.colsb[t] = 64;
         cfg.rows[t] = 16;
     }
-    _tile_loadconfig(&cfg);
+    /* ldtilecfg reads the whole of cfg: said so to the compiler, which
+     * GCC 12's _tile_loadconfig does not (its operand is cfg's first 8
+     * bytes, the rest free to be left unwritten) */
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
     const size_t sa = (size_t)kp * 4, panel = (size_t)2 * NR * kp;
     _Alignas(64) float out[4][16 * 16];
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);

@@ -284,9 +284,10 @@ int nrt_append_whole(int fd, const void *p, size_t n, const char *path, nrt_erro
             continue;
         if (k <= 0) {
             int e = k < 0 ? errno : EIO;
-            if (done && end >= 0)
-                (void)ftruncate(fd, end);
-            return nrt_errorf(err, "%s: cannot write: %s", path, strerror(e));
+            /* the partial record taken back where the file lets it be */
+            const int left = done && (end < 0 || ftruncate(fd, end) != 0);
+            return nrt_errorf(err, "%s: cannot write: %s%s", path, strerror(e),
+                              left ? " (a partial record is left at its end)" : "");
         }
         done += (size_t)k;
     }
