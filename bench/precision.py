@@ -24,7 +24,6 @@ cpu (runtime/backend.c), and each column says what ran.
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -33,8 +32,15 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-# model: epochs per run, and how its data is given
+# model: epochs per run
 EPOCHS = {"digits_cnn": 4, "cifar10": 4, "cnn101": 4, "airline_rnn": 40}
+
+# One run under a fresh interpreter, which prints its exit status, output and
+# peak resident memory (getrusage's RUSAGE_CHILDREN: the largest child's).
+RUN_ONE = ("import json, resource, subprocess, sys\n"
+           "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+           "print(json.dumps({'rc': r.returncode, 'out': r.stdout, 'err': r.stderr,\n"
+           "  'kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))\n")
 
 CONFIGS = [  # (column, --precision, NETRT_CPU_BF16)
     ("fp32", "fp32", None),
@@ -65,7 +71,13 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--models", nargs="*", default=list(EPOCHS))
     o = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="netc-precision.")
+    with tempfile.TemporaryDirectory(prefix="netc-precision.") as work:
+        rows = measure(o, work)
+    report(o, rows)
+
+
+def measure(o, work):
+    """{model: {column: [(step ms, peak MiB, the run's precision line)]}}"""
     mk = [sys.executable, os.path.join(HERE, "make_cifar.py")]
     subprocess.run(mk + [f"{work}/c10.bin", "--records", "640", "--classes", "10", "--seed", "1"],
                    check=True)
@@ -89,21 +101,14 @@ def main():
         args = ["--threads", str(o.threads), "--epochs", str(EPOCHS[m])] + data.get(m, [])
         for rep in range(o.repeat):
             for col, prec, how in CONFIGS:
-                env = {"OMP_NUM_THREADS": str(o.threads)}
+                env = dict(os.environ, OMP_NUM_THREADS=str(o.threads))
+                env.pop("NETRT_CPU_BF16", None)
                 if how:
                     env["NETRT_CPU_BF16"] = how
-                # a fresh interpreter per run: RUSAGE_CHILDREN's peak is the largest child's
-                code = ("import json, resource, subprocess, sys\n"
-                        "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
-                        "print(json.dumps({'rc': r.returncode, 'out': r.stdout, 'err': r.stderr,\n"
-                        "  'kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))\n")
-                full_env = dict(os.environ)
-                full_env.pop("NETRT_CPU_BF16", None)
-                full_env.update(env)
                 metrics = f"{work}/{m}.jsonl"
-                r = subprocess.run([sys.executable, "-c", code, prog, "--device", "cpu", "--seed",
-                                    "1", "--precision", prec, "--metrics", metrics] + args,
-                                   env=full_env, cwd=ROOT, capture_output=True, text=True)
+                r = subprocess.run([sys.executable, "-c", RUN_ONE, prog, "--device", "cpu",
+                                    "--seed", "1", "--precision", prec, "--metrics", metrics]
+                                   + args, env=env, cwd=ROOT, capture_output=True, text=True)
                 res = json.loads(r.stdout)
                 if res["rc"] != 0:
                     sys.exit(f"precision.py: {m} {col}: {res['err'].strip()}")
@@ -115,6 +120,10 @@ def main():
                 line = next((l for l in res["out"].splitlines() if l.startswith("precision ")), "")
                 rows.setdefault(m, {}).setdefault(col, []).append(
                     (1e3 * statistics.median(secs) / steps, res["kib"] / 1024, line))
+    return rows
+
+
+def report(o, rows):
     name, isa = cpu_line()
     print(f"cpu: {name}, {os.cpu_count()} CPUs; {' '.join(isa)}; {o.threads} thread(s), "
           f"median of {o.repeat} runs")

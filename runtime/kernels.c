@@ -503,6 +503,20 @@ pack_conv_rows_avx2(const float *xp, const size_t *roff, int kc,
     ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && __GNUC__ >= 10))
 #define NRT_X86_AVX512 1
 
+/* ci[0, w) = alpha * acc + beta * ci (beta 0: ci not read), as the AVX2
+ * kernel stores a row: alpha * acc, or fma(alpha, acc, beta * c); cols is
+ * the mask of the w columns.  Every AVX-512 kernel's store. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+store_row_avx512(float *ci, __m512 acc, __mmask16 cols, float alpha, float beta)
+{
+    const __m512 va = _mm512_set1_ps(alpha);
+    __m512 r = _mm512_mul_ps(va, acc);
+    if (beta != 0.0f)
+        r = _mm512_fmadd_ps(va, acc,
+                            _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(cols, ci)));
+    _mm512_mask_storeu_ps(ci, cols, r);
+}
+
 __attribute__((target("avx512f"), always_inline)) static inline void
 tile_avx512(const int panels, int kc, const float *a, const float *b0, const float *b1,
             float *c, size_t ldc, float alpha, float beta, int mr, int nr)
@@ -521,18 +535,11 @@ tile_avx512(const int panels, int kc, const float *a, const float *b0, const flo
                 acc[i][1] = _mm512_fmadd_ps(ai, x1, acc[i][1]);
         }
     }
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     for (int h = 0; h < panels; h++) {
         const int w = nr - h * NR > NR ? NR : nr - h * NR;
         const __mmask16 cols = (__mmask16)((1u << w) - 1u);
-        for (int i = 0; i < mr; i++) {
-            float *ci = c + (size_t)i * ldc + h * NR;
-            __m512 r = _mm512_mul_ps(va, acc[i][h]);
-            if (beta != 0.0f)
-                r = _mm512_fmadd_ps(va, acc[i][h],
-                                    _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(cols, ci)));
-            _mm512_mask_storeu_ps(ci, cols, r);
-        }
+        for (int i = 0; i < mr; i++)
+            store_row_avx512(c + (size_t)i * ldc + h * NR, acc[i][h], cols, alpha, beta);
     }
 }
 
@@ -580,30 +587,30 @@ BF16_TARGET static void ukernel_bf16(int kp, const uint32_t *a, const uint16_t *
             acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_set1_epi32((int)a[i]), bq);
     }
     const __mmask16 cols = (__mmask16)((1u << nr) - 1u);
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    for (int i = 0; i < mr; i++) {
-        float *ci = c + (size_t)i * ldc;
-        __m512 r = _mm512_mul_ps(va, acc[i]);
-        if (beta != 0.0f)
-            r = _mm512_fmadd_ps(va, acc[i], _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(cols, ci)));
-        _mm512_mask_storeu_ps(ci, cols, r);
-    }
+    for (int i = 0; i < mr; i++)
+        store_row_avx512(c + (size_t)i * ldc, acc[i], cols, alpha, beta);
+}
+
+/* Row i's pair q of a packed tile of A (kc groups of MR floats): a[2q]
+ * in the low half, a[2q+1] in the high, bf16 each; zeros past kc. */
+static uint32_t a_pair(const float *tile, int kc, int i, int q)
+{
+    uint32_t v = 0;
+    if (2 * q < kc)
+        v = nrt_f32_bits(nrt_bf16(tile[(size_t)2 * q * MR + i])) >> 16;
+    if (2 * q + 1 < kc)
+        v |= nrt_f32_bits(nrt_bf16(tile[(size_t)(2 * q + 1) * MR + i])) & 0xffff0000u;
+    return v;
 }
 
 /* ntile packed tiles of A (kc groups of MR floats each) as pairs: tile t
  * at dst + t * MR * kp, group q holding (a[2q][i], a[2q+1][i]). */
-static void pairs_a(int kc, int ntile, const float *src, uint32_t *restrict dst)
+static void pairs_a(int kc, int kp, int ntile, const float *src, uint32_t *restrict dst)
 {
-    const int kp = (kc + 1) / 2;
     for (int t = 0; t < ntile; t++, src += (size_t)MR * kc, dst += (size_t)MR * kp)
         for (int q = 0; q < kp; q++)
-            for (int i = 0; i < MR; i++) {
-                const uint32_t lo = nrt_f32_bits(nrt_bf16(src[(size_t)2 * q * MR + i])) >> 16;
-                const uint32_t hi = 2 * q + 1 < kc
-                                        ? nrt_f32_bits(nrt_bf16(src[(size_t)(2 * q + 1) * MR + i])) >> 16
-                                        : 0;
-                dst[(size_t)q * MR + i] = lo | hi << 16;
-            }
+            for (int i = 0; i < MR; i++)
+                dst[(size_t)q * MR + i] = a_pair(src, kc, i, q);
 }
 
 /* npanel packed panels of B (kc groups of NR floats each) as pairs: panel
@@ -656,16 +663,9 @@ static void amx_rows_a(int kc, int kp, int mc, const float *pa, uint32_t *restri
 {
     const int rows = (mc + 31) / 32 * 32;
     for (int r = 0; r < rows; r++)
-        for (int q = 0; q < kp; q++) {
-            uint32_t v = 0;
-            if (r < mc && 2 * q < kc) {
-                const float *t = pa + (size_t)(r / MR) * MR * kc + r % MR;
-                v = nrt_f32_bits(nrt_bf16(t[(size_t)2 * q * MR])) >> 16;
-                if (2 * q + 1 < kc)
-                    v |= nrt_f32_bits(nrt_bf16(t[(size_t)(2 * q + 1) * MR])) & 0xffff0000u;
-            }
-            dst[(size_t)r * kp + q] = v;
-        }
+        for (int q = 0; q < kp; q++)
+            dst[(size_t)r * kp + q] =
+                r < mc ? a_pair(pa + (size_t)(r / MR) * MR * kc, kc, r % MR, q) : 0;
 }
 
 /* C[0, mc) x [0, nc) = alpha * sums + beta * C (beta 0: C not read), from
@@ -686,7 +686,6 @@ AMX_TARGET static void amx_block(int kp, int mc, int nc, int npanel, const uint3
     __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
     const size_t sa = (size_t)kp * 4, panel = (size_t)2 * NR * kp;
     _Alignas(64) float out[4][16 * 16];
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     for (int r = 0; r < mc; r += 32)
         for (int jp = 0; jp < npanel; jp += 2) {
             const uint32_t *a0 = a + (size_t)r * kp, *a1 = a0 + (size_t)16 * kp;
@@ -715,15 +714,9 @@ AMX_TARGET static void amx_block(int kp, int mc, int nc, int npanel, const uint3
                 if (w <= 0)
                     continue;
                 const __mmask16 cols = (__mmask16)((1u << w) - 1u);
-                for (int i = 0; i < 16 && i0 + i < mc; i++) {
-                    float *ci = c + (size_t)(i0 + i) * ldc + j0;
-                    const __m512 acc = _mm512_load_ps(out[t] + 16 * i);
-                    __m512 v = _mm512_mul_ps(va, acc);
-                    if (beta != 0.0f)
-                        v = _mm512_fmadd_ps(va, acc,
-                                            _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(cols, ci)));
-                    _mm512_mask_storeu_ps(ci, cols, v);
-                }
+                for (int i = 0; i < 16 && i0 + i < mc; i++)
+                    store_row_avx512(c + (size_t)(i0 + i) * ldc + j0,
+                                     _mm512_load_ps(out[t] + 16 * i), cols, alpha, beta);
             }
         }
     _tile_release();
@@ -739,22 +732,20 @@ static int have_avx512(void)
 #endif
 }
 
-static int have_amx(void)
+static int have_bf16(void)
 {
-#ifdef NRT_X86_AMX
-    return __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
-           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+#ifdef NRT_X86_BF16
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512bf16");
 #else
     return 0;
 #endif
 }
 
-static int have_bf16(void)
+static int have_amx(void)
 {
-#ifdef NRT_X86_BF16
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512bf16");
+#ifdef NRT_X86_AMX
+    return have_bf16() && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
 #else
     return 0;
 #endif
@@ -840,6 +831,14 @@ struct gemm {
     int bf16;   /* the bf16 products: pairs_a, pairs_b, ukernel_bf16 */
     int amx;    /* on AMX: amx_rows_a, pairs_b, amx_block */
 };
+
+/* The bf16 products' pairs a group of kc rows packs into: AMX's in whole
+ * tiles of 16. */
+static int pair_groups(const struct gemm *g, int kc)
+{
+    const int kp = (kc + 1) / 2;
+    return g->amx ? (kp + 15) / 16 * 16 : kp;
+}
 
 /* op(A)[i][p] and op(B)[p][j], one at a time. */
 static float a_at(const struct gemm *g, int i, int p)
@@ -972,6 +971,9 @@ gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
 {
     const int k = g->k;
     const int kcb = block_size(k, KC, 1); /* from k alone: see below */
+#ifndef NRT_X86_BF16
+    (void)pa2, (void)pb2; /* the bf16 products' pairs: none in this build */
+#endif
     const int mcb = block_size(m, MC, MR);
     const int ncb = block_size(n, NC, NR);
     const size_t ldc = (size_t)g->ldc;
@@ -1006,17 +1008,12 @@ gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
                     pack_b_cols(g->b, g->ldb, pc, kc, j0 + j, nr, d);
                 }
 #ifdef NRT_X86_BF16
-            if (g->bf16)
-                pairs_b(kc, (kc + 1) / 2, npanel, pb, pb2);
-#endif
-#ifdef NRT_X86_AMX
-            const int kpa = ((kc + 1) / 2 + 15) / 16 * 16; /* AMX's pairs: whole tiles */
-            if (g->amx) {
-                pairs_b(kc, kpa, npanel, pb, pb2);
-                if (npanel % 2) /* and a zero panel beside an odd one out */
-                    memset((uint16_t *)pb2 + (size_t)npanel * 2 * NR * kpa, 0,
-                           (size_t)2 * NR * kpa * sizeof(uint16_t));
-            }
+            const int kp = pair_groups(g, kc);
+            if (g->bf16 || g->amx)
+                pairs_b(kc, kp, npanel, pb, pb2);
+            if (g->amx && npanel % 2) /* and a zero panel beside an odd one out */
+                memset((uint16_t *)pb2 + (size_t)npanel * 2 * NR * kp, 0,
+                       (size_t)2 * NR * kp * sizeof(uint16_t));
 #endif
             for (int ic = 0; ic < m; ic += mcb) {
                 const int mc = m - ic < mcb ? m - ic : mcb;
@@ -1038,12 +1035,12 @@ gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
                 }
 #ifdef NRT_X86_BF16
                 if (g->bf16)
-                    pairs_a(kc, ntile, pa, pa2);
+                    pairs_a(kc, kp, ntile, pa, pa2);
 #endif
 #ifdef NRT_X86_AMX
                 if (g->amx) {
-                    amx_rows_a(kc, kpa, mc, pa, pa2);
-                    amx_block(kpa, mc, nc, npanel, pa2, pb2, g->c + (size_t)(i0 + ic) * ldc + j0 + jc,
+                    amx_rows_a(kc, kp, mc, pa, pa2);
+                    amx_block(kp, mc, nc, npanel, pa2, pb2, g->c + (size_t)(i0 + ic) * ldc + j0 + jc,
                               ldc, g->alpha, beta);
                     continue;
                 }
@@ -1059,7 +1056,6 @@ gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
                         float *tc = g->c + (size_t)(i0 + i) * ldc + j0 + j;
 #ifdef NRT_X86_BF16
                         if (g->bf16) {
-                            const int kp = (kc + 1) / 2;
                             ukernel_bf16(kp, (const uint32_t *)pa2 + (size_t)it * MR * kp,
                                          (const uint16_t *)pb2 + (size_t)jp * 2 * NR * kp, tc,
                                          ldc, g->alpha, beta, mr, nr);
@@ -1114,12 +1110,9 @@ static int gemm_block(const struct gemm *g, int i0, int m, int j0, int n)
     const size_t nb = ncb * kcb + 8; /* + pack_conv_rows_avx2's spill */
     /* the bf16 products' pairs: 4 bytes a pair, a float's room (AMX's in
      * whole tiles: 16 pairs, 32 rows of A, an even count of B's panels) */
-    size_t kp = g->bf16 ? (size_t)(kcb + 1) / 2 : 0, na2 = mcb * kp, nb2 = ncb * kp;
-    if (g->amx) {
-        kp = round_up((size_t)(kcb + 1) / 2, 16);
-        na2 = round_up(mcb, 32) * kp;
-        nb2 = (ncb + NR) * kp;
-    }
+    const size_t kp = g->bf16 || g->amx ? (size_t)pair_groups(g, kcb) : 0;
+    const size_t na2 = (g->amx ? round_up(mcb, 32) : mcb) * kp;
+    const size_t nb2 = (g->amx ? ncb + NR : ncb) * kp;
     const size_t at_b = round_up(na, 16), at_a2 = at_b + round_up(nb, 16);
     const size_t at_b2 = at_a2 + round_up(na2, 16), all = at_b2 + nb2;
     if (all <= PACK_STACK) {

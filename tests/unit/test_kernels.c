@@ -75,13 +75,10 @@ static void check_gemm_at(int dot, int ta, int tb, int m, int n, int k, float al
     int ldc = n + (pad ? 2 : 0);
     float *a = randv((size_t)ar * lda), *b = randv((size_t)br * ldb);
     float *c = randv((size_t)m * ldc), *c0 = malloc(((size_t)m * ldc + 1) * 4);
-    if (dot != NRT_DOT_F32) /* the bf16 dots: bf16 values, as a bf16 run's */
-        for (size_t i = 0; i < (size_t)ar * lda || i < (size_t)br * ldb; i++) {
-            if (i < (size_t)ar * lda)
-                a[i] = nrt_bf16(a[i]);
-            if (i < (size_t)br * ldb)
-                b[i] = nrt_bf16(b[i]);
-        }
+    if (dot != NRT_DOT_F32) { /* the bf16 dots: bf16 values, as a bf16 run's */
+        nrt_round_lowp(NRT_BF16, a, (size_t)ar * lda);
+        nrt_round_lowp(NRT_BF16, b, (size_t)br * ldb);
+    }
     for (int i = 0; i < m; i++)
         for (int j = 0; j < ldc; j++)
             if (j >= n)
@@ -250,8 +247,7 @@ static void test_sgemm_threads(void)
 static float *bf16v(size_t n) /* random bf16 values, as floats */
 {
     float *v = randv(n);
-    for (size_t i = 0; i < n; i++)
-        v[i] = nrt_bf16(v[i]);
+    nrt_round_lowp(NRT_BF16, v, n);
     return v;
 }
 
@@ -300,11 +296,11 @@ static void check_dots(int ta, int tb, int m, int n, int k, float alpha, float b
     nrt_gemm(NRT_DOT_BF16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cb, n);
     CHECK(!memcmp(cf, c2, (size_t)m * n * sizeof *cf),
           "gemm ta=%d tb=%d %dx%dx%d: %s and AVX2 differ", ta, tb, m, n, k, nrt_gemm_isa());
-    int bad = 0;
-    if (!nrt_dot_native() || (double)m * n * k < 4096.0)
-        bad = memcmp(cf, cb, (size_t)m * n * sizeof *cf) != 0;
+    if (!nrt_dot_native() || (double)m * n * k < 4096.0) /* fp32's product, the plain loop's */
+        CHECK(!memcmp(cf, cb, (size_t)m * n * sizeof *cf),
+              "gemm bf16 ta=%d tb=%d %dx%dx%d: not fp32's bits", ta, tb, m, n, k);
     else
-        for (int i = 0; i < m && !bad; i++)
+        for (int i = 0, bad = 0; i < m && !bad; i++)
             for (int j = 0; j < n && !bad; j++) {
                 const float want = dot_bf16_ref(ta ? a + i : a + (size_t)i * lda, ta ? lda : 1,
                                                 tb ? b + (size_t)j * ldb : b + j, tb ? 1 : ldb,
@@ -316,8 +312,6 @@ static void check_dots(int ta, int tb, int m, int n, int k, float alpha, float b
                           "sums give %.9g", ta, tb, m, n, k, i, j, got, want);
                 }
             }
-    if (!nrt_dot_native() || (double)m * n * k < 4096.0)
-        CHECK(!bad, "gemm bf16 ta=%d tb=%d %dx%dx%d: not fp32's bits", ta, tb, m, n, k);
     free(a), free(b), free(c0), free(cf), free(c2), free(cb);
 }
 
@@ -783,15 +777,11 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
     const size_t ys = (size_t)o * n * oh * ow, ws = (size_t)o * v.c * v.kh * v.kw;
     const size_t xps = (size_t)v.c * n * (v.h + 2 * v.ph) * (v.w + 2 * v.pw);
     float *x = randv(xs), *xc = malloc(xs * sizeof *xc), *w = randv(ws), *dy = randv(ys);
-    if (dot != NRT_DOT_F32) /* the bf16 dots: bf16 values, as a bf16 run's */
-        for (size_t i = 0; i < xs || i < ws || i < ys; i++) {
-            if (i < xs)
-                x[i] = nrt_bf16(x[i]);
-            if (i < ws)
-                w[i] = nrt_bf16(w[i]);
-            if (i < ys)
-                dy[i] = nrt_bf16(dy[i]);
-        }
+    if (dot != NRT_DOT_F32) { /* the bf16 dots: bf16 values, as a bf16 run's */
+        nrt_round_lowp(NRT_BF16, x, xs);
+        nrt_round_lowp(NRT_BF16, w, ws);
+        nrt_round_lowp(NRT_BF16, dy, ys);
+    }
     for (int i = 0; i < n; i++)
         for (int ch = 0; ch < v.c; ch++)
             memcpy(xc + ((size_t)ch * n + i) * in, x + ((size_t)i * v.c + ch) * in,
@@ -1993,11 +1983,7 @@ static int bench(void)
            amx ? "AMX" : "(no AMX)");
     for (int s = 0; s < NS; s++) {
         int m = sh[s].m, n = sh[s].n, k = sh[s].k;
-        float *a = randv((size_t)m * k), *b = randv((size_t)k * n), *c = randv((size_t)m * n);
-        for (size_t i = 0; i < (size_t)m * k; i++)
-            a[i] = nrt_bf16(a[i]);
-        for (size_t i = 0; i < (size_t)k * n; i++)
-            b[i] = nrt_bf16(b[i]);
+        float *a = bf16v((size_t)m * k), *b = bf16v((size_t)k * n), *c = randv((size_t)m * n);
         printf("%-22s %4d %4d %4d %c%c | %7.1f %7.1f %7.1f %7.1f\n", sh[s].what, m, n, k,
                sh[s].ta ? 'T' : 'N', sh[s].tb ? 'T' : 'N',
                gflops(via_avx2, sh[s].ta, sh[s].tb, m, n, k, sh[s].beta, a, b, c),
