@@ -85,6 +85,27 @@ static inline NRT_HD float nrt_lowp(int p, float v)
     return p == NRT_BF16 ? nrt_bf16(v) : p == NRT_FP16 ? nrt_fp16(v) : v;
 }
 
+/* The 16 bits that store v rounded to precision p (bf16 or fp16, as
+ * nrt_lowp): bf16's are the top half of the rounded float's; fp16's the
+ * IEEE binary16 encoding (a NaN its quiet NaN 0x7e00, with v's sign).
+ * What the GPU's tensor-core products read (cublasGemmEx's
+ * CUDA_R_16BF and CUDA_R_16F). */
+static inline NRT_HD uint16_t nrt_half_bits(int p, float v)
+{
+    const float r = nrt_lowp(p, v);
+    const uint32_t u = nrt_f32_bits(r), a = u & 0x7fffffffu;
+    if (p == NRT_BF16)
+        return (uint16_t)(u >> 16);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    if (a > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u);
+    if (a == 0x7f800000u)
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) /* a subnormal (or zero): r is a multiple of 2^-24 */
+        return (uint16_t)(sign | (uint16_t)(nrt_f32_of(a) * 16777216.0f));
+    return (uint16_t)(sign | (((a >> 23) - 112u) << 10) | ((a >> 13) & 0x3ffu));
+}
+
 /* Whether v is neither infinite nor NaN. */
 static inline NRT_HD int nrt_f32_finite(float v)
 {

@@ -810,7 +810,7 @@ typedef struct nrt_backend {
     void *ctx;
     char name[160];          /* "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)" */
     int loss_free;           /* reading a step's loss costs nothing (cpu) */
-    char products[96];       /* bf16, fp16: how the products run, in words */
+    char products[160];      /* bf16, fp16: how the products run, in words */
     int buckets;             /* several ranks: the buckets the gradients are
                                 summed in as backward runs (0: at once, after) */
     /* fp16: the loss scaler's state, read after a step (metrics,

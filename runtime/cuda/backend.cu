@@ -913,6 +913,13 @@ static int alloc_net(Ctx *c, nrt_error *err)
     const size_t cap = (size_t)net->cap, np = m->param_count;
     const int cls = m->target_kind == NRT_TARGET_CLASS;
     const int need_m = c->h.kind == NRT_ADAM || c->h.momentum != 0;
+    /* a product reads the weights or one of these buffers: its operands'
+     * 16-bit copies are as long as the longest */
+    size_t half = np;
+    const size_t read[] = {cap * m->cuda->act_size, cap * m->grad_size, cap * m->scratch_size,
+                           cap * m->lowp_in_size};
+    for (size_t i = 0; i < sizeof read / sizeof *read; i++)
+        half = read[i] > half ? read[i] : half;
     if (dalloc(c, &net->param, np, "the parameters", err) ||
         dalloc(c, &net->grad, np + 1, "the gradients", err) || /* + a rank's loss */
         dalloc(c, &net->buffers, m->buffer_bytes, "the buffers", err) ||
@@ -928,11 +935,14 @@ static int alloc_net(Ctx *c, nrt_error *err)
         (need_m && dalloc(c, &c->opt_m, np, "the optimizer state", err)) ||
         (c->h.kind == NRT_ADAM && dalloc(c, &c->opt_v, np, "the optimizer state", err)) ||
         (net->lowp && (dalloc(c, &net->wlp, np, "the bf16 weights", err) ||
-                       dalloc(c, &net->xlp, cap * m->lowp_in_size, "the bf16 input", err))) ||
+                       dalloc(c, &net->xlp, cap * m->lowp_in_size, "the bf16 input", err) ||
+                       dalloc(c, &net->half[0], half, "the products' 16-bit operands", err) ||
+                       dalloc(c, &net->half[1], half, "the products' 16-bit operands", err))) ||
         dalloc(c, &c->dev, 1, "the run's scalars", err) ||
         palloc(c, &c->host, 1, "the run's scalars", err))
         return -1;
     net->workspace_bytes = m->cuda->workspace;
+    net->half_count = net->lowp ? half : 0;
     net->loss = &c->dev->loss;
     net->step = &c->dev->step;
     if (net->lowp == NRT_FP16)
@@ -1086,8 +1096,10 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
         b.get_scaler = be_get_scaler;
         b.set_scaler = be_set_scaler;
     }
-    if (cfg->precision != NRT_FP32) /* no tensor cores yet */
-        snprintf(b.products, sizeof b.products, "fp32 (cuBLAS, netc's kernels) of the rounded values");
+    if (cfg->precision != NRT_FP32) /* the convolutions' kernels have no tensor-core path yet */
+        snprintf(b.products, sizeof b.products,
+                 "%s on the tensor cores (cublasGemmEx), summed in fp32; convolutions as fp32 "
+                 "of the rounded values", nrt_precision_name(cfg->precision));
     b.close = be_close;
     *out = b;
     return 0;

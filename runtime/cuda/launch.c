@@ -146,10 +146,27 @@ int nrt_cu_conv2d_dw(nrt_cuda_net *net, int k, int reduce, const nrt_cu_dw *t, i
                          EACH_THREADS, rargs, 3, err);
 }
 
+/* A row-major operand of rows x cols, its rows ld apart, into dst in the
+ * run's 16 bits: every element from its first to its last (the gaps
+ * between rows too, which the product skips). */
+static int to_half(nrt_cuda_net *net, const float *src, int rows, int cols, int ld,
+                   uint16_t *dst, nrt_error *err)
+{
+    const size_t count = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+    if (count > net->half_count)
+        return nrt_errorf(err, "internal error: a product's operand of %zu elements, more than "
+                          "the %zu of its 16-bit buffer", count, net->half_count);
+    return nrt_cu_each(net, NRT_K_TO_HALF, count, NRT_ARGS(&src, &dst, &net->lowp), err);
+}
+
 /* C^T = op(B)^T op(A)^T: a row-major matrix is the column-major matrix of
  * its transpose.  As on the cpu, k <= 0 or alpha == 0 only scales C (beta
  * == 0 stores zeros).  The handle is bound to net->stream by the backend
- * (setting it here would reset the workspace the runtime gave it). */
+ * (setting it here would reset the workspace the runtime gave it).
+ *
+ * In bf16 and fp16 the operands (rounded already, as autocast casts them)
+ * go to 16-bit copies and the product to the tensor cores, as torch's
+ * autocast has it: cublasGemmEx, 16-bit inputs, fp32 sums and C. */
 int nrt_cu_gemm(nrt_cuda_net *net, int transa, int transb, int m, int n, int k, float alpha,
                 const float *a, int lda, const float *b, int ldb, float beta, float *c,
                 int ldc, nrt_error *err)
@@ -163,11 +180,24 @@ int nrt_cu_gemm(nrt_cuda_net *net, int transa, int transb, int m, int n, int k, 
         return nrt_cu_launch(net, NRT_K_GEMM_SCALE, grid_for((size_t)m * (size_t)n, 256), 1, 1,
                              256, args, 5, err);
     }
-    return NRT_CUBLAS(net->cublas,
-                      net->cublas->Sgemm(net->blas, transb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                         transa ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
-                                         ldb, a, lda, &beta, c, ldc),
-                      err);
+    const cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (!net->lowp)
+        return NRT_CUBLAS(net->cublas,
+                          net->cublas->Sgemm(net->blas, opb, opa, n, m, k, &alpha,
+                                             b, ldb, a, lda, &beta, c, ldc),
+                          err);
+    const cudaDataType t = net->lowp == NRT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    const uint16_t *ha = net->half[0], *hb = net->half[1];
+    return to_half(net, a, transa ? k : m, transa ? m : k, lda, net->half[0], err) ||
+                   to_half(net, b, transb ? n : k, transb ? k : n, ldb, net->half[1], err) ||
+                   NRT_CUBLAS(net->cublas,
+                              net->cublas->GemmEx(net->blas, opb, opa, n, m, k, &alpha, hb, t,
+                                                  ldb, ha, t, lda, &beta, c, CUDA_R_32F, ldc,
+                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                              err)
+               ? -1
+               : 0;
 }
 
 int nrt_cu_col_sums(nrt_cuda_net *net, const float *a, int rows, int cols, float *out,

@@ -50,7 +50,8 @@ int nrt_cublas_load(nrt_cublas *b, nrt_error *err)
     if (SYM(Create, "cublasCreate_v2") || SYM(Destroy, "cublasDestroy_v2") ||
         SYM(SetStream, "cublasSetStream_v2") || SYM(SetWorkspace, "cublasSetWorkspace_v2") ||
         SYM(SetMathMode, "cublasSetMathMode") || SYM(SetAtomicsMode, "cublasSetAtomicsMode") ||
-        SYM(Sgemm, "cublasSgemm_v2") || SYM(GetStatusName, "cublasGetStatusName") ||
+        SYM(Sgemm, "cublasSgemm_v2") || SYM(GemmEx, "cublasGemmEx") ||
+        SYM(GetStatusName, "cublasGetStatusName") ||
         SYM(GetStatusString, "cublasGetStatusString")) {
         nrt_cublas_unload(b);
         return NRT_UNAVAILABLE;

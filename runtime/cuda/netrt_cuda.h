@@ -57,6 +57,11 @@ typedef struct nrt_cublas {
     cublasStatus_t (*Sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
                             const float *, const float *, int, const float *, int, const float *,
                             float *, int);
+    /* the tensor cores' products of bf16 and fp16 runs */
+    cublasStatus_t (*GemmEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                             const void *, const void *, cudaDataType, int, const void *,
+                             cudaDataType, int, const void *, void *, cudaDataType, int,
+                             cublasComputeType_t, cublasGemmAlgo_t);
     const char *(*GetStatusName)(cublasStatus_t);
     const char *(*GetStatusString)(cublasStatus_t);
 } nrt_cublas;
@@ -122,6 +127,12 @@ struct nrt_cuda_net {
     int lowp;
     float *wlp, *xlp;
     const float *loss_scale; /* fp16: the scaler's scale, on the device; else NULL */
+    /* bf16, fp16: nrt_cu_gemm's operands in 16 bits, for the tensor cores
+     * (cublasGemmEx): A into half[0], B into half[1], each half_count
+     * elements, as many as the largest buffer a product reads; NULL in
+     * fp32. */
+    uint16_t *half[2];
+    size_t half_count;
     /* Several ranks: backward calls this (nrt_cu_grads_final) once the
      * gradients from param[from] on are final, so that their sum over the
      * ranks starts while it goes on (backend.cu's buckets); NULL alone. */
@@ -131,7 +142,7 @@ struct nrt_cuda_net {
 
 /* The runtime's kernels in every module (netrt_kernels.cuh), by index. */
 enum { NRT_K_GEMM_SCALE, NRT_K_DROPOUT_FWD, NRT_K_MSE, NRT_K_COL_SUMS, NRT_K_ROW_SUMS,
-       NRT_K_ROUND_LOWP, NRT_K_MODEL };
+       NRT_K_ROUND_LOWP, NRT_K_TO_HALF, NRT_K_MODEL };
 
 /* Checks a CUDA runtime result: 0 if cudaSuccess, else -1 with
  * "CALL failed at FILE:LINE: REASON" in err. */

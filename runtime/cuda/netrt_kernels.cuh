@@ -33,6 +33,7 @@
  *   nrt_dev_col_sums,    nrt_col_sums, nrt_row_sums
  *   nrt_dev_row_sums
  *   nrt_dev_round_lowp   nrt_round_lowp_to (lowp.h's rounding)
+ *   nrt_dev_to_half      nrt_half_bits (a product's 16-bit operand)
  *
  * (nrt_dev_: the cpu functions they mirror have C linkage too)
  *
@@ -49,6 +50,7 @@
 /* NVRTC has no C library headers: the few types and constants used here. */
 #ifdef __CUDACC_RTC__
 typedef int int32_t;
+typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
 typedef unsigned long long nrt_uptr;
@@ -905,6 +907,15 @@ extern "C" __global__ void nrt_dev_round_lowp(size_t count, const float *src, fl
     const float s = scale ? *scale : 1.0f;
     NRT_EACH(i, count)
         dst[i] = nrt_lowp(prec, scale ? src[i] * s : src[i]);
+}
+
+/* dst[i] = the 16 bits of src[i] in precision prec (lowp.h's
+ * nrt_half_bits): a product's operand as the tensor cores read it. */
+extern "C" __global__ void nrt_dev_to_half(size_t count, const float *__restrict__ src,
+                                           uint16_t *__restrict__ dst, int prec)
+{
+    NRT_EACH(i, count)
+        dst[i] = nrt_half_bits(prec, src[i]);
 }
 
 /* One thread per lane b of philox.h's layout: its stream decides the

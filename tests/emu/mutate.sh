@@ -26,7 +26,8 @@ fp32@train@runtime/cuda/backend.cu@    net->lowp = cfg->precision;@    net->lowp
 noskip@train@runtime/cuda/backend.cu@fp16 ? &sc->found : NULL, err)@NULL, err)
 rounding@kernels@runtime/cuda/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s : src[i]);@nrt_lowp(prec, (scale ? src[i] * s : src[i]) * (1.0f + 0x1p-22f));
 scaled@gradients@runtime/cuda/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s : src[i]);@nrt_lowp(prec, scale ? src[i] * s * s : src[i]);
-unscale@gradients@runtime/cuda/backend.cu@        nrt_unscale(&c->host->scaler, grad, c->m->param_count);\n@'
+unscale@gradients@runtime/cuda/backend.cu@        nrt_unscale(&c->host->scaler, grad, c->m->param_count);\n@
+halftype@kernels@runtime/cuda/launch.c@NRT_BF16 ? CUDA_R_16BF : CUDA_R_16F;@NRT_BF16 ? CUDA_R_16BF : CUDA_R_16BF;'
 # what each is, for the report
 what() {
     case $1 in
@@ -45,6 +46,7 @@ what() {
     rounding) echo "the GPU's bf16 rounding biased upward, now and then a bf16 ulp off" ;;
     scaled) echo "fp16's loss gradient scaled twice on the GPU" ;;
     unscale) echo "fp16's gradients left scaled by --gradcheck on the GPU" ;;
+    halftype) echo "fp16's products read by the tensor cores as bf16 (cublasGemmEx's type)" ;;
     esac
 }
 

@@ -290,12 +290,13 @@ static void kernel_table(nrt_cuda_net *net)
     g_model.cuda = &g_cuda_model;
     net->model = &g_model;
     net->kernel = g_kernel;
-    /* in the order of NRT_K_GEMM_SCALE .. NRT_K_ROUND_LOWP */
-    static_assert(NRT_K_MODEL == 6, "netrt_cuda.h has a new runtime kernel: add it here");
+    /* in the order of NRT_K_GEMM_SCALE .. NRT_K_TO_HALF */
+    static_assert(NRT_K_MODEL == 7, "netrt_cuda.h has a new runtime kernel: add it here");
     const void *const runtime[NRT_K_MODEL] = {
         (const void *)nrt_dev_gemm_scale, (const void *)nrt_dev_dropout_fwd,
-        (const void *)nrt_dev_mse, (const void *)nrt_dev_col_sums,
-        (const void *)nrt_dev_row_sums, (const void *)nrt_dev_round_lowp};
+        (const void *)nrt_dev_mse,        (const void *)nrt_dev_col_sums,
+        (const void *)nrt_dev_row_sums,   (const void *)nrt_dev_round_lowp,
+        (const void *)nrt_dev_to_half};
     for (int k = 0; k < NRT_K_MODEL; k++)
         kernel_index(runtime[k], nrt_cuda_kernel_name(net, k));
 }
@@ -592,6 +593,11 @@ static int conv_dx(nrt_cuda_net *net, int k, int n, const float *w, const float 
 
 /* ---------------------------------------------------------------- gemm */
 
+/* In bf16 and fp16 (net->lowp) the operands are low-precision values and
+ * the product the tensor cores' (cublasGemmEx): the same exact products,
+ * summed in fp32 in some order, so within (k + 2) 2^-24 of the sum of
+ * their magnitudes of the cpu's (a sum of k terms in any order is within
+ * (k - 1) u of it); the emulated device sums as nrt_sgemm, bit for bit. */
 static void test_gemm_one(nrt_cuda_net *net, int ta, int tb, int m, int n, int k, float alpha,
                           float beta, int pad)
 {
@@ -601,6 +607,10 @@ static void test_gemm_one(nrt_cuda_net *net, int ta, int tb, int m, int n, int k
     const int ldc = n + (pad ? 2 : 0);
     std::vector<float> a = randv((size_t)ar * lda), b = randv((size_t)br * ldb);
     std::vector<float> c = randv((size_t)m * ldc);
+    if (net->lowp) {
+        nrt_round_lowp(net->lowp, a.data(), a.size());
+        nrt_round_lowp(net->lowp, b.data(), b.size());
+    }
     std::vector<float> want = c, mag = absv(c);
     nrt_sgemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, want.data(), ldc);
     std::vector<float> aa = absv(a), ba = absv(b);
@@ -608,13 +618,13 @@ static void test_gemm_one(nrt_cuda_net *net, int ta, int tb, int m, int n, int k
               mag.data(), ldc);
     Dev<float> da(a), db(b), dc(c);
     nrt_error err = {};
-    const char *what = name("gemm ta=%d tb=%d m=%d n=%d k=%d alpha=%g beta=%g pad=%d", ta, tb,
-                            m, n, k, alpha, beta, pad);
+    const char *what = name("gemm %s ta=%d tb=%d m=%d n=%d k=%d alpha=%g beta=%g pad=%d",
+                            nrt_precision_name(net->lowp), ta, tb, m, n, k, alpha, beta, pad);
     if (!launched(net, nrt_cu_gemm(net, ta, tb, m, n, k, alpha, da.p, lda, db.p, ldb, beta,
                                    dc.p, ldc, &err),
                   err, what))
         return;
-    compare(what, dc.get(), want, &mag, 1e-5, 1e-30);
+    compare(what, dc.get(), want, &mag, net->lowp ? (k + 2) * 0x1p-24 : 1e-5, 1e-30);
 }
 
 static void test_gemm(nrt_cuda_net *net)
@@ -630,6 +640,32 @@ static void test_gemm(nrt_cuda_net *net)
     test_gemm_one(net, 0, 0, 5, 6, 0, 1.0f, 0.5f, 1);
     test_gemm_one(net, 0, 1, 5, 6, 7, 0.0f, 0.0f, 0);
     test_gemm_one(net, 1, 0, 5, 6, 7, 0.0f, 2.0f, 1);
+}
+
+/* The products of a bf16 or fp16 run: on the tensor cores, from 16-bit
+ * copies of the operands, as long as the longest (an operand longer is
+ * refused: the runtime sizes them from the buffers a product reads). */
+static void test_gemm_lowp(nrt_cuda_net *net, int prec)
+{
+    const size_t longest = 256 * (128 + 5);
+    Dev<uint16_t> h0(longest), h1(longest);
+    net->half[0] = h0.p;
+    net->half[1] = h1.p;
+    net->half_count = longest;
+    net->lowp = prec;
+    test_gemm(net);
+    Dev<float> a(64 * 65), b(64), c(65);
+    nrt_error err = {};
+    const int rc = nrt_cu_gemm(net, 0, 0, 65, 1, 64, 1.0f, a.p, 64, b.p, 1, 0.0f, c.p, 1, &err);
+    net->half_count = 64 * 64;
+    const int rc2 = nrt_cu_gemm(net, 0, 0, 65, 1, 64, 1.0f, a.p, 64, b.p, 1, 0.0f, c.p, 1, &err);
+    result(rc == 0 && rc2 != 0 && strstr(err.msg, "4160 elements, more than the 4096"),
+           "gemm %s: an operand longer than the 16-bit buffers refused: %d, %d (%s)",
+           nrt_precision_name(prec), rc, rc2, err.msg);
+    CK(cudaStreamSynchronize(net->stream));
+    net->lowp = 0;
+    net->half[0] = net->half[1] = NULL;
+    net->half_count = 0;
 }
 
 /* --------------------------------------------------------- convolution */
@@ -1324,6 +1360,8 @@ int main(int argc, char **argv)
         return 0;
     }
     test_gemm(&net);
+    test_gemm_lowp(&net, NRT_BF16);
+    test_gemm_lowp(&net, NRT_FP16);
     test_convs(&net);
     test_pools(&net);
     test_dropout(&net);

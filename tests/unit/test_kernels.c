@@ -2030,6 +2030,11 @@ static void test_bf16(void)
         {0xffc12345, 0xffc10000}, /* a quiet NaN keeps its sign and top bits */
     };
     rounding_cases("nrt_bf16", nrt_bf16, cases, sizeof cases / sizeof cases[0]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const uint16_t got = nrt_half_bits(NRT_BF16, nrt_f32_of(cases[i].in));
+        CHECK(got == cases[i].out >> 16, "nrt_half_bits bf16 of 0x%08x: 0x%04x, want 0x%04x",
+              (unsigned)cases[i].in, (unsigned)got, (unsigned)(cases[i].out >> 16));
+    }
     float a[3] = {1.00390625f, -2.5f, 3.14159265f}, b[3];
     nrt_round_lowp_to(NRT_BF16, b, a, 3);
     nrt_round_lowp(NRT_BF16, a, 3);
@@ -2079,7 +2084,33 @@ static void test_fp16(void)
                 differ += nrt_f32_bits(nrt_fp16(v)) != nrt_f32_bits((float)(_Float16)v);
         }
     CHECK(differ == 0, "nrt_fp16 differs from (_Float16) on %lld values", differ);
+    /* the stored bits, nrt_half_bits, against the compiler's _Float16's */
+    differ = 0;
+    for (uint32_t e = 0; e < 256; e++)
+        for (int k = 0; k < 4096; k++) {
+            const float v = nrt_f32_of(e << 23 | ((uint32_t)nrt_rng_next(&rng) & 0x807fffffu));
+            const _Float16 h = (_Float16)v;
+            uint16_t want;
+            memcpy(&want, &h, sizeof want);
+            if (!isnan(v))
+                differ += nrt_half_bits(NRT_FP16, v) != want;
+        }
+    CHECK(differ == 0, "nrt_half_bits fp16 differs from _Float16's bits on %lld values", differ);
 #endif
+    /* by hand: 1, -2, 65504, 2^-14, 2^-24, 3 2^-24 (subnormals), -0, inf,
+     * a NaN (the quiet one, its sign kept), a value that rounds up to 2 */
+    static const struct {
+        uint32_t in;
+        uint16_t want;
+    } half[] = {{0x3f800000, 0x3c00}, {0xc0000000, 0xc000}, {0x477fe000, 0x7bff},
+                {0x38800000, 0x0400}, {0x33800000, 0x0001}, {0x34400000, 0x0003},
+                {0x80000000, 0x8000}, {0x7f800000, 0x7c00}, {0xff812345, 0xfe00},
+                {0x3ffff000, 0x4000}};
+    for (size_t i = 0; i < sizeof half / sizeof half[0]; i++) {
+        const uint16_t got = nrt_half_bits(NRT_FP16, nrt_f32_of(half[i].in));
+        CHECK(got == half[i].want, "nrt_half_bits fp16 of 0x%08x: 0x%04x, want 0x%04x",
+              (unsigned)half[i].in, (unsigned)got, (unsigned)half[i].want);
+    }
     float a[3] = {3.14159265f, 1e5f, 2.0f}, s[3] = {1.0f, 0.5f, 4096.0f};
     nrt_round_lowp_scaled(NRT_FP16, s, 3, 16.0f); /* scaled, then rounded */
     nrt_round_lowp(NRT_FP16, a, 3);
