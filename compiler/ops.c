@@ -1258,13 +1258,13 @@ static void conv2d_cu_fwd(Emit *e, const Node *n)
     struct conv c = conv_of(e->p, n);
     struct tiling t = conv_tiling(c.O);
     const char *k = cu_call(e, n, "fwd", tiling_threads(t),
-                            "int n, const float *x, const float *w, float *y",
-                            arena_printf(e->arena, "nrt_k::conv2d_fwd<%s, %s, %s>(n, x, w, y);",
+                            "int n, const float *x, const float *w, float *y, int prec",
+                            arena_printf(e->arena, "nrt_k::conv2d_fwd<%s, %s, %s>(n, x, w, y, prec);",
                                          conv_geom(e, c), tiling_type(e, t),
                                          input_cn(e, n) ? "true" : "false"));
     emitf(e, "/* y[%lld, n*%lld] = W[%lld, %lld] cols(x): implicit GEMM, no columns stored */",
           c.O, c.P, c.O, c.CKK);
-    cu_igemm(e, n, k, "fwd", c.C * c.H * c.W, c.O * c.P, c.O, c.P, t, "&x, &W, &y");
+    cu_igemm(e, n, k, "fwd", c.C * c.H * c.W, c.O * c.P, c.O, c.P, t, "&x, &W, &y, &net->lowp");
     if (n->fused || n->nparams > 1)
         emitf(e, "size_t np = (size_t)n * %lld;", c.P);
     cu_epilogue(e, n, arena_printf(e->arena, "(size_t)%lld * np", c.O), "i / np", true);
@@ -1291,9 +1291,10 @@ static void conv2d_cu_bwd(Emit *e, const Node *n)
     int64_t total = c.O * c.CKK, splits = cu_dw_max_splits(total);
     const char *k = cu_call(e, n, "dw", tiling_threads(t),
                             "int n, int chunk, const float *x, const float *dy, float *dw, "
-                            "float *partial",
+                            "float *partial, int prec",
                             arena_printf(e->arena, "nrt_k::conv2d_dw<%s, %s, %s>(n, chunk, x, dy, "
-                                         "dw, partial);", conv_geom(e, c), tiling_type(e, t), cn));
+                                         "dw, partial, prec);", conv_geom(e, c), tiling_type(e, t),
+                                         cn));
     const char *reduce = splits > 1
         ? cu_call(e, n, "dw_reduce", 0, "int splits, const float *partial, float *dw",
                   arena_printf(e->arena, "nrt_k::conv2d_dw_reduce<%lld>(splits, partial, dw);",
@@ -1307,13 +1308,14 @@ static void conv2d_cu_bwd(Emit *e, const Node *n)
     emitf(e, "TRY(nrt_cu_conv2d_dw(net, %s, %s, &dw_tile, n, x, dy, dW, err));", k, reduce);
     struct tiling tx = conv_tiling(c.C);
     const char *kx = cu_call(e, n, "dx", tiling_threads(tx),
-                             "int n, const float *w, const float *dy, float *dx",
-                             arena_printf(e->arena, "nrt_k::conv2d_dx<%s, %s, %s>(n, w, dy, dx);",
+                             "int n, const float *w, const float *dy, float *dx, int prec",
+                             arena_printf(e->arena, "nrt_k::conv2d_dx<%s, %s, %s>(n, w, dy, dx, prec);",
                                           conv_geom(e, c), tiling_type(e, tx), cn));
     emitf(e, "/* dx = the adjoint of cols applied to W^T dy */");
     emitf(e, "if (dx) {");
     e->indent++;
-    cu_igemm(e, n, kx, "dx", c.O * c.P, c.C * c.H * c.W, c.C, c.H * c.W, tx, "&W, &dy, &dx");
+    cu_igemm(e, n, kx, "dx", c.O * c.P, c.C * c.H * c.W, c.C, c.H * c.W, tx,
+             "&W, &dy, &dx, &net->lowp");
     e->indent--;
     emitf(e, "}");
 }

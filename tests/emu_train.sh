@@ -4,8 +4,7 @@
 # model, from the same --load weights, in file order and shuffled, each on
 # a few dozen samples so that an epoch ends with a partial batch within the
 # steps run; once with the kernels compiled ahead of time (nvcc.py), once
-# with --jit (the emulated NVRTC, through the JIT cache); in bf16, every
-# model.  Then the JIT
+# with --jit (the emulated NVRTC, through the JIT cache).  Then the JIT
 # cache's miss and hit (--jit-info) and a damaged entry, and a cuBLAS that
 # cannot be used: auto trains on the cpu, --device cuda says why.
 # Skipped (77) where tests/emu.sh is.
@@ -26,50 +25,6 @@ for jit in no yes; do
     check "[ $? -eq 0 ]" "parity with the cpu (--jit: $jit): $(grep -v '^ok' "$WORK/parity.$jit")"
     tail -n 1 "$WORK/parity.$jit"
 done
-
-# bf16: both devices round the same values at the same points (lowp.h's
-# rounding), so they differ only where their fp32 sums do before a
-# rounding: a sum an fp32 ulp apart from the cpu's that lands beside a
-# bf16 rounding boundary is one bf16 ulp (2^-8) off.  The emulated
-# device's products sum in the cpu's order; batchnorm's statistics and
-# the convolutions' split sums (cifar10) are its own: those models agree
-# within 2e-3 over 6 steps (measured: 6e-4 over 20), the others bit for
-# bit (within 1e-6), which a rounding point missing on either side (1e-4
-# and more within a few steps) cannot pass.  The cpu's products are its
-# fp32 multiply-adds here (NETRT_CPU_BF16=fp32, tests/emu/env.sh), not
-# AVX512-BF16's pairs or AMX's tiles, which sum in orders of their own.
-DEVICE=cuda STEPS=6 SAMPLES=75 BATCH=16 RTOL=2e-3 PRECISION=bf16 DATA_DIR="$WORK/data" \
-    sh "$SRC/tests/gpu/parity.sh" "$SRC"/models/*.net "$SRC"/tests/gradcheck/*.net \
-    > "$WORK/parity.bf16" 2>&1
-check "[ $? -eq 0 ] && grep -q '^ok .*cifar10' '$WORK/parity.bf16'" \
-    "parity with the cpu in bf16: $(grep -v -e '^ok' -e '^skip' "$WORK/parity.bf16")"
-tail -n 1 "$WORK/parity.bf16"
-DEVICE=cuda STEPS=20 SAMPLES=75 BATCH=16 RTOL=1e-6 PRECISION=bf16 sh "$SRC/tests/gpu/parity.sh" \
-    "$SRC"/models/boston_mlp.net "$SRC"/models/digits_mlp.net "$SRC"/models/digits_cnn.net \
-    "$SRC"/models/airline_rnn.net \
-    > "$WORK/parity.bf16x" 2>&1
-check "[ $? -eq 0 ]" "bf16 on the emulated device, bit for bit: $(grep -v '^ok' "$WORK/parity.bf16x")"
-
-# fp16: the same, and the loss scaler on the device: from 2^30 the first
-# ten or so steps overflow and are skipped, on both devices alike (fp16's
-# finer steps make a different fp32 sum round differently eight times as
-# often as bf16's: the CNNs within 1e-4 over 10 steps)
-DEVICE=cuda STEPS=10 SAMPLES=75 BATCH=16 RTOL=1e-4 PRECISION=fp16 FLAGS="--loss-scale 1073741824" \
-    sh "$SRC/tests/gpu/parity.sh" "$SRC"/models/*.net > "$WORK/parity.fp16" 2>&1
-check "[ $? -eq 0 ]" "parity with the cpu in fp16: $(grep -v -e '^ok' "$WORK/parity.fp16")"
-tail -n 1 "$WORK/parity.fp16"
-DEVICE=cuda STEPS=20 SAMPLES=75 BATCH=16 RTOL=1e-6 PRECISION=fp16 FLAGS="--loss-scale 1073741824" \
-    sh "$SRC/tests/gpu/parity.sh" "$SRC"/models/boston_mlp.net "$SRC"/models/digits_mlp.net \
-    "$SRC"/models/airline_rnn.net > "$WORK/parity.fp16x" 2>&1
-check "[ $? -eq 0 ]" "fp16 on the emulated device, bit for bit: $(grep -v '^ok' "$WORK/parity.fp16x")"
-# ... and its scaler in a checkpoint: stopped while the scale still halves
-compile "$SRC/models/digits_mlp.net" "$WORK/dm16"
-f16() { "$WORK/dm16" --device cuda --precision fp16 --quiet "$@"; }
-f16 --loss-scale 1073741824 --max-steps 24 --save "$WORK/f16.full.safetensors"
-f16 --loss-scale 1073741824 --max-steps 6 --checkpoint "$WORK/f16ck"
-f16 --resume "$WORK/f16ck" --max-steps 24 --save "$WORK/f16.cut.safetensors"
-check "cmp -s '$WORK/f16.full.safetensors' '$WORK/f16.cut.safetensors'" \
-    "fp16 on the emulated device, stopped at step 6 and resumed: other weights"
 
 # The JIT cache: a miss compiles and stores, a hit loads; a damaged entry
 # is a miss again (and is replaced), never an error.

@@ -81,6 +81,7 @@ struct Ctx {
     nrt_cuda_mem mem;
     nrt_optim h;
     int sms;
+    int major;             /* the GPU's compute capability's */
     Alloc allocs[MAX_ALLOCS];
     int nallocs;
     Scalars *dev, *host;
@@ -967,6 +968,7 @@ static int setup(Ctx *c, const nrt_model *m, const nrt_run_config *cfg, char *na
         NRT_CUDA(cudaGetDeviceProperties(&p, cfg->device), err))
         return -1;
     c->sms = p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
+    c->major = p.major;
     snprintf(name, name_len, "cuda:%d (%.120s)", cfg->device, p.name);
     if (NRT_CUDA(cudaStreamCreateWithFlags(&net->stream, cudaStreamNonBlocking), err)) {
         net->stream = NULL;
@@ -1096,10 +1098,15 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
         b.get_scaler = be_get_scaler;
         b.set_scaler = be_set_scaler;
     }
-    if (cfg->precision != NRT_FP32) /* the convolutions' kernels have no tensor-core path yet */
+    if (cfg->precision != NRT_FP32 && c->major >= 8)
         snprintf(b.products, sizeof b.products,
-                 "%s on the tensor cores (cublasGemmEx), summed in fp32; convolutions as fp32 "
-                 "of the rounded values", nrt_precision_name(cfg->precision));
+                 "%s on the tensor cores (cuBLAS's cublasGemmEx, netc's mma.sync), summed in fp32",
+                 nrt_precision_name(cfg->precision));
+    else if (cfg->precision != NRT_FP32) /* netrt_kernels.cuh's mma: sm_80 on */
+        snprintf(b.products, sizeof b.products,
+                 "%s on the tensor cores (cuBLAS's cublasGemmEx); convolutions as fp32 of the "
+                 "rounded values (mma.m16n8k16 needs compute capability 8.0)",
+                 nrt_precision_name(cfg->precision));
     b.close = be_close;
     *out = b;
     return 0;

@@ -135,9 +135,9 @@ int nrt_cu_conv2d_dw(nrt_cuda_net *net, int k, int reduce, const nrt_cu_dw *t, i
     if (splits > 1 && (!partial || net->workspace_bytes < sizeof(float) * (size_t)splits * total))
         return nrt_errorf(err, "%s: the net's workspace is smaller than the split-K partial "
                           "sums need", t->what);
-    void *args[] = {&n, &chunk, &x, &dy, &dw, &partial};
+    void *args[] = {&n, &chunk, &x, &dy, &dw, &partial, &net->lowp};
     if (nrt_cu_launch(net, k, (unsigned)cdiv(t->cols, t->bn), (unsigned)cdiv(t->rows, t->bm),
-                      (unsigned)splits, (unsigned)t->threads, args, 6, err))
+                      (unsigned)splits, (unsigned)t->threads, args, 7, err))
         return -1;
     if (splits == 1)
         return 0;

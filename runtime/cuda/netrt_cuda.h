@@ -243,8 +243,9 @@ int nrt_cu_igemm(nrt_cuda_net *net, int k, const nrt_cu_tile *t, int n, void **a
 
 /* A convolution's weight gradient dw [rows, cols] = dy [rows, n*positions]
  * cols(x)^T (nrt_k::conv2d_dw, kernel k: (int n, int chunk, x, dy, dw,
- * partial)), the long sum split in chunks whose partial sums kernel
- * reduce ((int splits, partial, dw)) adds in order. */
+ * partial, int prec), prec the run's net->lowp), the long sum split in
+ * chunks whose partial sums kernel reduce ((int splits, partial, dw))
+ * adds in order. */
 typedef struct nrt_cu_dw {
     const char *what;
     long long in, out;

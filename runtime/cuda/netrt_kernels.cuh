@@ -79,6 +79,44 @@ __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
 
 __host__ __device__ constexpr int pow2_at_least(int v) { return v <= 1 ? 1 : 2 * pow2_at_least((v + 1) / 2); }
 
+/* ======================================================= tensor cores */
+
+/* D = A B + C on the tensor cores, for the warp (every lane calls it): A
+ * 16 x 16 and B 16 x 8 in bf16 (BF16) or fp16, C and D 16 x 8 in fp32,
+ * as PTX's mma.sync.m16n8k16 (sm_80 and later) lays them out over the
+ * lanes: with g = lane / 4 and t = lane % 4, two 16-bit values a word,
+ * the first in its low half,
+ *   a[0] A[g][2t, 2t+1]      a[1] A[g+8][2t, 2t+1]
+ *   a[2] A[g][2t+8, 2t+9]    a[3] A[g+8][2t+8, 2t+9]
+ *   b[0] B[2t, 2t+1][g]      b[1] B[2t+8, 2t+9][g]
+ *   c[0], c[1] C[g][2t, 2t+1]      c[2], c[3] C[g+8][2t, 2t+1]   (d alike)
+ * The products are exact, their sums fp32 in the hardware's order; the
+ * emulated device (tests/emu/emu.h) adds them to C in k's order. */
+template <bool BF16>
+__device__ __forceinline__ void mma_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2],
+                                            const float c[4])
+{
+#if defined(NETC_EMU_H)
+    netc_emu_mma_16x8x16(BF16, d, a, b, c, __FILE__, __LINE__);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if (BF16)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+            : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),
+              "f"(c[1]), "f"(c[2]), "f"(c[3]));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+            : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),
+              "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#else
+    (void)d, (void)a, (void)b, (void)c;
+    __trap(); /* no tensor cores' mma before sm_80 */
+#endif
+}
+
 /* ====================================================== implicit GEMM */
 
 /* A 2-D convolution's geometry (nrt_conv's), at compile time. */
@@ -151,25 +189,85 @@ struct Tiling {
     }
 };
 
+/* The shared memory of a tiling's products: the double-buffered slices,
+ * As [2][BK][AS] then Bs [2][BK][BS], and afterwards (the tensor cores'
+ * path) the tile of D [BM][BN] they stage.  One array for every path of
+ * a kernel: a static __shared__ array is the kernel's whatever the path. */
+template <class T>
+struct Smem {
+    static constexpr int SLICES = 2 * T::BK * (T::AS + T::BS);
+    static constexpr int SIZE = SLICES > T::BM * T::BN ? SLICES : T::BM * T::BN;
+    static_assert(SIZE * 4 <= 48 * 1024, "static shared memory");
+    static __device__ __forceinline__ float *get()
+    {
+        __shared__ __align__(16) float s[SIZE];
+        return s;
+    }
+};
+
+/* The tensor cores' share of a tiling: the tile of D in 16 x 8 pieces
+ * (mma_16x8x16's), PER of them a warp, warp w's the pieces w + j NW. */
+template <class T>
+struct MmaTiles {
+    static constexpr int NW = T::NT / 32, PIECES = (T::BM / 16) * (T::BN / 8);
+    static constexpr int PER = PIECES / NW;
+    static constexpr bool OK = T::NT % 32 == 0 && T::BM % 16 == 0 && T::BN % 8 == 0 &&
+                               T::BK % 16 == 0 && PIECES % NW == 0;
+    static __device__ __forceinline__ int m(int w, int j) { return (w + j * NW) / (T::BN / 8) * 16; }
+    static __device__ __forceinline__ int n(int w, int j) { return (w + j * NW) % (T::BN / 8) * 8; }
+};
+
+/* Two values in a 16-bit precision in a word, the first in its low half,
+ * each rounded to nearest even as nrt_half_bits does: one cvt.rn
+ * instruction on the GPU (sm_80 on, where the mma is). */
+template <int PREC>
+__device__ __forceinline__ uint32_t half2_bits(float lo, float hi)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(NETC_EMU_H)
+    uint32_t r;
+    if (PREC == NRT_BF16)
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    else
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return (uint32_t)nrt_half_bits(PREC, lo) | (uint32_t)nrt_half_bits(PREC, hi) << 16;
+#endif
+}
+
 /* The block's accumulators over k in [kbeg, kend): acc[i][j] is the sum,
  * k ascending, of A[m][k] B[k][n] (fmaf), for the thread's (m, n) =
  * (row(ty, i), col(tx, j)) of the tile.  The loaders la and lb fill a
  * thread's registers with its elements of the slice at k0 (0 outside the
- * matrices and for k >= kend).  kbeg, kend are the same for the block. */
-template <class T, class LA, class LB>
-__device__ __forceinline__ void igemm(float (&acc)[T::TM][T::TN], int kbeg, int kend,
-                                      const LA &la, const LB &lb)
+ * matrices and for k >= kend).  kbeg, kend are the same for the block.
+ *
+ * PREC (a bf16 or fp16 run's, NRT_BF16 or NRT_FP16): the products on the
+ * tensor cores, 16 deep at a time (mma_16x8x16), the slices' values (low
+ * precision already: the runs round them where autocast does) converted
+ * as the warps read them; then the warps' pieces of D go through shared
+ * memory to the threads' accumulators as above, so the passes' epilogues
+ * are the same for every precision. */
+template <class T, int PREC, class LA, class LB>
+__device__ __forceinline__ void igemm_in(float (&acc)[T::TM][T::TN], int kbeg, int kend,
+                                         const LA &la, const LB &lb)
 {
-    __shared__ __align__(16) float As[2][T::BK][T::AS];
-    __shared__ __align__(16) float Bs[2][T::BK][T::BS];
+    using MT = MmaTiles<T>;
+    float *const sm = Smem<T>::get();
+    auto As = reinterpret_cast<float (*)[T::BK][T::AS]>(sm);
+    auto Bs = reinterpret_cast<float (*)[T::BK][T::BS]>(sm + 2 * T::BK * T::AS);
     const int t = threadIdx.x, tx = t % T::TX, ty = t / T::TX;
+    const int w = t / 32, g = t % 32 / 4, q = t % 4;
     float ra[T::A_PER], rb[T::B_PER];
+    float d[PREC ? MT::PER : 1][4];
 
 #pragma unroll
     for (int i = 0; i < T::TM; i++)
 #pragma unroll
         for (int j = 0; j < T::TN; j++)
             acc[i][j] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < (PREC ? MT::PER : 1); j++)
+        d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
     if (kbeg >= kend)
         return;
 
@@ -197,26 +295,44 @@ __device__ __forceinline__ void igemm(float (&acc)[T::TM][T::TN], int kbeg, int 
             la.load(k0 + T::BK, kend, ra);
             lb.load(k0 + T::BK, kend, rb);
         }
+        if constexpr (PREC != 0) {
+            const float(*a)[T::AS] = As[buf];
+            const float(*b)[T::BS] = Bs[buf];
 #pragma unroll
-        for (int kk = 0; kk < T::BK; kk++) {
-            float a[T::TM], b[T::TN];
+            for (int k = 0; k < T::BK; k += 16)
 #pragma unroll
-            for (int g = 0; g < T::TM / 4; g++) {
-                const float4 v = *reinterpret_cast<const float4 *>(
-                    &As[buf][kk][g * (T::TY * 4) + ty * 4]);
-                a[4 * g] = v.x, a[4 * g + 1] = v.y, a[4 * g + 2] = v.z, a[4 * g + 3] = v.w;
+                for (int j = 0; j < MT::PER; j++) {
+                    const int m = MT::m(w, j) + g, n = MT::n(w, j) + g, c = k + 2 * q;
+                    const uint32_t fa[4] = {half2_bits<PREC>(a[c][m], a[c + 1][m]),
+                                            half2_bits<PREC>(a[c][m + 8], a[c + 1][m + 8]),
+                                            half2_bits<PREC>(a[c + 8][m], a[c + 9][m]),
+                                            half2_bits<PREC>(a[c + 8][m + 8], a[c + 9][m + 8])};
+                    const uint32_t fb[2] = {half2_bits<PREC>(b[c][n], b[c + 1][n]),
+                                            half2_bits<PREC>(b[c + 8][n], b[c + 9][n])};
+                    mma_16x8x16<PREC == NRT_BF16>(d[j], fa, fb, d[j]);
+                }
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < T::BK; kk++) {
+                float a[T::TM], b[T::TN];
+#pragma unroll
+                for (int gr = 0; gr < T::TM / 4; gr++) {
+                    const float4 v = *reinterpret_cast<const float4 *>(
+                        &As[buf][kk][gr * (T::TY * 4) + ty * 4]);
+                    a[4 * gr] = v.x, a[4 * gr + 1] = v.y, a[4 * gr + 2] = v.z, a[4 * gr + 3] = v.w;
+                }
+#pragma unroll
+                for (int gr = 0; gr < T::TN / 4; gr++) {
+                    const float4 v = *reinterpret_cast<const float4 *>(
+                        &Bs[buf][kk][gr * (T::TX * 4) + tx * 4]);
+                    b[4 * gr] = v.x, b[4 * gr + 1] = v.y, b[4 * gr + 2] = v.z, b[4 * gr + 3] = v.w;
+                }
+#pragma unroll
+                for (int i = 0; i < T::TM; i++)
+#pragma unroll
+                    for (int j = 0; j < T::TN; j++)
+                        acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
             }
-#pragma unroll
-            for (int g = 0; g < T::TN / 4; g++) {
-                const float4 v = *reinterpret_cast<const float4 *>(
-                    &Bs[buf][kk][g * (T::TX * 4) + tx * 4]);
-                b[4 * g] = v.x, b[4 * g + 1] = v.y, b[4 * g + 2] = v.z, b[4 * g + 3] = v.w;
-            }
-#pragma unroll
-            for (int i = 0; i < T::TM; i++)
-#pragma unroll
-                for (int j = 0; j < T::TN; j++)
-                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
         }
         if (!more)
             break;
@@ -224,6 +340,42 @@ __device__ __forceinline__ void igemm(float (&acc)[T::TM][T::TN], int kbeg, int 
         /* With two buffers one barrier an iteration suffices: the next
          * stores go to the buffer last read before the barrier above. */
     }
+    if constexpr (PREC != 0) {
+        /* D's pieces into shared memory (once every warp is done with the
+         * slices there), then each thread's values out of it */
+        auto D = reinterpret_cast<float (*)[T::BN]>(sm);
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < MT::PER; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                D[MT::m(w, j) + g + (i / 2) * 8][MT::n(w, j) + 2 * q + i % 2] = d[j][i];
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < T::TM; i++)
+#pragma unroll
+            for (int j = 0; j < T::TN; j++)
+                acc[i][j] = D[T::row(ty, i)][T::col(tx, j)];
+    }
+}
+
+/* igemm_in in the run's precision prec: fp32's FMAs, or bf16's or fp16's
+ * tensor cores where the tiling suits them (MmaTiles::OK) and the GPU has
+ * them (sm_80 on; fp32's FMAs of the rounded values before). */
+template <class T, class LA, class LB>
+__device__ __forceinline__ void igemm(float (&acc)[T::TM][T::TN], int kbeg, int kend,
+                                      const LA &la, const LB &lb, int prec)
+{
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    if constexpr (MmaTiles<T>::OK) {
+        if (prec == NRT_BF16)
+            return igemm_in<T, NRT_BF16>(acc, kbeg, kend, la, lb);
+        if (prec == NRT_FP16)
+            return igemm_in<T, NRT_FP16>(acc, kbeg, kend, la, lb);
+    }
+#endif
+    (void)prec;
+    igemm_in<T, 0>(acc, kbeg, kend, la, lb);
 }
 
 /* ------------------------------------------------------ conv2d forward */
@@ -292,7 +444,7 @@ struct FwdB {
 
 template <class G, class T, bool CN>
 __device__ __forceinline__ void conv2d_fwd(int n, const float *__restrict__ x, const float *__restrict__ w,
-                      float *__restrict__ y)
+                      float *__restrict__ y, int prec)
 {
     const int P = n * G::OHW;
     const int m0 = blockIdx.y * T::BM, n0 = blockIdx.x * T::BN;
@@ -300,7 +452,7 @@ __device__ __forceinline__ void conv2d_fwd(int n, const float *__restrict__ x, c
     const FwdA<G, T> la = {w, m0, t};
     const FwdB<G, T, CN> lb(x, n, n0, t);
     float acc[T::TM][T::TN];
-    igemm<T>(acc, 0, G::CKK, la, lb);
+    igemm<T>(acc, 0, G::CKK, la, lb, prec);
 
     const bool vec = (P & 3) == 0 && ((nrt_uptr)y & 15) == 0;
 #pragma unroll
@@ -373,7 +525,7 @@ struct DwB {
 template <class G, class T, bool CN>
 __device__ __forceinline__ void conv2d_dw(int n, int chunk, const float *__restrict__ x,
                      const float *__restrict__ dy, float *__restrict__ dw,
-                     float *__restrict__ partial)
+                     float *__restrict__ partial, int prec)
 {
     __shared__ int koff[T::BN], kpos[T::BN];
     const int P = n * G::OHW;
@@ -394,7 +546,7 @@ __device__ __forceinline__ void conv2d_dw(int n, int chunk, const float *__restr
     const DwA<G, T> la = {dy, P, m0, t};
     const DwB<G, T, CN> lb = {x, koff, kpos, t};
     float acc[T::TM][T::TN];
-    igemm<T>(acc, kbeg, kend, la, lb);
+    igemm<T>(acc, kbeg, kend, la, lb, prec);
 
     float *out = gridDim.z == 1 ? dw : partial + (size_t)split * (G::O * G::CKK);
 #pragma unroll
@@ -504,7 +656,7 @@ struct DxB {
 
 template <class G, class T, bool CN_OUT>
 __device__ __forceinline__ void conv2d_dx(int n, const float *__restrict__ w, const float *__restrict__ dy,
-                     float *__restrict__ dx)
+                     float *__restrict__ dx, int prec)
 {
     const int NP = n * G::HW;
     const int m0 = blockIdx.y * T::BM, n0 = blockIdx.x * T::BN;
@@ -512,7 +664,7 @@ __device__ __forceinline__ void conv2d_dx(int n, const float *__restrict__ w, co
     const DxA<G, T> la = {w, m0, t};
     const DxB<G, T> lb(dy, n, n0, t);
     float acc[T::TM][T::TN];
-    igemm<T>(acc, 0, G::O * G::KK, la, lb);
+    igemm<T>(acc, 0, G::O * G::KK, la, lb, prec);
 
     /* Four consecutive positions from a multiple of 4 lie in one plane if
      * the planes' length is a multiple of 4. */

@@ -201,7 +201,7 @@ struct Warp {
     unsigned arrived[2], read[2], mask[2];
     const char *file[2];
     int line[2];
-    unsigned char buf[2][32][16];
+    unsigned char buf[2][32][48]; /* a lane's bytes: a shuffle's value, an mma's fragments */
 };
 
 /* One block under way. */
@@ -312,9 +312,14 @@ extern "C" void netc_emu_warp_exchange(unsigned mask, const void *mine, size_t s
     const unsigned lane = t->lin & 31;
     Warp &w = blk->w[t->lin / 32];
     const unsigned p = t->xgen & 1;
-    if (!(mask >> lane & 1) || size > 16) {
-        block_error("%s: a warp operation at %s:%d with mask 0x%08x, which leaves out the "
-                    "calling lane %u", where(*blk, *t).c_str(), file, line, mask, lane);
+    if (!(mask >> lane & 1) || size > sizeof w.buf[p][lane]) {
+        if (size > sizeof w.buf[p][lane])
+            block_error("%s: a warp operation at %s:%d moving %zu bytes a lane, more than the "
+                        "emulator's %zu", where(*blk, *t).c_str(), file, line, size,
+                        sizeof w.buf[p][lane]);
+        else
+            block_error("%s: a warp operation at %s:%d with mask 0x%08x, which leaves out the "
+                        "calling lane %u", where(*blk, *t).c_str(), file, line, mask, lane);
         t->state = DONE;
         yield();
     }

@@ -162,6 +162,75 @@ static inline unsigned netc_emu_ballot(unsigned m, int p, const char *f, int l)
 #define __all_sync(m, p) (netc_emu_ballot(m, (p) != 0, __FILE__, __LINE__) == (m))
 #define __syncwarp(...) ((void)netc_emu_ballot(0xffffffffu, 1, __FILE__, __LINE__))
 
+/* ------------------------------------------------------- tensor cores */
+
+/* An fp16 value's float (exact): a normal value's exponent rebiased (15
+ * to 127), its significand moved up 13 bits; a subnormal its significand
+ * times 2^-24; infinities and NaNs with the float's largest exponent. */
+static inline float netc_emu_half_float(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = h >> 10 & 0x1f, m = h & 0x3ff;
+    uint32_t u;
+    if (e == 0) {
+        const float v = (float)m * 0x1p-24f;
+        memcpy(&u, &v, sizeof u);
+    } else {
+        u = (e == 31 ? 0x7f800000u : (e + 112) << 23) | m << 13;
+    }
+    u |= sign;
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+/* A bf16 value's float (exact): its bits are the float's top half. */
+static inline float netc_emu_bf16_float(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+/* PTX's mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32
+ * d, a, b, c: D = A B + C for the warp, A 16 x 16, B 16 x 8, C and D
+ * 16 x 8 fp32, each lane holding the fragments of the PTX ISA's layout
+ * (g = lane / 4, t = lane % 4; two 16-bit values a word, the first in
+ * its low half): a[0] A[g][2t..2t+1], a[1] A[g+8][2t..], a[2]
+ * A[g][2t+8..], a[3] A[g+8][2t+8..]; b[0] B[2t..2t+1][g], b[1]
+ * B[2t+8..2t+9][g]; c[0..1] C[g][2t..2t+1], c[2..3] C[g+8][2t..].  Every
+ * lane must come (the lanes exchange their A and B: one that does not is
+ * reported as a shuffle's would be); each of D's values is its C plus
+ * the 16 exact products in k's order, with fused multiply-adds in float. */
+static inline void netc_emu_mma_16x8x16(bool bf16, float d[4], const uint32_t a[4],
+                                        const uint32_t b[2], const float c[4], const char *f,
+                                        int l)
+{
+    /* each lane's A and B as floats (a_i: word i / 2, half i % 2), then
+     * every lane's */
+    struct frag {
+        float a[8], b[4];
+    } mine, all[32];
+    for (int i = 0; i < 12; i++) {
+        const uint16_t h = (uint16_t)((i < 8 ? a[i / 2] : b[(i - 8) / 2]) >> (16 * (i % 2)));
+        (i < 8 ? mine.a[i] : mine.b[i - 8]) =
+            bf16 ? netc_emu_bf16_float(h) : netc_emu_half_float(h);
+    }
+    netc_emu_warp_exchange(0xffffffffu, &mine, sizeof mine, all, f, l);
+    /* A[row][k]: lane (row % 8) 4 + (k % 8) / 2, a_i for i = 2 (row / 8) +
+     * 4 (k / 8) + k % 2; B[k][n]: lane n 4 + (k % 8) / 2, b_i for i = 2 (k
+     * / 8) + k % 2; C and D: the lane's own */
+    const int lane = (int)netc_emu_lane(), g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        const int row = g + (i / 2) * 8, col = 2 * t + i % 2;
+        float acc = c[i];
+        for (int k = 0; k < 16; k++)
+            acc = fmaf(all[(row % 8) * 4 + (k % 8) / 2].a[2 * (row / 8) + 4 * (k / 8) + k % 2],
+                       all[col * 4 + (k % 8) / 2].b[2 * (k / 8) + k % 2], acc);
+        d[i] = acc;
+    }
+}
+
 /* ----------------------------------------------------------- intrinsics */
 
 /* Rounded to nearest, as written: the host's IEEE operations. */

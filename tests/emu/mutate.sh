@@ -27,7 +27,8 @@ noskip@train@runtime/cuda/backend.cu@fp16 ? &sc->found : NULL, err)@NULL, err)
 rounding@kernels@runtime/cuda/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s : src[i]);@nrt_lowp(prec, (scale ? src[i] * s : src[i]) * (1.0f + 0x1p-22f));
 scaled@gradients@runtime/cuda/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s : src[i]);@nrt_lowp(prec, scale ? src[i] * s * s : src[i]);
 unscale@gradients@runtime/cuda/backend.cu@        nrt_unscale(&c->host->scaler, grad, c->m->param_count);\n@
-halftype@kernels@runtime/cuda/launch.c@NRT_BF16 ? CUDA_R_16BF : CUDA_R_16F;@NRT_BF16 ? CUDA_R_16BF : CUDA_R_16BF;'
+halftype@kernels@runtime/cuda/launch.c@NRT_BF16 ? CUDA_R_16BF : CUDA_R_16F;@NRT_BF16 ? CUDA_R_16BF : CUDA_R_16BF;
+mmafrag@kernels@runtime/cuda/netrt_kernels.cuh@half2_bits<PREC>(a[c + 8][m], a[c + 9][m]),@half2_bits<PREC>(a[c + 8][m], a[c + 1][m]),'
 # what each is, for the report
 what() {
     case $1 in
@@ -47,6 +48,7 @@ what() {
     scaled) echo "fp16's loss gradient scaled twice on the GPU" ;;
     unscale) echo "fp16's gradients left scaled by --gradcheck on the GPU" ;;
     halftype) echo "fp16's products read by the tensor cores as bf16 (cublasGemmEx's type)" ;;
+    mmafrag) echo "a convolution's mma fragment of A holding a wrong column" ;;
     esac
 }
 

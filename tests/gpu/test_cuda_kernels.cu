@@ -356,29 +356,30 @@ ConvKernels conv_kernels() = delete;
 #define CONV_KERNELS(id, cn, ...)                                                          \
     using id##_geom = nrt_k::ConvGeom<__VA_ARGS__>;                                       \
     extern "C" __global__ void __launch_bounds__(FwdT<id##_geom>::NT)                     \
-        id##_fwd(int n, const float *x, const float *w, float *y)                          \
+        id##_fwd(int n, const float *x, const float *w, float *y, int prec)                \
     {                                                                                      \
-        nrt_k::conv2d_fwd<id##_geom, FwdT<id##_geom>, cn>(n, x, w, y);                    \
+        nrt_k::conv2d_fwd<id##_geom, FwdT<id##_geom>, cn>(n, x, w, y, prec);              \
     }                                                                                      \
     extern "C" __global__ void __launch_bounds__(DwT<id##_geom>::NT)                      \
         id##_dw(int n, int chunk, const float *x, const float *dy, float *dw,              \
-                float *partial)                                                            \
+                float *partial, int prec)                                                  \
     {                                                                                      \
-        nrt_k::conv2d_dw<id##_geom, DwT<id##_geom>, cn>(n, chunk, x, dy, dw, partial);    \
+        nrt_k::conv2d_dw<id##_geom, DwT<id##_geom>, cn>(n, chunk, x, dy, dw, partial,     \
+                                                         prec);                            \
     }                                                                                      \
     extern "C" __global__ void id##_dw_reduce(int splits, const float *partial, float *dw) \
     {                                                                                      \
         nrt_k::conv2d_dw_reduce<id##_geom::O * id##_geom::CKK>(splits, partial, dw);      \
     }                                                                                      \
     extern "C" __global__ void __launch_bounds__(DxT<id##_geom>::NT)                      \
-        id##_dx_nc(int n, const float *w, const float *dy, float *dx)                      \
+        id##_dx_nc(int n, const float *w, const float *dy, float *dx, int prec)            \
     {                                                                                      \
-        nrt_k::conv2d_dx<id##_geom, DxT<id##_geom>, false>(n, w, dy, dx);                 \
+        nrt_k::conv2d_dx<id##_geom, DxT<id##_geom>, false>(n, w, dy, dx, prec);           \
     }                                                                                      \
     extern "C" __global__ void __launch_bounds__(DxT<id##_geom>::NT)                      \
-        id##_dx_cn(int n, const float *w, const float *dy, float *dx)                      \
+        id##_dx_cn(int n, const float *w, const float *dy, float *dx, int prec)            \
     {                                                                                      \
-        nrt_k::conv2d_dx<id##_geom, DxT<id##_geom>, true>(n, w, dy, dx);                  \
+        nrt_k::conv2d_dx<id##_geom, DxT<id##_geom>, true>(n, w, dy, dx, prec);            \
     }                                                                                      \
     template <>                                                                            \
     ConvKernels conv_kernels<__VA_ARGS__, cn>()                                            \
@@ -386,6 +387,40 @@ ConvKernels conv_kernels() = delete;
         return {KERNEL(id##_fwd), KERNEL(id##_dw), KERNEL(id##_dw_reduce),                 \
                 KERNEL(id##_dx_nc), KERNEL(id##_dx_cn)};                                   \
     }
+
+/* One warp's mma_16x8x16 over A [16, 16] and B [16, 8] (row-major, 16-bit
+ * values), C and D [16, 8] floats: each lane gathers its fragments by the
+ * layout netrt_kernels.cuh states, and scatters D by it. */
+template <bool BF16>
+__device__ void mma_probe(const uint16_t *A, const uint16_t *B, const float *C, float *D)
+{
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    auto pair = [](const uint16_t *p, int stride) {
+        return (uint32_t)p[0] | (uint32_t)p[stride] << 16;
+    };
+    const uint32_t a[4] = {pair(A + g * 16 + 2 * t, 1), pair(A + (g + 8) * 16 + 2 * t, 1),
+                           pair(A + g * 16 + 2 * t + 8, 1),
+                           pair(A + (g + 8) * 16 + 2 * t + 8, 1)};
+    const uint32_t b[2] = {pair(B + 2 * t * 8 + g, 8), pair(B + (2 * t + 8) * 8 + g, 8)};
+    const float c[4] = {C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1], C[(g + 8) * 8 + 2 * t],
+                        C[(g + 8) * 8 + 2 * t + 1]};
+    float d[4];
+    nrt_k::mma_16x8x16<BF16>(d, a, b, c);
+    D[g * 8 + 2 * t] = d[0];
+    D[g * 8 + 2 * t + 1] = d[1];
+    D[(g + 8) * 8 + 2 * t] = d[2];
+    D[(g + 8) * 8 + 2 * t + 1] = d[3];
+}
+extern "C" __global__ void mma_probe_bf16(const uint16_t *A, const uint16_t *B, const float *C,
+                                          float *D)
+{
+    mma_probe<true>(A, B, C, D);
+}
+extern "C" __global__ void mma_probe_fp16(const uint16_t *A, const uint16_t *B, const float *C,
+                                          float *D)
+{
+    mma_probe<false>(A, B, C, D);
+}
 
 /* test_convs' geometries */
 CONV_KERNELS(conv_cifar_a, false, 3, 32, 32, 32, 32, 32, 5, 5, 1, 1, 2, 2)
@@ -564,7 +599,7 @@ static int conv_fwd(nrt_cuda_net *net, int k, int n, const float *x, const float
     using T = FwdT<G>;
     const nrt_cu_tile tile = {g_kernel_name[k], G::C * G::HW, G::O * G::OHW, G::O, G::OHW,
                               T::BM, T::BN, T::NT};
-    void *args[] = {&x, &w, &y};
+    void *args[] = {&x, &w, &y, &net->lowp};
     return nrt_cu_igemm(net, k, &tile, n, ARGS(args), err);
 }
 
@@ -587,7 +622,7 @@ static int conv_dx(nrt_cuda_net *net, int k, int n, const float *w, const float 
     using T = DxT<G>;
     const nrt_cu_tile tile = {g_kernel_name[k], G::O * G::OHW, G::C * G::HW, G::C, G::HW,
                               T::BM, T::BN, T::NT};
-    void *args[] = {&w, &dy, &dx};
+    void *args[] = {&w, &dy, &dx, &net->lowp};
     return nrt_cu_igemm(net, k, &tile, n, ARGS(args), err);
 }
 
@@ -668,6 +703,60 @@ static void test_gemm_lowp(nrt_cuda_net *net, int prec)
     net->half_count = 0;
 }
 
+/* The tensor cores' mma (nrt_k::mma_16x8x16), one warp, bf16 and fp16:
+ * every value of A, B and C at a place of its own (a fragment misplaced
+ * moves it), against the cpu's sum of the exact products in double,
+ * within 18 2^-24 of the sum of their magnitudes (16 products and C added
+ * in fp32, in any order). */
+template <bool BF16>
+static void test_mma_one(cudaStream_t s)
+{
+    const int prec = BF16 ? NRT_BF16 : NRT_FP16;
+    std::vector<float> a = randv(16 * 16), b = randv(16 * 8), c = randv(16 * 8, 4.0f);
+    nrt_round_lowp(prec, a.data(), a.size());
+    nrt_round_lowp(prec, b.data(), b.size());
+    std::vector<uint16_t> ah(a.size()), bh(b.size());
+    for (size_t i = 0; i < a.size(); i++)
+        ah[i] = nrt_half_bits(prec, a[i]);
+    for (size_t i = 0; i < b.size(); i++)
+        bh[i] = nrt_half_bits(prec, b[i]);
+    std::vector<float> want(16 * 8), mag(16 * 8);
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 8; j++) {
+            double sum = c[i * 8 + j], m = fabs(c[i * 8 + j]);
+            for (int k = 0; k < 16; k++) {
+                sum += (double)a[i * 16 + k] * b[k * 8 + j];
+                m += fabs((double)a[i * 16 + k] * b[k * 8 + j]);
+            }
+            want[i * 8 + j] = (float)sum;
+            mag[i * 8 + j] = (float)m;
+        }
+    Dev<uint16_t> da(ah), db(bh);
+    Dev<float> dc(c), dd(16 * 8);
+    if (BF16)
+        mma_probe_bf16<<<1, 32, 0, s>>>(da.p, db.p, dc.p, dd.p);
+    else
+        mma_probe_fp16<<<1, 32, 0, s>>>(da.p, db.p, dc.p, dd.p);
+    CK(cudaGetLastError());
+    CK(cudaStreamSynchronize(s));
+    compare(name("mma_16x8x16 %s", nrt_precision_name(prec)), dd.get(), want, &mag,
+            18 * 0x1p-24, 1e-30);
+}
+
+static void test_mma(nrt_cuda_net *net)
+{
+    int dev = 0, major = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major < 8) {
+        printf("skip mma_16x8x16: compute capability %d.x, before the tensor cores' mma.m16n8k16\n",
+               major);
+        return;
+    }
+    test_mma_one<true>(net->stream);
+    test_mma_one<false>(net->stream);
+}
+
 /* --------------------------------------------------------- convolution */
 
 /* nrt_conv2d_dx where it applies (stride 1, PH < KH, PW < KW), else the
@@ -691,6 +780,16 @@ static void cpu_conv_dx(const nrt_conv *g, int n, int cn, const float *w, const 
                          g->pw, g->oh, g->ow, dx);
 }
 
+/* The tolerance of a product's sum of k terms against the cpu's: in fp32
+ * 1e-5 of the sum of the magnitudes; on the tensor cores (a bf16 or fp16
+ * run's net->lowp: exact products, fp32 sums in the hardware's order,
+ * possibly truncated) (k + 2) 2^-23 of it, at least that.  The emulated
+ * device sums as the fp32 kernels do, bit for bit. */
+static double sum_tol(const nrt_cuda_net *net, long long k)
+{
+    return net->lowp ? std::max(1e-5, (double)(k + 2) * 0x1p-23) : 1e-5;
+}
+
 /* The input gradient into either layout (CN_OUT: [C, n, H, W]), by kernel
  * k (the geometry's dx_cn or dx_nc). */
 template <int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH, int SW, int PH,
@@ -706,10 +805,11 @@ static void test_conv_dx(nrt_cuda_net *net, int k, const char *geo, int n,
     cpu_conv_dx(&g, n, CN_OUT, absv(w).data(), absv(dy).data(), mag.data());
     Dev<float> dw(w), ddy(dy), ddx(xs);
     nrt_error err = {};
-    const char *what = name("conv2d_dx %s n=%d %s", geo, n, CN_OUT ? "CN" : "NC");
+    const char *what = name("conv2d_dx %s %s n=%d %s", nrt_precision_name(net->lowp), geo, n,
+                            CN_OUT ? "CN" : "NC");
     if (!launched(net, conv_dx<G>(net, k, n, dw.p, ddy.p, ddx.p, &err), err, what))
         return;
-    compare(what, ddx.get(), want, &mag, 1e-5, 1e-30);
+    compare(what, ddx.get(), want, &mag, sum_tol(net, (long long)O * KH * KW), 1e-30);
 }
 
 template <int C, int H, int W, int O, int OH, int OW, int KH, int KW, int SH, int SW, int PH,
@@ -725,6 +825,12 @@ static void test_conv(nrt_cuda_net *net, const char *geo, std::initializer_list<
         const size_t ws = (size_t)O * CKK;
         const size_t xps = (size_t)C * n * (H + 2 * PH) * (W + 2 * PW);
         std::vector<float> x = randv(xs), w = randv(ws), dy = randv(ys);
+        if (net->lowp) { /* a bf16 or fp16 run's products read rounded values */
+            nrt_round_lowp(net->lowp, x.data(), xs);
+            nrt_round_lowp(net->lowp, w.data(), ws);
+            nrt_round_lowp(net->lowp, dy.data(), ys);
+        }
+        const char *p = nrt_precision_name(net->lowp);
         std::vector<float> xp(xps), xpa(xps);
         nrt_conv2d_pad(&g, n, CN, x.data(), xp.data());
         nrt_conv2d_pad(&g, n, CN, absv(x).data(), xpa.data());
@@ -736,9 +842,9 @@ static void test_conv(nrt_cuda_net *net, const char *geo, std::initializer_list<
             nrt_conv2d_fwd(&g, n, w.data(), xp.data(), want.data());
             nrt_conv2d_fwd(&g, n, absv(w).data(), xpa.data(), mag.data());
             Dev<float> y(ys);
-            const char *what = name("conv2d_fwd %s n=%d %s", geo, n, CN ? "CN" : "NC");
+            const char *what = name("conv2d_fwd %s %s n=%d %s", p, geo, n, CN ? "CN" : "NC");
             if (launched(net, conv_fwd<G>(net, k.fwd, n, dx.p, dw.p, y.p, &err), err, what))
-                compare(what, y.get(), want, &mag, 1e-5, 1e-30);
+                compare(what, y.get(), want, &mag, sum_tol(net, CKK), 1e-30);
         }
         { /* weight gradient, twice: the same bits, in exactly the workspace
              * netc gives the layer */
@@ -752,16 +858,16 @@ static void test_conv(nrt_cuda_net *net, const char *geo, std::initializer_list<
             nrt_conv2d_dw(&g, n, dy.data(), xp.data(), want.data());
             nrt_conv2d_dw(&g, n, absv(dy).data(), xpa.data(), mag.data());
             Dev<float> gw(ws);
-            const char *what = name("conv2d_dw %s n=%d %s", geo, n, CN ? "CN" : "NC");
+            const char *what = name("conv2d_dw %s %s n=%d %s", p, geo, n, CN ? "CN" : "NC");
             if (launched(net, conv_dw<G>(net, k.dw, k.dw_reduce, n, dx.p, ddy.p, gw.p, &err),
                          err, what)) {
                 const std::vector<float> first = gw.get();
-                compare(what, first, want, &mag, 1e-5, 1e-30);
+                compare(what, first, want, &mag, sum_tol(net, (long long)n * OH * OW), 1e-30);
                 gw.poison();
                 if (launched(net,
                              conv_dw<G>(net, k.dw, k.dw_reduce, n, dx.p, ddy.p, gw.p, &err),
                              err, what))
-                    compare_exact(name("conv2d_dw %s n=%d %s: deterministic", geo, n,
+                    compare_exact(name("conv2d_dw %s %s n=%d %s: deterministic", p, geo, n,
                                        CN ? "CN" : "NC"),
                                   gw.get(), first);
             }
@@ -793,6 +899,18 @@ static void test_convs(nrt_cuda_net *net)
     test_conv<2, 9, 8, 3, 3, 3, 4, 4, 3, 3, 1, 1, false>(net, "2x9x8->3 k4 s3 p1", {1, 5});
     /* 1x1, more output channels than a tile (65 = 64 + 1) */
     test_conv<33, 5, 5, 65, 5, 5, 1, 1, 1, 1, 0, 0, false>(net, "33x5x5->65 k1", {1, 2, 13});
+}
+
+/* A bf16 or fp16 run's convolutions, on the tensor cores where the GPU has
+ * them: every tiling (16, 32 and 64 rows), edges, strides, both layouts. */
+static void test_convs_lowp(nrt_cuda_net *net, int prec)
+{
+    net->lowp = prec;
+    test_conv<32, 16, 16, 64, 16, 16, 5, 5, 1, 1, 2, 2, true>(net, "32x16x16->64 k5 p2", {3});
+    test_conv<6, 14, 14, 16, 10, 10, 5, 5, 1, 1, 0, 0, true>(net, "6x14x14->16 k5", {2});
+    test_conv<5, 11, 9, 7, 6, 5, 3, 3, 2, 2, 1, 1, false>(net, "5x11x9->7 k3 s2 p1", {3});
+    test_conv<33, 5, 5, 65, 5, 5, 1, 1, 1, 1, 0, 0, false>(net, "33x5x5->65 k1", {2});
+    net->lowp = 0;
 }
 
 /* -------------------------------------------------------------- pooling */
@@ -1300,20 +1418,24 @@ static void bench_conv(nrt_cuda_net *net, const char *layer, int n)
     const double r = time_ms(net, [&](nrt_error *e) {
         return nrt_cu_row_sums(net, dy.p, O, (size_t)n * H * W, b.p, e);
     });
-    printf("bench %-28s n=%4d  fwd %7.3f ms (%5.1f TFLOP/s)  dw %7.3f ms (%5.1f)  "
+    printf("bench %-28s %s n=%4d  fwd %7.3f ms (%5.1f TFLOP/s)  dw %7.3f ms (%5.1f)  "
            "dx %7.3f ms (%5.1f)  bias %6.3f ms (%5.0f GB/s)\n",
-           layer, n, f, gflop / f, g, gflop / g, d, gflop / d, r, 4e-6 * ys / r);
+           layer, nrt_precision_name(net->lowp), n, f, gflop / f, g, gflop / g, d, gflop / d, r,
+           4e-6 * ys / r);
 }
 
 /* cifar10.net's convolutions (its first reads [n, C, H, W], the others
  * channel-first values) */
 static void bench(nrt_cuda_net *net)
 {
-    for (int n : {64, 256, 1024}) {
-        bench_conv<3, 32, 32, 32, 5, 2, false>(net, "conv 3x32x32->32 k5 p2 NC", n);
-        bench_conv<32, 16, 16, 32, 5, 2, true>(net, "conv 32x16x16->32 k5 p2", n);
-        bench_conv<32, 8, 8, 64, 5, 2, true>(net, "conv 32x8x8->64 k5 p2", n);
-    }
+    for (int n : {64, 256, 1024})
+        for (int prec : {NRT_FP32, NRT_BF16}) { /* fp32's FMAs, bf16's tensor cores */
+            net->lowp = prec;
+            bench_conv<3, 32, 32, 32, 5, 2, false>(net, "conv 3x32x32->32 k5 p2 NC", n);
+            bench_conv<32, 16, 16, 32, 5, 2, true>(net, "conv 32x16x16->32 k5 p2", n);
+            bench_conv<32, 8, 8, 64, 5, 2, true>(net, "conv 32x8x8->64 k5 p2", n);
+        }
+    net->lowp = 0;
 }
 
 /* ----------------------------------------------------------------- main */
@@ -1362,7 +1484,10 @@ int main(int argc, char **argv)
     test_gemm(&net);
     test_gemm_lowp(&net, NRT_BF16);
     test_gemm_lowp(&net, NRT_FP16);
+    test_mma(&net);
     test_convs(&net);
+    test_convs_lowp(&net, NRT_BF16);
+    test_convs_lowp(&net, NRT_FP16);
     test_pools(&net);
     test_dropout(&net);
     test_xent<1>(&net, {1, 5});
