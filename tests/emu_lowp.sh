@@ -10,11 +10,7 @@
 . "$SRC/tests/emu/env.sh"
 . "$SRC/tests/gradcheck/data.sh"
 
-mkdir -p "$WORK/data"
-for f in "$SRC"/tests/gradcheck/*.net; do
-    name=$(basename "$f" .net)
-    gradcheck_data "$name" "$WORK/data/$name.csv" 40
-done
+gradcheck_data_dir "$WORK/data" 40
 cd "$SRC" || exit 1 # the models name their data from the source tree
 
 # bf16: both devices round the same values at the same points (lowp.h's

@@ -6,6 +6,7 @@
 # .net) to FILE: SAMPLES random rows (default 8) of the shape its input and
 # target take, from a seed of its own; relu_kink's and maxpool_ties' are
 # fixed rows on the kinks (SAMPLES is then ignored).
+# gradcheck_data_dir DIR SAMPLES: every model's, as DIR/MODEL.csv.
 
 # random_csv SAMPLES FEATURES LABEL_KIND N SEED: LABEL_KIND class (N classes) or value (N values)
 random_csv() {
@@ -45,4 +46,12 @@ gradcheck_data() {
     rnn_one_step) random_csv "$_n" 4 value 2 12 > "$2" ;;
     *) echo "gradcheck_data: no data for $1" >&2; return 1 ;;
     esac
+}
+
+gradcheck_data_dir() {
+    mkdir -p "$1"
+    for _f in "$SRC"/tests/gradcheck/*.net; do
+        _m=$(basename "$_f" .net)
+        gradcheck_data "$_m" "$1/$_m.csv" "$2"
+    done
 }
