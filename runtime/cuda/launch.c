@@ -188,9 +188,9 @@ int nrt_cu_gemm(nrt_cuda_net *net, int transa, int transb, int m, int n, int k, 
                                              b, ldb, a, lda, &beta, c, ldc),
                           err);
     const cudaDataType t = net->lowp == NRT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    const uint16_t *ha = net->half[0], *hb = net->half[1];
-    return to_half(net, a, transa ? k : m, transa ? m : k, lda, net->half[0], err) ||
-                   to_half(net, b, transb ? n : k, transb ? k : n, ldb, net->half[1], err) ||
+    uint16_t *ha = net->half[0], *hb = net->half[1];
+    return to_half(net, a, transa ? k : m, transa ? m : k, lda, ha, err) ||
+                   to_half(net, b, transb ? n : k, transb ? k : n, ldb, hb, err) ||
                    NRT_CUBLAS(net->cublas,
                               net->cublas->GemmEx(net->blas, opb, opa, n, m, k, &alpha, hb, t,
                                                   ldb, ha, t, lda, &beta, c, CUDA_R_32F, ldc,
