@@ -201,7 +201,8 @@ struct Warp {
     unsigned arrived[2], read[2], mask[2];
     const char *file[2];
     int line[2];
-    unsigned char buf[2][32][48]; /* a lane's bytes: a shuffle's value, an mma's fragments */
+    /* a lane's bytes: a shuffle's value, an mma's fragments */
+    alignas(16) unsigned char buf[2][32][NETC_EMU_WARP_BYTES];
 };
 
 /* One block under way. */
@@ -305,8 +306,8 @@ extern "C" void netc_emu_syncthreads(const char *file, int line)
     yield();
 }
 
-extern "C" void netc_emu_warp_exchange(unsigned mask, const void *mine, size_t size, void *all,
-                                       const char *file, int line)
+extern "C" const unsigned char *netc_emu_warp_exchange(unsigned mask, const void *mine,
+                                                       size_t size, const char *file, int line)
 {
     Thread *t = blk->cur;
     const unsigned lane = t->lin & 31;
@@ -336,12 +337,13 @@ extern "C" void netc_emu_warp_exchange(unsigned mask, const void *mine, size_t s
     t->file = file;
     t->line = line;
     yield();
-    for (unsigned i = 0; i < 32; i++)
-        memcpy((char *)all + i * size, w.buf[p][i], size);
     t->xgen++;
     w.read[p] |= 1u << lane;
     if (w.read[p] == w.arrived[p])
         w.arrived[p] = w.read[p] = 0;
+    /* no lane writes buffer p again before this one has come to its next
+     * warp operation (buffer p ^ 1), where every lane meets it */
+    return w.buf[p][0];
 }
 
 extern "C" void netc_emu_register(const char *name, void *fn, netc_emu_trampoline call,

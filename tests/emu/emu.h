@@ -36,10 +36,14 @@ struct netc_emu_thread {
 extern "C" {
 extern struct netc_emu_thread *netc_emu_cur;
 void netc_emu_syncthreads(const char *file, int line);
-/* A warp-wide exchange: every lane of mask deposits size bytes at mine and
- * waits for the others; all[32 * size] then holds every lane's bytes. */
-void netc_emu_warp_exchange(unsigned mask, const void *mine, size_t size, void *all,
-                            const char *file, int line);
+/* A warp-wide exchange: every lane of mask deposits size bytes (at most
+ * NETC_EMU_WARP_BYTES) at mine and waits for the others; the result holds
+ * every lane's bytes, lane i's NETC_EMU_WARP_BYTES i on, read in place until
+ * the calling lane's next warp operation (which writes the other of the
+ * warp's two buffers). */
+#define NETC_EMU_WARP_BYTES 48
+const unsigned char *netc_emu_warp_exchange(unsigned mask, const void *mine, size_t size,
+                                            const char *file, int line);
 /* A kernel's parameters as the registry keeps them. */
 typedef void (*netc_emu_trampoline)(void *fn, void **args);
 void netc_emu_register(const char *name, void *fn, netc_emu_trampoline call, int nparams,
@@ -108,9 +112,9 @@ static inline unsigned netc_emu_lane(void)
 
 template <class T> static inline T netc_emu_shfl(unsigned mask, T v, int src, const char *f, int l)
 {
-    T all[32];
-    netc_emu_warp_exchange(mask, &v, sizeof v, all, f, l);
-    return all[src & 31];
+    const unsigned char *all = netc_emu_warp_exchange(mask, &v, sizeof v, f, l);
+    memcpy(&v, all + NETC_EMU_WARP_BYTES * (src & 31), sizeof v);
+    return v;
 }
 
 /* width: lanes in segments of width, as CUDA's. */
@@ -149,12 +153,13 @@ static inline T netc_emu_shfl_up_sync(unsigned m, T v, unsigned d, const char *f
 
 static inline unsigned netc_emu_ballot(unsigned m, int p, const char *f, int l)
 {
-    int all[32];
-    netc_emu_warp_exchange(m, &p, sizeof p, all, f, l);
+    const unsigned char *all = netc_emu_warp_exchange(m, &p, sizeof p, f, l);
     unsigned b = 0;
-    for (int i = 0; i < 32; i++)
-        if ((m >> i & 1) && all[i])
+    for (int i = 0; i < 32; i++) {
+        memcpy(&p, all + NETC_EMU_WARP_BYTES * i, sizeof p);
+        if ((m >> i & 1) && p)
             b |= 1u << i;
+    }
     return b;
 }
 #define __ballot_sync(m, p) netc_emu_ballot(m, (p) != 0, __FILE__, __LINE__)
@@ -206,27 +211,35 @@ static inline void netc_emu_mma_16x8x16(bool bf16, float d[4], const uint32_t a[
                                         const uint32_t b[2], const float c[4], const char *f,
                                         int l)
 {
-    /* each lane's A and B as floats (a_i: word i / 2, half i % 2), then
-     * every lane's */
+    /* each lane's A and B as floats (a_i: word i / 2, half i % 2) */
     struct frag {
         float a[8], b[4];
-    } mine, all[32];
+    } mine;
+    static_assert(sizeof mine <= NETC_EMU_WARP_BYTES, "an mma's fragments fit a warp exchange");
     for (int i = 0; i < 12; i++) {
         const uint16_t h = (uint16_t)((i < 8 ? a[i / 2] : b[(i - 8) / 2]) >> (16 * (i % 2)));
         (i < 8 ? mine.a[i] : mine.b[i - 8]) =
             bf16 ? netc_emu_bf16_float(h) : netc_emu_half_float(h);
     }
-    netc_emu_warp_exchange(0xffffffffu, &mine, sizeof mine, all, f, l);
+    const unsigned char *all = netc_emu_warp_exchange(0xffffffffu, &mine, sizeof mine, f, l);
     /* A[row][k]: lane (row % 8) 4 + (k % 8) / 2, a_i for i = 2 (row / 8) +
      * 4 (k / 8) + k % 2; B[k][n]: lane n 4 + (k % 8) / 2, b_i for i = 2 (k
-     * / 8) + k % 2; C and D: the lane's own */
+     * / 8) + k % 2; C and D: the lane's own.  The lane's rows g and g + 8
+     * are in lanes 4g..4g+3, its columns 2t and 2t + 1 in lanes 8t..8t+3
+     * and 8t+4..8t+7: those twelve lanes' values copied, no more. */
     const int lane = (int)netc_emu_lane(), g = lane / 4, t = lane % 4;
+    float ra[4][8], rb[2][4][4];
+    for (int j = 0; j < 4; j++) {
+        memcpy(ra[j], all + NETC_EMU_WARP_BYTES * (4 * g + j) + offsetof(frag, a), sizeof ra[j]);
+        for (int n = 0; n < 2; n++)
+            memcpy(rb[n][j], all + NETC_EMU_WARP_BYTES * (4 * (2 * t + n) + j) + offsetof(frag, b),
+                   sizeof rb[n][j]);
+    }
     for (int i = 0; i < 4; i++) {
-        const int row = g + (i / 2) * 8, col = 2 * t + i % 2;
         float acc = c[i];
         for (int k = 0; k < 16; k++)
-            acc = fmaf(all[(row % 8) * 4 + (k % 8) / 2].a[2 * (row / 8) + 4 * (k / 8) + k % 2],
-                       all[col * 4 + (k % 8) / 2].b[2 * (k / 8) + k % 2], acc);
+            acc = fmaf(ra[(k % 8) / 2][2 * (i / 2) + 4 * (k / 8) + k % 2],
+                       rb[i % 2][(k % 8) / 2][2 * (k / 8) + k % 2], acc);
         d[i] = acc;
     }
 }

@@ -42,7 +42,7 @@ emu_lib() {
     _major=$2
     shift 2
     # shellcheck disable=SC2086
-    ${CXX:-c++} -std=c++17 -O2 -fPIC -shared -Wall -Wextra -Wno-attributes -I"$cuda_inc" \
+    ${CXX:-c++} -std=c++17 -O2 -march=native -ffp-contract=off -fPIC -shared -Wall -Wextra -Wno-attributes -I"$cuda_inc" \
         -I"$EMU" -DNETC_EMU_NVCC_PY="\"$EMU/nvcc.py\"" "$@" \
         -Wl,-soname,lib$_name.so.$_major -o "$EMU_LIB/lib$_name.so.$_major" \
         -L"$EMU_LIB" -ldl >> "$WORK/emu-build.log" 2>&1 &&

@@ -19,7 +19,10 @@ As ptxas does, it refuses a kernel whose static shared data exceeds 48 KiB
 arrays each kernel refers to, itself or through the functions it calls, are
 found and their sizes summed, before the assembly is assembled.
 
-Environment: CXX (default c++), NETC_EMU_CXXFLAGS (default -O2 -g0),
+Environment: CXX (default c++), NETC_EMU_CXXFLAGS (default -O2 -g0
+-march=native -ffp-contract=off: the host's own instruction set, FMA's
+for fmaf among them, the emulator being built and run on one machine; a*b+c
+two roundings still, never contracted behind the kernel's back),
 NETC_EMU_IMAGE_DIR (where a copy of each fatbin is kept, for
 cudaLibraryLoadData to load without writing a file).
 """
@@ -324,7 +327,8 @@ def main(argv):
     if not o["out"]:
         die("no -o given")
     cxx = os.environ.get("CXX", "c++").split()
-    flags = os.environ.get("NETC_EMU_CXXFLAGS", "-O2 -g0").split()
+    flags = os.environ.get("NETC_EMU_CXXFLAGS",
+                           "-O2 -g0 -march=native -ffp-contract=off").split()
     std = [f for f in o["cxx"] if f.startswith("-std=")] or ["-std=c++17"]
     cxxflags = flags + [f for f in o["cxx"] if not f.startswith(("-std=", "-W"))] + std + [
         "-fPIC", "-Wno-attributes", "-fno-strict-aliasing"]
