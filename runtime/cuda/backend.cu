@@ -914,9 +914,10 @@ static int alloc_net(Ctx *c, nrt_error *err)
     const size_t cap = (size_t)net->cap, np = m->param_count;
     const int cls = m->target_kind == NRT_TARGET_CLASS;
     const int need_m = c->h.kind == NRT_ADAM || c->h.momentum != 0;
-    /* a product reads the weights or one of these buffers: its operands'
-     * 16-bit copies are as long as the longest */
-    size_t half = np;
+    /* a product reads the weights (their 16-bit copy made with their cast)
+     * or one of these buffers: its operands' 16-bit copies are as long as
+     * the longest */
+    size_t half = 0;
     const size_t read[] = {cap * m->cuda->act_size, cap * m->grad_size, cap * m->scratch_size,
                            cap * m->lowp_in_size};
     for (size_t i = 0; i < sizeof read / sizeof *read; i++)
@@ -938,7 +939,8 @@ static int alloc_net(Ctx *c, nrt_error *err)
         (net->lowp && (dalloc(c, &net->wlp, np, "the bf16 weights", err) ||
                        dalloc(c, &net->xlp, cap * m->lowp_in_size, "the bf16 input", err) ||
                        dalloc(c, &net->half[0], half, "the products' 16-bit operands", err) ||
-                       dalloc(c, &net->half[1], half, "the products' 16-bit operands", err))) ||
+                       dalloc(c, &net->half[1], half, "the products' 16-bit operands", err) ||
+                       dalloc(c, &net->whalf, np, "the products' 16-bit weights", err))) ||
         dalloc(c, &c->dev, 1, "the run's scalars", err) ||
         palloc(c, &c->host, 1, "the run's scalars", err))
         return -1;

@@ -146,17 +146,34 @@ int nrt_cu_conv2d_dw(nrt_cuda_net *net, int k, int reduce, const nrt_cu_dw *t, i
                          EACH_THREADS, rargs, 3, err);
 }
 
-/* A row-major operand of rows x cols, its rows ld apart, into dst in the
- * run's 16 bits: every element from its first to its last (the gaps
- * between rows too, which the product skips). */
+/* wlp's [from, from + count), if src..src + count lies there: the weights'
+ * 16-bit copy (whalf) mirrors them, the cast writing both */
+static ptrdiff_t in_weights(const nrt_cuda_net *net, const float *src, size_t count)
+{
+    if (!net->whalf)
+        return -1;
+    const size_t np = net->model->param_count;
+    if (src < net->wlp || src >= net->wlp + np || count > np - (size_t)(src - net->wlp))
+        return -1;
+    return src - net->wlp;
+}
+
+/* A row-major operand of rows x cols, its rows ld apart, in the run's 16
+ * bits: *out the weights' copy where src is in wlp, else buf, written
+ * with every element from its first to its last (the gaps between rows
+ * too, which the product skips). */
 static int to_half(nrt_cuda_net *net, const float *src, int rows, int cols, int ld,
-                   uint16_t *dst, nrt_error *err)
+                   uint16_t *buf, const uint16_t **out, nrt_error *err)
 {
     const size_t count = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+    const ptrdiff_t w = in_weights(net, src, count);
+    *out = w >= 0 ? net->whalf + w : buf;
+    if (w >= 0)
+        return 0;
     if (count > net->half_count)
         return nrt_errorf(err, "internal error: a product's operand of %zu elements, more than "
                           "the %zu of its 16-bit buffer", count, net->half_count);
-    return nrt_cu_each(net, NRT_K_TO_HALF, count, NRT_ARGS(&src, &dst, &net->lowp), err);
+    return nrt_cu_each(net, NRT_K_TO_HALF, count, NRT_ARGS(&src, &buf, &net->lowp), err);
 }
 
 /* C^T = op(B)^T op(A)^T: a row-major matrix is the column-major matrix of
@@ -166,7 +183,8 @@ static int to_half(nrt_cuda_net *net, const float *src, int rows, int cols, int 
  *
  * In bf16 and fp16 the operands (rounded already, as autocast casts them)
  * go to 16-bit copies and the product to the tensor cores, as torch's
- * autocast has it: cublasGemmEx, 16-bit inputs, fp32 sums and C. */
+ * autocast has it: cublasGemmEx, 16-bit inputs, fp32 sums and C.  The
+ * weights' copy is made once a forward pass, with their cast. */
 int nrt_cu_gemm(nrt_cuda_net *net, int transa, int transb, int m, int n, int k, float alpha,
                 const float *a, int lda, const float *b, int ldb, float beta, float *c,
                 int ldc, nrt_error *err)
@@ -188,9 +206,9 @@ int nrt_cu_gemm(nrt_cuda_net *net, int transa, int transb, int m, int n, int k, 
                                              b, ldb, a, lda, &beta, c, ldc),
                           err);
     const cudaDataType t = net->lowp == NRT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    uint16_t *ha = net->half[0], *hb = net->half[1];
-    return to_half(net, a, transa ? k : m, transa ? m : k, lda, ha, err) ||
-                   to_half(net, b, transb ? n : k, transb ? k : n, ldb, hb, err) ||
+    const uint16_t *ha, *hb;
+    return to_half(net, a, transa ? k : m, transa ? m : k, lda, net->half[0], &ha, err) ||
+                   to_half(net, b, transb ? n : k, transb ? k : n, ldb, net->half[1], &hb, err) ||
                    NRT_CUBLAS(net->cublas,
                               net->cublas->GemmEx(net->blas, opb, opa, n, m, k, &alpha, hb, t,
                                                   ldb, ha, t, lda, &beta, c, CUDA_R_32F, ldc,
@@ -227,13 +245,17 @@ int nrt_cu_round_lowp(nrt_cuda_net *net, float *dst, const float *src, size_t co
                       nrt_error *err)
 {
     const float *none = NULL;
-    return nrt_cu_each(net, NRT_K_ROUND_LOWP, count, NRT_ARGS(&src, &dst, &net->lowp, &none), err);
+    const ptrdiff_t w = in_weights(net, dst, count);
+    uint16_t *bits = w >= 0 ? net->whalf + w : NULL;
+    return nrt_cu_each(net, NRT_K_ROUND_LOWP, count,
+                       NRT_ARGS(&src, &dst, &net->lowp, &none, &bits), err);
 }
 
 int nrt_cu_round_lowp_scaled(nrt_cuda_net *net, float *p, size_t count, nrt_error *err)
 {
+    uint16_t *none = NULL;
     return nrt_cu_each(net, NRT_K_ROUND_LOWP, count,
-                       NRT_ARGS(&p, &p, &net->lowp, &net->loss_scale), err);
+                       NRT_ARGS(&p, &p, &net->lowp, &net->loss_scale, &none), err);
 }
 
 int nrt_cu_dropout_fwd(nrt_cuda_net *net, uint32_t layer, const float *x, float *y,

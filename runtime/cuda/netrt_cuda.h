@@ -129,9 +129,11 @@ struct nrt_cuda_net {
     const float *loss_scale; /* fp16: the scaler's scale, on the device; else NULL */
     /* bf16, fp16: nrt_cu_gemm's operands in 16 bits, for the tensor cores
      * (cublasGemmEx): A into half[0], B into half[1], each half_count
-     * elements, as many as the largest buffer a product reads; NULL in
-     * fp32. */
-    uint16_t *half[2];
+     * elements, as many as the largest buffer a product reads; and
+     * whalf [param_count], wlp's 16 bits, written with it (every write of
+     * wlp is nrt_cu_round_lowp's), read by the products in place of a
+     * conversion of the weights at each.  NULL in fp32. */
+    uint16_t *half[2], *whalf;
     size_t half_count;
     /* Several ranks: backward calls this (nrt_cu_grads_final) once the
      * gradients from param[from] on are final, so that their sum over the

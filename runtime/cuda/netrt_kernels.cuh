@@ -1052,13 +1052,18 @@ extern "C" __global__ void nrt_dev_gemm_scale(int m, int n, float beta, float *_
 }
 
 /* dst[i] = src[i] (times *scale, unless scale is NULL) in precision prec
- * (lowp.h's nrt_lowp, the cpu's bits); dst may be src. */
+ * (lowp.h's nrt_lowp, the cpu's bits); dst may be src.  bits, unless
+ * NULL: the same values' 16 bits (nrt_half_bits), for the tensor cores. */
 extern "C" __global__ void nrt_dev_round_lowp(size_t count, const float *src, float *dst, int prec,
-                                              const float *scale)
+                                              const float *scale, uint16_t *bits)
 {
     const float s = scale ? *scale : 1.0f;
-    NRT_EACH(i, count)
-        dst[i] = nrt_lowp(prec, scale ? src[i] * s : src[i]);
+    NRT_EACH(i, count) {
+        const float v = nrt_lowp(prec, scale ? src[i] * s : src[i]);
+        dst[i] = v;
+        if (bits)
+            bits[i] = nrt_half_bits(prec, v);
+    }
 }
 
 /* dst[i] = the 16 bits of src[i] in precision prec (lowp.h's

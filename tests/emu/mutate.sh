@@ -28,7 +28,8 @@ rounding@kernels@runtime/cuda/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * 
 scaled@gradients@runtime/cuda/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s : src[i]);@nrt_lowp(prec, scale ? src[i] * s * s : src[i]);
 unscale@gradients@runtime/cuda/backend.cu@        nrt_unscale(&c->host->scaler, grad, c->m->param_count);\n@
 halftype@kernels@runtime/cuda/launch.c@NRT_BF16 ? CUDA_R_16BF : CUDA_R_16F;@NRT_BF16 ? CUDA_R_16BF : CUDA_R_16BF;
-mmafrag@kernels@runtime/cuda/netrt_kernels.cuh@half2_bits<PREC>(a[c + 8][m], a[c + 9][m]),@half2_bits<PREC>(a[c + 8][m], a[c + 1][m]),'
+mmafrag@kernels@runtime/cuda/netrt_kernels.cuh@half2_bits<PREC>(a[c + 8][m], a[c + 9][m]),@half2_bits<PREC>(a[c + 8][m], a[c + 1][m]),
+whalf@kernels@runtime/cuda/netrt_kernels.cuh@        if (bits)@        if (bits && i == 0)'
 # what each is, for the report
 what() {
     case $1 in
@@ -49,6 +50,7 @@ what() {
     unscale) echo "fp16's gradients left scaled by --gradcheck on the GPU" ;;
     halftype) echo "fp16's products read by the tensor cores as bf16 (cublasGemmEx's type)" ;;
     mmafrag) echo "a convolution's mma fragment of A holding a wrong column" ;;
+    whalf) echo "the weights' 16-bit copy left stale past its first value by their cast" ;;
     esac
 }
 

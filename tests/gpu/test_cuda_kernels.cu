@@ -61,6 +61,7 @@
 #include <initializer_list>
 #include <iterator>
 #include <type_traits>
+#include <string>
 #include <vector>
 
 /* --------------------------------------------------------------- checks */
@@ -677,6 +678,46 @@ static void test_gemm(nrt_cuda_net *net)
     test_gemm_one(net, 1, 0, 5, 6, 7, 0.0f, 2.0f, 1);
 }
 
+/* A product of the weights (wlp) reads their 16-bit copy (whalf), which
+ * their cast writes (nrt_cu_round_lowp into wlp): with both operands
+ * there, no conversion and no buffer (half_count 0 would refuse one); the
+ * copy holds the cast values' bits, and the product is as test_gemm_one's. */
+static void test_gemm_weights(nrt_cuda_net *net)
+{
+    const int m = 33, n = 7, k = 40, at = 5, bt = at + m * k;
+    const size_t np = (size_t)bt + (size_t)k * n + 3, saved_np = g_model.param_count;
+    const char *p = nrt_precision_name(net->lowp);
+    std::vector<float> param = randv(np), w(np);
+    nrt_round_lowp_to(net->lowp, w.data(), param.data(), np);
+    std::vector<uint16_t> want_bits(np);
+    for (size_t i = 0; i < np; i++)
+        want_bits[i] = nrt_half_bits(net->lowp, w[i]);
+    std::vector<float> want(m * n, 0.0f), mag(m * n, 0.0f), wa = absv(w);
+    nrt_sgemm(0, 0, m, n, k, 1.0f, w.data() + at, k, w.data() + bt, n, 0.0f, want.data(), n);
+    nrt_sgemm(0, 0, m, n, k, 1.0f, wa.data() + at, k, wa.data() + bt, n, 0.0f, mag.data(), n);
+    Dev<float> dparam(param), dw(np), dc(m * n);
+    Dev<uint16_t> dh(np);
+    g_model.param_count = np;
+    net->wlp = dw.p;
+    net->whalf = dh.p;
+    const size_t half_count = net->half_count;
+    net->half_count = 0;
+    nrt_error err = {};
+    const std::string what = name("gemm %s of the weights", p);
+    if (launched(net, nrt_cu_round_lowp(net, dw.p, dparam.p, np, &err), err, what.c_str()) &&
+        launched(net, nrt_cu_gemm(net, 0, 0, m, n, k, 1.0f, dw.p + at, k, dw.p + bt, n, 0.0f,
+                                  dc.p, n, &err),
+                 err, what.c_str())) {
+        compare_exact(name("gemm %s of the weights: their 16-bit copy", p), dh.get(), want_bits);
+        compare(what.c_str(), dc.get(), want, &mag, (k + 2) * 0x1p-24, 1e-30);
+    }
+    CK(cudaStreamSynchronize(net->stream));
+    g_model.param_count = saved_np;
+    net->wlp = NULL;
+    net->whalf = NULL;
+    net->half_count = half_count;
+}
+
 /* The products of a bf16 or fp16 run: on the tensor cores, from 16-bit
  * copies of the operands, as long as the longest (an operand longer is
  * refused: the runtime sizes them from the buffers a product reads). */
@@ -697,6 +738,7 @@ static void test_gemm_lowp(nrt_cuda_net *net, int prec)
     result(rc == 0 && rc2 != 0 && strstr(err.msg, "4160 elements, more than the 4096"),
            "gemm %s: an operand longer than the 16-bit buffers refused: %d, %d (%s)",
            nrt_precision_name(prec), rc, rc2, err.msg);
+    test_gemm_weights(net);
     CK(cudaStreamSynchronize(net->stream));
     net->lowp = 0;
     net->half[0] = net->half[1] = NULL;
