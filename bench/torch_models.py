@@ -16,12 +16,24 @@ already in memory, zero_grad, forward, loss, backward, step, loss.item())
 epochs after the warm-up epochs, of (epoch seconds / steps in the epoch).
 The median of the individually timed steps is reported as well.
 
+--compile (PyTorch 2.x) runs the same step -- zero_grad, forward, loss,
+backward, optimizer step -- as one function wrapped in torch.compile
+(inductor: C++ kernels built with the host's compiler), the gather and
+loss.item() staying eager around it.  The compiling happens in the first
+calls, so in the warm-up epochs: a model whose batch size does not divide
+the training set compiles twice there (the full batch, then the last
+partial one), and later epochs reuse both.  The JSON says how long the
+warm-up epochs took ("warmup_s", the compiling included) and how many
+graphs dynamo compiled during the timed epochs ("timed_compiles", which
+should be 0: anything else means compile time leaked into the figure).
+
 usage: torch_models.py MODEL --threads K --data PATH --n-train N
                        [--epochs E] [--warmup W] [--seed S]
+                       [--compile [--compile-mode MODE]]
 """
 import argparse
 import json
-import os
+import re
 import statistics
 import sys
 import time
@@ -119,7 +131,10 @@ class LastState(nn.RNN):
         super().__init__(*args, batch_first=True, **kw)
 
     def forward(self, x):
-        return super().forward(x)[0][:, -1]
+        # nn.RNN.forward by name: torch.compile (dynamo, torch 2.15) fails
+        # on super().forward(x) here ("DelayGraphBreakVariable() has no
+        # type"; the rnn itself is a graph break), not on this.
+        return nn.RNN.forward(self, x)[0][:, -1]
 
 
 def airline_rnn():
@@ -179,6 +194,19 @@ def load(model, path):
 
 # ----------------------------------------------------------------- train
 
+def cpu_capability():
+    """The vector instruction set torch's own kernels dispatch to (AVX2,
+    AVX512, ...), as torch reports it; torch 1.13 has no function for it."""
+    m = re.search(r"CPU capability usage: (\S+)", torch.__config__.show())
+    return m.group(1) if m else "?"
+
+
+def compiled_graphs():
+    """Graphs dynamo has compiled so far in this process."""
+    from torch._dynamo.utils import counters
+    return int(counters["stats"]["unique_graphs"])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", choices=sorted(MODELS))
@@ -189,7 +217,17 @@ def main(argv=None):
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=1, help="epochs left out of the median")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--compile", action="store_true",
+                    help="run the step through torch.compile (PyTorch 2.x)")
+    ap.add_argument("--compile-mode", default="default",
+                    help="torch.compile's mode (default, max-autotune, ...)")
     a = ap.parse_args(argv)
+    if a.compile and not hasattr(torch, "compile"):
+        ap.error(f"--compile needs PyTorch 2.x; this is {torch.__version__}")
+    if a.compile and a.warmup < 1:
+        ap.error("--compile needs --warmup >= 1: the first epoch compiles")
+    if a.epochs <= a.warmup:
+        ap.error("--epochs must be more than --warmup: no epoch would be timed")
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -203,8 +241,25 @@ def main(argv=None):
     net.train()
     gen = torch.Generator().manual_seed(a.seed)
 
+    def step(xb, yb):
+        opt.zero_grad()
+        loss = loss_fn(net(xb), yb)
+        loss.backward()
+        opt.step()
+        return loss
+
+    if a.compile:
+        # dynamic=False: the two batch shapes an epoch has get a graph each,
+        # its loops specialised to the sizes, rather than one graph generic
+        # in the batch size (dynamo's default once it sees a second shape).
+        # Both are compiled in the first epoch, a warm-up epoch.
+        step = torch.compile(step, mode=a.compile_mode, dynamic=False)
+
     per_epoch, steps_all = [], []
+    warmup_s = 0.0
     for epoch in range(a.epochs):
+        if epoch == a.warmup and a.compile:
+            graphs_warm = compiled_graphs()
         t0 = time.perf_counter()  # the whole loop: the shuffle too
         perm = torch.randperm(n, generator=gen)
         times = []
@@ -212,23 +267,27 @@ def main(argv=None):
         for s in range(0, n, batch):
             ts = time.perf_counter()
             idx = perm[s:s + batch]
-            xb, yb = x[idx], y[idx]
-            opt.zero_grad()
-            out = net(xb)
-            loss = loss_fn(out, yb)
-            loss.backward()
-            opt.step()
+            loss = step(x[idx], y[idx])
             running += loss.item()
             times.append(time.perf_counter() - ts)
         secs = time.perf_counter() - t0
+        # The warm-up epochs, where torch.compile compiles, are not timed.
         if epoch >= a.warmup:
             per_epoch.append(secs / len(times))
             steps_all.extend(times)
+        else:
+            warmup_s += secs
 
+    info = {}
+    if a.compile:
+        info = {"compile_mode": a.compile_mode, "graphs": compiled_graphs(),
+                "timed_compiles": compiled_graphs() - graphs_warm}
     print(json.dumps({
         "model": a.model,
         "framework": "torch",
         "torch_version": torch.__version__,
+        "mode": "compile" if a.compile else "eager",
+        "cpu_capability": cpu_capability(),
         "threads": torch.get_num_threads(),
         "batch": batch,
         "n_train": n,
@@ -237,7 +296,9 @@ def main(argv=None):
         "params": sum(p.numel() for p in net.parameters()),
         "step_ms": 1e3 * statistics.median(per_epoch),
         "step_ms_per_step_median": 1e3 * statistics.median(steps_all),
+        "warmup_s": warmup_s,
         "final_loss": running / len(times),
+        **info,
     }))
     return 0
 
