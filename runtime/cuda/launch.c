@@ -146,8 +146,9 @@ int nrt_cu_conv2d_dw(nrt_cuda_net *net, int k, int reduce, const nrt_cu_dw *t, i
                          EACH_THREADS, rargs, 3, err);
 }
 
-/* wlp's [from, from + count), if src..src + count lies there: the weights'
- * 16-bit copy (whalf) mirrors them, the cast writing both */
+/* Where src..src + count lies in the weights' cast (wlp), its offset
+ * there, else -1: the weights' 16-bit copy (whalf) mirrors wlp, the cast
+ * writing both. */
 static ptrdiff_t in_weights(const nrt_cuda_net *net, const float *src, size_t count)
 {
     if (!net->whalf)
