@@ -99,8 +99,12 @@ static void scale_c(int m, int n, float beta, float *c, int ldc)
 
 /* Work (m*n*k) below which packing does not pay. */
 #define SMALL_WORK 4096.0
-/* Work (m*n*k) from which a product is shared out among threads. */
-#define PAR_MIN_GEMM 2097152.0
+/* Work (m*n*k) from which a product is shared out among threads: waking
+ * the team (passive waits, main.c) costs tens of microseconds, what a
+ * product of a few million multiply-adds takes on one core.  At 2^21,
+ * digits_cnn's 32 x 512 x 144 products woke it three times a step, and
+ * two threads trained 30 % slower than one (Intel Xeon, AVX-512). */
+#define PAR_MIN_GEMM 8388608.0
 
 #ifndef NETRT_HAVE_OPENBLAS
 /* The plain loop for small products. */

@@ -199,13 +199,15 @@ static void test_sgemm(void)
     printf("sgemm: %d products checked\n", runs);
 }
 
-/* Results must not depend on the number of threads. */
+/* Results must not depend on the number of threads.  Every shape is
+ * work enough (m n k of at least kernels.c's PAR_MIN_GEMM, 2^23) to be
+ * shared out among them. */
 static void test_sgemm_threads(void)
 {
 #ifdef _OPENMP
-    static const int shapes[][3] = {{256, 256, 256}, {32, 1024, 75},
-                                    {75, 1024, 32},  {64, 800, 256},
-                                    {301, 77, 530},  {17, 5000, 40}};
+    static const int shapes[][3] = {{256, 256, 256}, {32, 4096, 75},
+                                    {75, 4096, 32},  {64, 800, 256},
+                                    {301, 77, 530},  {17, 13000, 40}};
     int saved = omp_get_max_threads();
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
