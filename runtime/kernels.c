@@ -21,7 +21,11 @@
  * that one binary runs everywhere, with packing routines that transpose 8x8
  * blocks in registers; and portable, in GCC vector extensions (SSE2, NEON).
  * All three give every element the same operations, so the same bits.
- * Matrices too small to repay packing go through a plain loop.  A bf16
+ * Matrices too small to repay packing go through a plain loop.  A
+ * convolution's cols are packed from the padded input (never stored whole),
+ * and on AVX-512, where every panel is a run along one output row (stride
+ * 1, output rows of a multiple of 16), not packed at all: the micro-kernel
+ * reads them in place, a row offset a step.  A bf16
  * run's products (nrt_gemm's dot) may instead convert the packed panels to
  * bf16 pairs for AVX512-BF16's vdpbf16ps or AMX's tiles.  On the shapes
  * netc's programs produce the AVX2 kernel ran at the speed of OpenBLAS,
@@ -94,7 +98,7 @@ static void scale_c(int m, int n, float beta, float *c, int ldc)
 #define NR 16     /* micro-tile columns */
 #define KC 256    /* largest K block: a 16-wide panel of B, 16 KiB, in L1 */
 #define MC 144    /* largest M block (multiple of MR): packed A in L2 */
-#define NC 4080   /* largest N block (multiple of NR) */
+#define NC 1024   /* largest N block (multiple of NR): packed B, 1 MiB, in L2 */
 #define SMALL_PACK 16384 /* packed operands up to this many floats: on the stack */
 
 /* Work (m*n*k) below which packing does not pay. */
@@ -484,6 +488,13 @@ pack_conv_rows_avx2(const float *xp, const size_t *roff, int kc,
             piece[npiece].mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
                                                     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         }
+    if (npiece == 2 && len[0] == 8 && nrun == 2) { /* two runs of 8: plain moves */
+        for (int p = 0; p < kc; p++, d += NR) {
+            _mm256_storeu_ps(d, _mm256_loadu_ps(xp + at[0] + roff[p]));
+            _mm256_storeu_ps(d + 8, _mm256_loadu_ps(xp + at[1] + roff[p]));
+        }
+        return;
+    }
     const v8f zero = _mm256_setzero_ps();
     for (int p = 0; p < kc; p++, d += NR) {
         _mm256_storeu_ps(d, zero);
@@ -521,16 +532,22 @@ store_row_avx512(float *ci, __m512 acc, __mmask16 cols, float alpha, float beta)
     _mm512_mask_storeu_ps(ci, cols, r);
 }
 
+/* The tile's `panels` panels; row p of them is at b0 + p NR and b1 + p NR
+ * (packed), or, with off, at b0 + off[p] and b1 + off[p] (a convolution's
+ * cols read in place).  Both are constants where this is inlined. */
 __attribute__((target("avx512f"), always_inline)) static inline void
-tile_avx512(const int panels, int kc, const float *a, const float *b0, const float *b1,
-            float *c, size_t ldc, float alpha, float beta, int mr, int nr)
+tile_avx512(const int panels, int kc, const float *a, const float *b0,
+            const float *b1, const size_t *off, float *c, size_t ldc, float alpha, float beta,
+            int mr, int nr)
 {
     __m512 acc[MR][2];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++)
         acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    for (int p = 0; p < kc; p++, a += MR, b0 += NR, b1 += NR) {
-        const __m512 x0 = _mm512_loadu_ps(b0), x1 = panels == 2 ? _mm512_loadu_ps(b1) : x0;
+    for (int p = 0; p < kc; p++, a += MR) {
+        const float *r0 = b0 + (off ? off[p] : (size_t)p * NR);
+        const float *r1 = b1 + (off ? off[p] : (size_t)p * NR);
+        const __m512 x0 = _mm512_loadu_ps(r0), x1 = panels == 2 ? _mm512_loadu_ps(r1) : x0;
 #pragma GCC unroll 6
         for (int i = 0; i < MR; i++) {
             const __m512 ai = _mm512_set1_ps(a[i]);
@@ -547,15 +564,29 @@ tile_avx512(const int panels, int kc, const float *a, const float *b0, const flo
     }
 }
 
-/* nr <= NR: the one panel b0; else the two, b0 and b1. */
+/* The tile, one panel (nr <= NR: b0) or two. */
+#define TILE_AVX512(panels, off)                                                           \
+    tile_avx512(panels, kc, a, b0, b1, off, c, ldc, alpha, beta, mr, nr)
+
 __attribute__((target("avx512f"))) static void
 ukernel_avx512(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc,
                float alpha, float beta, int mr, int nr)
 {
     if (nr > NR)
-        tile_avx512(2, kc, a, b0, b1, c, ldc, alpha, beta, mr, nr);
+        TILE_AVX512(2, NULL);
     else
-        tile_avx512(1, kc, a, b0, b0, c, ldc, alpha, beta, mr, nr);
+        TILE_AVX512(1, NULL);
+}
+
+/* Two whole panels of a convolution's cols read in place: row p is NR
+ * floats at b0 + off[p] and NR at b1 + off[p] (each panel's positions one
+ * run along an output row of the padded input). */
+__attribute__((target("avx512f"))) static void
+ukernel_avx512_conv(int kc, const float *a, const float *b0, const float *b1,
+                    const size_t *off, float *c, size_t ldc, float alpha, float beta, int mr)
+{
+    const int nr = 2 * NR;
+    TILE_AVX512(2, off);
 }
 #endif
 
@@ -981,6 +1012,13 @@ gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
     const int mcb = block_size(m, MC, MR);
     const int ncb = block_size(n, NC, NR);
     const size_t ldc = (size_t)g->ldc;
+    /* A convolution on AVX-512 whose output rows are whole panels, and a
+     * block of whole pairs of them: cols read in place, nothing packed. */
+    int direct = 0;
+#ifdef NRT_X86_AVX512
+    direct = g->avx512 && !g->transb && g->cv && g->cv->sw == 1 && g->cv->ow % NR == 0 &&
+             n % (2 * NR) == 0;
+#endif
     /* Every element of C gets: acc = the sum over one K block, in order;
      * c = alpha * acc + beta * c on the first block, alpha * acc + c on
      * the others.  The K blocks depend on k only, so that sequence is the
@@ -991,7 +1029,11 @@ gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
         for (int pc = 0; pc < k; pc += kcb) {
             const int kc = k - pc < kcb ? k - pc : kcb;
             const float beta = pc == 0 ? g->beta : 1.0f;
-            if (!g->transb && g->cv)
+            size_t roff[KC]; /* direct: where row p of cols reads */
+            if (direct)
+                for (int p = 0; p < kc; p++)
+                    roff[p] = conv_row(g->cv, pc + p);
+            else if (!g->transb && g->cv)
                 pack_conv(g->cv, g->avx2, pc, kc, j0 + jc, nc, pb);
             else if (!g->transb)
                 pack_b_rows(g->b, g->ldb, pc, kc, j0 + jc, nc, pb);
@@ -1067,6 +1109,14 @@ gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
                         }
 #endif
 #ifdef NRT_X86_AVX512
+                        if (direct) {
+                            int run;
+                            const size_t at0 = conv_pos(g->cv, j0 + j, &run);
+                            const size_t at1 = conv_pos(g->cv, j0 + j + NR, &run);
+                            ukernel_avx512_conv(kc, ta, g->cv->xp + at0, g->cv->xp + at1,
+                                                roff, tc, ldc, g->alpha, beta, mr);
+                            continue;
+                        }
                         if (g->avx512) {
                             ukernel_avx512(kc, ta, tb, tb + (size_t)NR * kc, tc, ldc, g->alpha,
                                            beta, mr, nr);

@@ -838,6 +838,22 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
                                 dx + ((size_t)i * v.c + ch) * in, in * sizeof *dx);
         CHECK(same, "conv2d_dx n=%d c=%d %dx%d: the two layouts differ", n, v.c, v.h, v.w);
     }
+    if (dot == NRT_DOT_F32) { /* the AVX2 kernels (always packed) give the same bits */
+        nrt_conv g2 = g;
+        g2.dot = NRT_DOT_AVX2;
+        float *y2 = malloc(ys * sizeof *y2), *dw2 = malloc(ws * sizeof *dw2);
+        float *dx2 = malloc(xs * sizeof *dx2);
+        nrt_conv2d_fwd(&g2, n, w, xp, y2);
+        nrt_conv2d_dw(&g2, n, dy, xp, dw2);
+        int same = !memcmp(y, y2, ys * sizeof *y) && !memcmp(dw, dw2, ws * sizeof *dw);
+        if (dx_ok) {
+            nrt_conv2d_dx(&g2, n, 0, w, dy, scratch, dx2);
+            same &= !memcmp(dx, dx2, xs * sizeof *dx);
+        }
+        CHECK(same, "conv2d n=%d c=%d %dx%d o=%d: %s and AVX2 differ", n, v.c, v.h, v.w, o,
+              nrt_gemm_isa());
+        free(y2), free(dw2), free(dx2);
+    }
     CHECK(ey < 1e-5 && edw < 1e-5 && edx < 1e-5,
           "conv2d n=%d c=%d %dx%d o=%d k=%dx%d s=%d,%d p=%d,%d: relative errors y %g, "
           "dW %g, dx %g", n, v.c, v.h, v.w, o, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw, ey, edw, edx);
