@@ -1616,9 +1616,12 @@ void nrt_conv2d_dx(const nrt_conv *g, int n, int cn, const float *w,
     if (cn)
         return;
     const size_t hw = (size_t)g->h * g->w;
-    for (int i = 0; i < n; i++)
-        for (int ch = 0; ch < g->c; ch++)
-            memcpy(dx + ((size_t)i * g->c + ch) * hw, out + ((size_t)ch * n + i) * hw, hw * sizeof *dx);
+    const long planes = (long)n * g->c;
+    NRT_OMP(omp parallel for schedule(static) if ((double)planes * hw >= 4 * PAR_MIN_WORK))
+    for (long q = 0; q < planes; q++) {
+        const long i = q / g->c, ch = q % g->c;
+        memcpy(dx + (size_t)q * hw, out + ((size_t)ch * n + i) * hw, hw * sizeof *dx);
+    }
 }
 
 /* ---------------------------------------------------------------- pooling */
