@@ -16,6 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#if defined(__SSE__) || defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 static int failures, checks;
 
 static void expect(const char *what, double got, double want, double rtol)
@@ -96,6 +100,38 @@ static void random_walk(const char *name, nrt_optim h)
     nrt_optim_free(&s);
 }
 
+/* On x86 the step flushes subnormal numbers to zero (optim.c says why),
+ * and leaves the caller's floating-point mode as it found it. */
+static void flush_subnormals(void)
+{
+#if defined(__SSE__) || defined(__x86_64__)
+    nrt_optim h = {NRT_SGD, .lr = 0.1f, .momentum = 0.5f};
+    nrt_optim_state s;
+    if (nrt_optim_init(&s, &h, 2, NULL))
+        abort();
+    float p[2] = {1.0f, 1.0f}, g[2] = {2e-38f, 1.0f}; /* 2e-38: normal */
+    const float zero[2] = {0.0f, 0.0f};
+    nrt_optim_step(&s, p, g);                         /* buf = g */
+    const unsigned csr = _mm_getcsr();
+    nrt_optim_step(&s, p, zero); /* buf = 0.5 buf: 1e-38, a subnormal */
+    checks += 3;
+    if (s.m[0] != 0.0f || s.m[1] != 0.5f) {
+        fprintf(stderr, "FAIL: flush: buf %g %g, want 0 and 0.5\n", s.m[0], s.m[1]);
+        failures++;
+    }
+    if ((_mm_getcsr() ^ csr) & ~0x3fu) { /* the modes; not the sticky flags, bits 0-5 */
+        fprintf(stderr, "FAIL: flush: the step left MXCSR %#x (was %#x)\n", _mm_getcsr(), csr);
+        failures++;
+    }
+    volatile float tiny = 2e-38f; /* and this code still computes subnormals */
+    if (tiny * 0.5f == 0.0f) {
+        fprintf(stderr, "FAIL: flush: subnormals flushed outside the step\n");
+        failures++;
+    }
+    nrt_optim_free(&s);
+#endif
+}
+
 int main(void)
 {
     /* plain SGD: p = 1 - 0.1 (0.5 - 0.25 + 1.0) = 0.875 */
@@ -137,6 +173,7 @@ int main(void)
     random_walk("adam weight_decay", (nrt_optim){NRT_ADAM, .lr = 1e-2f, .beta1 = 0.85f,
                                                  .beta2 = 0.99f, .eps = 1e-6f,
                                                  .weight_decay = 0.05f});
+    flush_subnormals();
     printf("test_optim: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
