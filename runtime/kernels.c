@@ -52,6 +52,7 @@
 #endif
 
 #include "netrt.h"
+#include "conv_dnnl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -1570,6 +1571,8 @@ void nrt_conv2d_pad(const nrt_conv *g, int n, int cn, const float *x, float *xp)
 void nrt_conv2d_fwd(const nrt_conv *g, int n, const float *w, const float *xp,
                     float *y)
 {
+    if (nrt_dnnl_wanted(g, n) && nrt_dnnl_fwd(g, n, w, xp, y) == 0)
+        return;
     const struct conv_src s = conv_src_of(g, n, xp);
     const int k = g->c * g->kh * g->kw, np = n * g->oh * g->ow;
     struct gemm gm = {.k = k, .alpha = 1.0f, .a = w, .c = y, .lda = k, .ldc = np, .cv = &s,
@@ -1581,6 +1584,8 @@ void nrt_conv2d_fwd(const nrt_conv *g, int n, const float *w, const float *xp,
 void nrt_conv2d_dw(const nrt_conv *g, int n, const float *dy, const float *xp,
                    float *dw)
 {
+    if (nrt_dnnl_wanted(g, n) && nrt_dnnl_dw(g, n, dy, xp, dw) == 0)
+        return;
     const struct conv_src s = conv_src_of(g, n, xp);
     const int k = g->c * g->kh * g->kw, np = n * g->oh * g->ow;
     struct gemm gm = {.transb = 1, .k = np, .alpha = 1.0f, .a = dy, .c = dw, .lda = np, .ldc = k,
@@ -1599,6 +1604,8 @@ size_t nrt_conv2d_dx_scratch(const nrt_conv *g)
 void nrt_conv2d_dx(const nrt_conv *g, int n, int cn, const float *w,
                    const float *dy, float *scratch, float *dx)
 {
+    if (nrt_dnnl_wanted(g, n) && nrt_dnnl_dx(g, n, cn, w, dy, dx) == 0)
+        return;
     /* The transposed convolution: dy's channels in, x's out. */
     const nrt_conv t = {g->o, g->oh, g->ow, g->c, g->h, g->w, g->kh, g->kw,
                         1, 1, g->kh - 1 - g->ph, g->kw - 1 - g->pw, g->dot};

@@ -1,7 +1,8 @@
 #!/bin/sh
 # scripts/install-deps.sh — installs what building and testing netc needs on
 # Debian (or Ubuntu): the C toolchain, flex, bison, Autotools, OpenBLAS,
-# stb_image (libstb-dev: image datasets), graphviz (the test that renders
+# oneDNN (libdnnl-dev: the large convolutions' passes), stb_image
+# (libstb-dev: image datasets), graphviz (the test that renders
 # --emit=dot), cmake and man-db (the test that builds examples/ against an
 # installed tree and reads the man page), OpenMPI (libopenmpi-dev and
 # openmpi-bin: netc --mpi and its test, tests/mpi.sh), Slurm and munge
@@ -14,7 +15,7 @@
 #                  reads back --logdir's files
 # Run as root, or with sudo available.
 set -eu
-packages="build-essential flex bison autoconf automake libtool pkg-config libopenblas-dev libstb-dev python3 graphviz cmake man-db libopenmpi-dev openmpi-bin slurm-wlm munge"
+packages="build-essential flex bison autoconf automake libtool pkg-config libopenblas-dev libdnnl-dev libstb-dev python3 graphviz cmake man-db libopenmpi-dev openmpi-bin slurm-wlm munge"
 tensorboard=no
 for arg in "$@"; do
     case $arg in

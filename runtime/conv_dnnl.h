@@ -1,0 +1,27 @@
+/*
+ * conv_dnnl.h — the convolutions' passes on oneDNN (conv_dnnl.c), for
+ * kernels.c: each returns 0 having written its result, or -1 (oneDNN not
+ * installed, or failing) having written nothing: the caller then runs its
+ * own.  Without oneDNN
+ * (NETRT_HAVE_ONEDNN unset) nothing is ever wanted.
+ */
+#ifndef NETRT_CONV_DNNL_H
+#define NETRT_CONV_DNNL_H
+
+#include "netrt.h"
+
+#ifdef NETRT_HAVE_ONEDNN
+/* Whether g's passes over a batch of n should run on oneDNN. */
+int nrt_dnnl_wanted(const nrt_conv *g, int n);
+/* As nrt_conv2d_fwd, nrt_conv2d_dw and nrt_conv2d_dx (without scratch). */
+int nrt_dnnl_fwd(const nrt_conv *g, int n, const float *w, const float *xp, float *y);
+int nrt_dnnl_dw(const nrt_conv *g, int n, const float *dy, const float *xp, float *dw);
+int nrt_dnnl_dx(const nrt_conv *g, int n, int cn, const float *w, const float *dy, float *dx);
+#else
+#define nrt_dnnl_wanted(g, n) 0
+#define nrt_dnnl_fwd(g, n, w, xp, y) (-1)
+#define nrt_dnnl_dw(g, n, dy, xp, dw) (-1)
+#define nrt_dnnl_dx(g, n, cn, w, dy, dx) (-1)
+#endif
+
+#endif
