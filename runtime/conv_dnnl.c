@@ -57,7 +57,6 @@
 #define NRT_OMP(x)
 #endif
 
-
 /* A convolution of less work (multiply-adds) a sample stays built in: by
  * the sample, not the batch, so that a model predicts the same bits
  * whatever batches it is given.  A pass of less work than the second runs
@@ -72,17 +71,14 @@ static double work_of(const nrt_conv *g, int n)
     return (double)n * g->o * g->oh * g->ow * g->c * g->kh * g->kw;
 }
 
-int nrt_dnnl_wanted(const nrt_conv *g, int n)
+int nrt_dnnl_wanted(const nrt_conv *g)
 {
     if (g->dot != NRT_DOT_F32)
         return 0;
     const char *e = getenv("NETRT_CPU_CONV");
     if (e && !strcmp(e, "builtin"))
         return 0;
-    if (g->c % 16)
-        return 0;
-    (void)n;
-    return work_of(g, 1) >= NRT_DNNL_MIN_WORK;
+    return g->c % 16 == 0 && work_of(g, 1) >= NRT_DNNL_MIN_WORK;
 }
 
 /* The oneDNN functions a pass calls, loaded from the library by name. */
@@ -269,6 +265,24 @@ static dnnl_primitive_desc_t fwd_pd(struct run *r, struct geom *d)
     return keep_pd(r, pd);
 }
 
+/* A backward pass's primitive description, dW's (weights) or dx's, with
+ * the forward pass's as its hint. */
+static dnnl_primitive_desc_t backward_pd(struct run *r, struct geom *d, int weights)
+{
+    dnnl_convolution_desc_t cd;
+    dnnl_primitive_desc_t pd, hint = fwd_pd(r, d);
+    const dnnl_alg_kind_t alg = dnnl_convolution_direct;
+    if (!hint ||
+        !OK(weights ? r->d.convolution_backward_weights_desc_init(&cd, alg, &d->xa, &d->wa, NULL,
+                                                                   &d->ya, d->strides, d->pad_l,
+                                                                   d->pad_r)
+                    : r->d.convolution_backward_data_desc_init(&cd, alg, &d->xa, &d->wa, &d->ya,
+                                                                d->strides, d->pad_l, d->pad_r)) ||
+        !OK(r->d.primitive_desc_create(&pd, &cd, NULL, r->eng, hint)))
+        return NULL;
+    return keep_pd(r, pd);
+}
+
 /* Loads oneDNN and makes the engine and the stream for a pass of `work`
  * multiply-adds (finish undoes it all, whatever start returned). */
 static int start(struct run *r, double work)
@@ -388,18 +402,11 @@ static int dw_chunk(const nrt_conv *g, int n, int i0, int m, const float *dy, co
     struct run r;
     struct geom d;
     int rc = -1;
-    dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t pd;
     dnnl_memory_t udw;
     const struct tensor xt = input_of(g, n, xp), yt = {dy, g->o, n, g->oh, g->ow, 0, 0};
     if (start(&r, 0.0) == 0 && describe(&r, g, m, 1, 1, &d) == 0) {
-        dnnl_primitive_desc_t hint = fwd_pd(&r, &d);
-        if (hint &&
-            OK(r.d.convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &d.xa,
-                                                          &d.wa, NULL, &d.ya, d.strides,
-                                                          d.pad_l, d.pad_r)) &&
-            OK(r.d.primitive_desc_create(&pd, &cd, NULL, r.eng, hint))) {
-            keep_pd(&r, pd);
+        if ((pd = backward_pd(&r, &d, 1))) {
             dnnl_memory_t x = blocks16(&r, pd, dnnl_query_src_md, &xt, i0, m);
             dnnl_memory_t e = x ? blocks16(&r, pd, dnnl_query_diff_dst_md, &yt, i0, m) : NULL;
             dnnl_memory_t o = e ? operand(&r, pd, dnnl_query_diff_weights_md, &d.w, part, 0, &udw) : NULL;
@@ -423,13 +430,13 @@ enum { DW_PIECE = 16 };
 
 int nrt_dnnl_dw(const nrt_conv *g, int n, const float *dy, const float *xp, float *dw)
 {
+    if (g->o % 16) /* dy in 16-channel blocks too */
+        return -1;
     const int pieces = (n + DW_PIECE - 1) / DW_PIECE;
     const size_t nw = (size_t)g->o * g->c * g->kh * g->kw;
     float *part = malloc((size_t)pieces * nw * sizeof *part);
-    if (!part || g->o % 16) {
-        free(part);
+    if (!part)
         return -1;
-    }
     int failed = 0;
     NRT_OMP(omp parallel for schedule(static) reduction(| : failed)
                 if (pieces > 1 && work_of(g, n) >= NRT_DNNL_PAR_WORK))
@@ -453,17 +460,10 @@ int nrt_dnnl_dx(const nrt_conv *g, int n, int cn, const float *w, const float *d
     struct run r;
     struct geom d;
     int rc = -1;
-    dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t pd;
     dnnl_memory_t uw, udy, udx;
     if (start(&r, work_of(g, n)) == 0 && describe(&r, g, n, cn, 0, &d) == 0) {
-        dnnl_primitive_desc_t hint = fwd_pd(&r, &d);
-        if (hint &&
-            OK(r.d.convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &d.xa,
-                                                        &d.wa, &d.ya, d.strides, d.pad_l,
-                                                        d.pad_r)) &&
-            OK(r.d.primitive_desc_create(&pd, &cd, NULL, r.eng, hint))) {
-            keep_pd(&r, pd);
+        if ((pd = backward_pd(&r, &d, 0))) {
             dnnl_memory_t e = operand(&r, pd, dnnl_query_diff_dst_md, &d.y, (void *)dy, 1, &udy);
             dnnl_memory_t k = e ? operand(&r, pd, dnnl_query_weights_md, &d.w, (void *)w, 1, &uw) : NULL;
             dnnl_memory_t o = k ? operand(&r, pd, dnnl_query_diff_src_md, &d.x, dx, 0, &udx) : NULL;

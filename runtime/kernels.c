@@ -489,7 +489,7 @@ pack_conv_rows_avx2(const float *xp, const size_t *roff, int kc,
             piece[npiece].mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
                                                     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         }
-    if (npiece == 2 && len[0] == 8 && nrun == 2) { /* two runs of 8: plain moves */
+    if (nrun == 2 && len[0] == 8 && len[1] == 8) { /* two runs of 8: plain moves */
         for (int p = 0; p < kc; p++, d += NR) {
             _mm256_storeu_ps(d, _mm256_loadu_ps(xp + at[0] + roff[p]));
             _mm256_storeu_ps(d + 8, _mm256_loadu_ps(xp + at[1] + roff[p]));
@@ -565,18 +565,15 @@ tile_avx512(const int panels, int kc, const float *a, const float *b0,
     }
 }
 
-/* The tile, one panel (nr <= NR: b0) or two. */
-#define TILE_AVX512(panels, off)                                                           \
-    tile_avx512(panels, kc, a, b0, b1, off, c, ldc, alpha, beta, mr, nr)
-
+/* nr <= NR: the one panel b0; else the two, b0 and b1. */
 __attribute__((target("avx512f"))) static void
 ukernel_avx512(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc,
                float alpha, float beta, int mr, int nr)
 {
     if (nr > NR)
-        TILE_AVX512(2, NULL);
+        tile_avx512(2, kc, a, b0, b1, NULL, c, ldc, alpha, beta, mr, nr);
     else
-        TILE_AVX512(1, NULL);
+        tile_avx512(1, kc, a, b0, b0, NULL, c, ldc, alpha, beta, mr, nr);
 }
 
 /* Two whole panels of a convolution's cols read in place: row p is NR
@@ -586,8 +583,7 @@ __attribute__((target("avx512f"))) static void
 ukernel_avx512_conv(int kc, const float *a, const float *b0, const float *b1,
                     const size_t *off, float *c, size_t ldc, float alpha, float beta, int mr)
 {
-    const int nr = 2 * NR;
-    TILE_AVX512(2, off);
+    tile_avx512(2, kc, a, b0, b1, off, c, ldc, alpha, beta, mr, 2 * NR);
 }
 #endif
 
@@ -1571,7 +1567,7 @@ void nrt_conv2d_pad(const nrt_conv *g, int n, int cn, const float *x, float *xp)
 void nrt_conv2d_fwd(const nrt_conv *g, int n, const float *w, const float *xp,
                     float *y)
 {
-    if (nrt_dnnl_wanted(g, n) && nrt_dnnl_fwd(g, n, w, xp, y) == 0)
+    if (nrt_dnnl_wanted(g) && nrt_dnnl_fwd(g, n, w, xp, y) == 0)
         return;
     const struct conv_src s = conv_src_of(g, n, xp);
     const int k = g->c * g->kh * g->kw, np = n * g->oh * g->ow;
@@ -1584,7 +1580,7 @@ void nrt_conv2d_fwd(const nrt_conv *g, int n, const float *w, const float *xp,
 void nrt_conv2d_dw(const nrt_conv *g, int n, const float *dy, const float *xp,
                    float *dw)
 {
-    if (nrt_dnnl_wanted(g, n) && nrt_dnnl_dw(g, n, dy, xp, dw) == 0)
+    if (nrt_dnnl_wanted(g) && nrt_dnnl_dw(g, n, dy, xp, dw) == 0)
         return;
     const struct conv_src s = conv_src_of(g, n, xp);
     const int k = g->c * g->kh * g->kw, np = n * g->oh * g->ow;
@@ -1604,7 +1600,7 @@ size_t nrt_conv2d_dx_scratch(const nrt_conv *g)
 void nrt_conv2d_dx(const nrt_conv *g, int n, int cn, const float *w,
                    const float *dy, float *scratch, float *dx)
 {
-    if (nrt_dnnl_wanted(g, n) && nrt_dnnl_dx(g, n, cn, w, dy, dx) == 0)
+    if (nrt_dnnl_wanted(g) && nrt_dnnl_dx(g, n, cn, w, dy, dx) == 0)
         return;
     /* The transposed convolution: dy's channels in, x's out. */
     const nrt_conv t = {g->o, g->oh, g->ow, g->c, g->h, g->w, g->kh, g->kw,
