@@ -1006,16 +1006,19 @@ gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
 #ifndef NRT_X86_BF16
     (void)pa2, (void)pb2; /* the bf16 products' pairs: none in this build */
 #endif
-    const int mcb = block_size(m, MC, MR);
-    const int ncb = block_size(n, NC, NR);
-    const size_t ldc = (size_t)g->ldc;
     /* A convolution on AVX-512 whose output rows are whole panels, and a
-     * block of whole pairs of them: cols read in place, nothing packed. */
+     * block of whole pairs of them: cols read in place, nothing packed.
+     * Its micro-kernel computes two panels at a time, so its N blocks are
+     * whole pairs too (an odd one out would have it write the 16 columns
+     * past the block: another thread's, or past C's row). */
     int direct = 0;
 #ifdef NRT_X86_AVX512
     direct = g->avx512 && !g->transb && g->cv && g->cv->sw == 1 && g->cv->ow % NR == 0 &&
              n % (2 * NR) == 0;
 #endif
+    const int mcb = block_size(m, MC, MR);
+    const int ncb = block_size(n, NC, direct ? 2 * NR : NR);
+    const size_t ldc = (size_t)g->ldc;
     /* Every element of C gets: acc = the sum over one K block, in order;
      * c = alpha * acc + beta * c on the first block, alpha * acc + c on
      * the others.  The K blocks depend on k only, so that sequence is the

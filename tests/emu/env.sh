@@ -17,7 +17,10 @@
 # the cpu's bf16 products as fp32 multiply-adds, which sum in the order
 # the emulated device's do (AVX512-BF16's pairs and AMX's tiles have
 # orders of their own), so that a bf16 run can agree with the cpu's bit
-# for bit on any machine.
+# for bit on any machine; and NETRT_CPU_CONV=builtin for the same reason:
+# the cpu's convolutions on its own kernels, which sum in the emulated
+# device's order, not on oneDNN's (runtime/conv_dnnl.c), whose order is
+# its own and changes with the machine's instruction set.
 # Skips the test (77) without the CUDA toolkit's headers or off x86-64;
 # fails it if the libraries do not build without a warning.
 # Gives emu_nvcc ARGS...: the emulated nvcc.
@@ -31,7 +34,8 @@ cuda_inc=$(echo "${NETRT_CUDA_CFLAGS:-}" | sed -n 's/.*-I\([^ ]*\).*/\1/p')
 [ -n "$cuda_inc" ] || cuda_inc=/usr/local/cuda/include
 cuda_major=$(sed -n 's/^#define CUDART_VERSION *\([0-9]*\)[0-9][0-9][0-9]$/\1/p' \
     "$cuda_inc/cuda_runtime_api.h")
-export NETC_EMU_LIBDIR="$EMU_LIB" NETC_EMU_CUDA_INCLUDE="$cuda_inc" NETRT_CPU_BF16=fp32
+export NETC_EMU_LIBDIR="$EMU_LIB" NETC_EMU_CUDA_INCLUDE="$cuda_inc" NETRT_CPU_BF16=fp32 \
+    NETRT_CPU_CONV=builtin
 export NETC_EMU_IMAGE_DIR="$EMU_LIB/images"
 export NETC_EMU_NVCC="$PYTHON $EMU/nvcc.py"
 emu_nvcc() { "$PYTHON" "$EMU/nvcc.py" "$@"; }

@@ -925,6 +925,14 @@ static void test_conv_batch(void)
             check_conv2d(ns[i], cs[t], 1 + (int)(t + i) % 7);
             runs++;
         }
+    /* batches whose output columns the product cuts into blocks of an odd
+     * number of 16-column panels (AVX-512 reads these cols in place, two
+     * panels at a time): 22 x 16 x 16 on one thread, cifar10's conv1 on an
+     * epoch's last batch of 11 on two, and with three K blocks */
+    check_conv2d(22, (struct conv){3, 16, 16, 5, 5, 1, 1, 2, 2}, 8);
+    check_conv2d(11, (struct conv){3, 32, 32, 5, 5, 1, 1, 2, 2}, 32);
+    check_conv2d(11, (struct conv){24, 16, 16, 5, 5, 1, 1, 2, 2}, 24);
+    runs += 3;
     /* products of millions of multiply-adds with 16 input channels or
      * more: oneDNN's where the build and the machine have it (the forward
      * pass and dx), the built-in path's elsewhere */
