@@ -580,21 +580,33 @@ static const char *lowp_expr(Emit *e, const char *expr)
     return arena_printf(e->arena, "nrt_lowp(%s, %s)", lowp_flag(e), expr);
 }
 
-/* y = act(y + b) over y [n, M]: the bias and the fused activation as one
- * epilogue (in bf16, the product plus the bias rounded before the
- * activation, as autocast's bf16 linear gives it). */
-static void emit_epilogue(Emit *e, const Node *n, int64_t M, bool bias)
+/* The cpu's epilogue of a linear or conv2d layer, over `rows` rows of y,
+ * each of `len` values: the bias added (bias_at: its value at value k of
+ * row i), then, with a fused activation, in bf16 and fp16 the sum rounded
+ * (as autocast's low-precision product with its bias is) and the
+ * activation.  Each a pass of its own over the row, none branching on the
+ * precision, so that they vectorise (one loop rounding each value did not:
+ * 5 % of cifar10's step).  Without an activation the caller's rounding of
+ * the layer's output is the sum's. */
+static void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
+                          const char *bias_at)
 {
-    const char *expr = epilogue(e, n);
-    if (!expr)
+    bool bias = n->nparams > 1;
+    if (!epilogue(e, n))
         return;
-    emitf(e, "for (int i = 0; i < n; i++)");
-    emitf(e, "    for (int j = 0; j < %lld; j++) {", (long long)M);
-    emitf(e, "        float v = %s;",
-          lowp_expr(e, arena_printf(e->arena, "y[(size_t)i * %lld + j]%s", (long long)M,
-                                    bias ? " + b[j]" : "")));
-    emitf(e, "        y[(size_t)i * %lld + j] = %s;", (long long)M, expr);
-    emitf(e, "    }");
+    emitf(e, "for (size_t i = 0; i < %s; i++) {", rows);
+    emitf(e, "    float *r = y + i * %s;", len);
+    if (bias) {
+        emitf(e, "    for (size_t k = 0; k < %s; k++)", len);
+        emitf(e, "        r[k] += %s;", bias_at);
+    }
+    if (n->fused) {
+        emitf(e, "    if (%s)", lowp_flag(e));
+        emitf(e, "        nrt_round_lowp(%s, r, %s);", lowp_flag(e), len);
+        emitf(e, "    for (size_t k = 0; k < %s; k++)", len);
+        emitf(e, "        r[k] = %s;", n->fused->op->act_fwd(e->arena, n->fused, "r[k]"));
+    }
+    emitf(e, "}");
 }
 
 /* dy = dy * act'(y), for a fused activation, before the layer's own
@@ -644,7 +656,7 @@ static void linear_fwd(Emit *e, const Node *n)
     emitf(e, "/* y[n, %lld] = x[n, %lld] W^T */", M, K);
     emitf(e, "nrt_gemm(net->dot, 0, 1, n, %lld, %lld, 1.0f, x, %lld, W, %lld, 0.0f, y, %lld);",
           M, K, K, K, M);
-    emit_epilogue(e, n, M, n->nparams > 1);
+    emit_epilogue(e, n, "(size_t)n", arena_printf(e->arena, "(size_t)%lld", M), "b[k]");
 }
 
 static void linear_bwd(Emit *e, const Node *n)
@@ -751,18 +763,8 @@ static void conv2d_fwd(Emit *e, const Node *n)
     emitf(e, "/* y[%lld, n*%lld] = W[%lld, %lld] cols[%lld, n*%lld], the columns read from xp */",
           c.O, c.P, c.O, c.CKK, c.CKK, c.P);
     emitf(e, "nrt_conv2d_fwd(&g, n, W, xp, y);");
-    bool bias = n->nparams > 1;
-    const char *expr = epilogue(e, n);
-    if (!expr)
-        return;
-    emitf(e, "const size_t np = (size_t)n * %lld;", c.P);
-    emitf(e, "for (int c = 0; c < %lld; c++) {", c.O);
-    emitf(e, "    float *r = y + (size_t)c * np;");
-    emitf(e, "    for (size_t k = 0; k < np; k++) {");
-    emitf(e, "        float v = %s;", lowp_expr(e, bias ? "r[k] + b[c]" : "r[k]"));
-    emitf(e, "        r[k] = %s;", expr);
-    emitf(e, "    }");
-    emitf(e, "}");
+    emit_epilogue(e, n, arena_printf(e->arena, "%lld", c.O),
+                  arena_printf(e->arena, "(size_t)n * %lld", c.P), "b[i]");
 }
 
 static void conv2d_bwd(Emit *e, const Node *n)
