@@ -47,10 +47,11 @@ static void *alloc_floats(size_t n, size_t size, int *ok)
  * products summed in another order, and the fastest is chosen.
  * NETRT_CPU_BF16 chooses: amx, avx512bf16 (each where the cpu has it, else
  * the next), fp32 (the order the GPU's products are compared with), or
- * auto, the default: AMX where the cpu has it; else the pairs on AMD's
- * cpus, which run vdpbf16ps at twice the multiply-adds of an fp32 FMA, and
- * fp32 on Intel's, whose AVX-512 FMAs measured twice the multiply-adds of
- * its vdpbf16ps (bench/RESULTS.md). */
+ * auto, the default: AMX where the cpu has it, else fp32, which measured
+ * faster than the pairs on the cpus without AMX it ran on: an Intel Xeon
+ * (its AVX-512 FMAs did twice the multiply-adds of its vdpbf16ps) and an
+ * AMD Zen 5 (cifar10's bf16 step 26.5 ms in fp32 against 34.2 in pairs,
+ * bench/RESULTS.md). */
 int nrt_dot_of(int prec, nrt_error *err)
 {
     static const char *const names[] = {"auto", "amx", "avx512bf16", "fp32"};
@@ -64,12 +65,7 @@ int nrt_dot_of(int prec, nrt_error *err)
         return NRT_DOT_F32;
     if (want <= 1 && nrt_amx_enable())
         return NRT_DOT_AMX;
-    int pairs = want != 0;
-#if defined(__x86_64__) || defined(__i386__)
-    if (want == 0)
-        pairs = __builtin_cpu_is("amd");
-#endif
-    return pairs && nrt_dot_native() ? NRT_DOT_BF16 : NRT_DOT_F32;
+    return want != 0 && nrt_dot_native() ? NRT_DOT_BF16 : NRT_DOT_F32;
 }
 
 int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err)
