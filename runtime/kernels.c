@@ -1010,12 +1010,11 @@ gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
      * block of whole pairs of them: cols read in place, nothing packed.
      * Its micro-kernel computes two panels at a time, so its N blocks are
      * whole pairs too (an odd one out would have it write the 16 columns
-     * past the block: another thread's, or past C's row).  Not for AMX's
-     * tiles (g->avx512 is set beside g->amx), which read packed pairs. */
+     * past the block: another thread's, or past C's row). */
     int direct = 0;
 #ifdef NRT_X86_AVX512
-    direct = g->avx512 && !g->amx && !g->transb && g->cv && g->cv->sw == 1 &&
-             g->cv->ow % NR == 0 && n % (2 * NR) == 0;
+    direct = g->avx512 && !g->transb && g->cv && g->cv->sw == 1 && g->cv->ow % NR == 0 &&
+             n % (2 * NR) == 0;
 #endif
     const int mcb = block_size(m, MC, MR);
     const int ncb = block_size(n, NC, direct ? 2 * NR : NR);
@@ -1219,7 +1218,7 @@ static void gemm_run(struct gemm *g, int m, int n)
     g->uk = pick_ukernel(g->avx2);
     g->amx = g->dot == NRT_DOT_AMX && have_amx();
     g->bf16 = !g->amx && (g->dot == NRT_DOT_BF16 || g->dot == NRT_DOT_AMX) && have_bf16();
-    g->avx512 = !g->bf16 && g->dot != NRT_DOT_AVX2 && have_avx512();
+    g->avx512 = !g->amx && !g->bf16 && g->dot != NRT_DOT_AVX2 && have_avx512();
     int nt = 1;
 #ifdef _OPENMP
     if ((double)m * n * g->k >= PAR_MIN_GEMM && !omp_in_parallel())
