@@ -585,9 +585,10 @@ static const char *lowp_expr(Emit *e, const char *expr)
  * row i), then, with a fused activation, in bf16 and fp16 the sum rounded
  * (as autocast's low-precision product with its bias is) and the
  * activation.  Each a pass of its own over the row, none branching on the
- * precision, so that they vectorise (one loop rounding each value did not:
- * 5 % of cifar10's step).  Without an activation the caller's rounding of
- * the layer's output is the sum's. */
+ * precision, so that they vectorise at -O2 too (one loop rounding each
+ * value did not, where -O3 unswitched it: cifar10's -O2 step 23.2 -> 22.2
+ * ms).  Without an activation the caller's rounding of the layer's
+ * output is the sum's. */
 static void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
                           const char *bias_at)
 {
