@@ -325,8 +325,10 @@ static int execute(struct run *r, const_dnnl_primitive_desc_t pd, int nargs,
  * slower than from a dense layout (1.4 ms of cifar10's conv2, batch 64);
  * where a pass wants its input in 16-channel blocks ([N, C/16, H, W, 16]),
  * as on AVX-512 with 16 channels or more, the blocks are copied here, one
- * row of 16 channels at a time: samples [i0, i0 + m) of t, channel first
- * ([C, N, H + 2 PH, W + 2 PW], its interior), as pd's `what`; else NULL. */
+ * row of 16 channels at a time (nrt_interleave16: 3.4 % of cifar10's
+ * one-thread step as a gather, 2.1 % transposed in registers, Zen 5):
+ * samples [i0, i0 + m) of t, channel first ([C, N, H + 2 PH, W + 2 PW],
+ * its interior), as pd's `what`; else NULL. */
 struct tensor {
     const float *p;
     int c, n, h, w, ph, pw;
@@ -358,10 +360,7 @@ static dnnl_memory_t blocks16(struct run *r, const_dnnl_primitive_desc_t pd, dnn
         const long y = q % t->h, b = q / t->h % (t->c / 16), i = i0 + q / t->h / (t->c / 16);
         const float *src = t->p + (size_t)b * 16 * cs + (size_t)i * plane +
                            ((size_t)y + (size_t)t->ph) * wp + (size_t)t->pw;
-        float *d = dst + (size_t)q * w * 16;
-        for (size_t x = 0; x < w; x++)
-            for (size_t j = 0; j < 16; j++)
-                d[x * 16 + j] = src[j * cs + x];
+        nrt_interleave16(src, cs, w, dst + (size_t)q * w * 16);
     }
     if (!OK(r->d.memory_create(&mem, &b16, r->eng, dst)))
         return NULL;

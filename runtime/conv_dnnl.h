@@ -10,6 +10,10 @@
 
 #include "netrt.h"
 
+/* From kernels.c, for the copies into oneDNN's 16-channel blocks: 16 rows
+ * of w values, cs apart, interleaved: d[x * 16 + j] = src[j * cs + x]. */
+void nrt_interleave16(const float *src, size_t cs, size_t w, float *d);
+
 #ifdef NETRT_HAVE_ONEDNN
 /* Whether g's passes should run on oneDNN (a property of the layer, not
  * of the batch). */

@@ -398,6 +398,22 @@ __attribute__((target("avx2,fma"))) static inline void tr8x8(v8f r[8])
     r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
+/* nrt_interleave16 on AVX2: eight channels by eight positions at a time,
+ * transposed in registers. */
+__attribute__((target("avx2,fma"))) static void
+interleave16_avx2(const float *src, size_t cs, size_t w, float *restrict d)
+{
+    for (size_t x = 0; x + 8 <= w; x += 8)
+        for (int j0 = 0; j0 < 16; j0 += 8) {
+            v8f r[8];
+            for (int j = 0; j < 8; j++)
+                r[j] = _mm256_loadu_ps(src + (size_t)(j0 + j) * cs + x);
+            tr8x8(r);
+            for (int q = 0; q < 8; q++)
+                _mm256_storeu_ps(d + (x + q) * 16 + j0, r[q]);
+        }
+}
+
 /* Rows past the edge of a matrix read as zeros from here. */
 static const float zeros[KC];
 
@@ -792,6 +808,20 @@ static int have_avx2(void)
 #endif
 }
 
+void nrt_interleave16(const float *src, size_t cs, size_t w, float *d)
+{
+    size_t x = 0;
+#ifdef NRT_X86_AVX2
+    if (have_avx2()) {
+        interleave16_avx2(src, cs, w, d);
+        x = w / 8 * 8;
+    }
+#endif
+    for (; x < w; x++)
+        for (size_t j = 0; j < 16; j++)
+            d[x * 16 + j] = src[j * cs + x];
+}
+
 static ukernel_fn pick_ukernel(int avx2)
 {
 #ifdef NRT_X86_AVX2
@@ -1030,6 +1060,9 @@ gemm_block_in(const struct gemm *g, int i0, int m, int j0, int n, float *pa,
             const int kc = k - pc < kcb ? k - pc : kcb;
             const float beta = pc == 0 ? g->beta : 1.0f;
             size_t roff[KC]; /* direct: where row p of cols reads */
+#ifndef NRT_X86_AVX512
+            (void)roff; /* never direct */
+#endif
             if (direct)
                 for (int p = 0; p < kc; p++)
                     roff[p] = conv_row(g->cv, pc + p);

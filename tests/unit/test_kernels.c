@@ -1302,6 +1302,29 @@ static void test_maxpool_fast(void)
                     bad++;
             CHECK(bad == 0, "maxpool 2x2 [%d,%d,%d,%d] mode %d: %d outputs "
                             "wrong", v.n, v.c, v.h, v.w, mode, bad);
+            /* Backward: every cell of dx written (it starts as NaN), each
+             * 0 + its window's gradient or 0, bit for bit (signed zeros and
+             * NaNs among the gradients too), the rows and columns no window
+             * covers 0. */
+            float *dy = randv(ys), *dx = malloc(xs * sizeof *dx);
+            for (size_t i = 0; i < ys; i++)
+                dy[i] = i % 5 == 1 ? -0.0f : i % 7 == 3 ? nan_with((uint32_t)i + 1) : dy[i];
+            for (size_t i = 0; i < xs; i++)
+                dx[i] = NAN;
+            nrt_maxpool2d_bwd(dy, arg, v.n, v.c, v.h, v.w, oh, ow, dx);
+            bad = 0;
+            for (size_t i = 0; i < xs; i++) {
+                const size_t q = i / ((size_t)v.h * v.w), cell = i % ((size_t)v.h * v.w);
+                float want = 0.0f;
+                for (size_t o = 0; o < (size_t)oh * ow; o++)
+                    if ((size_t)rarg[q * oh * ow + o] == cell)
+                        want = 0.0f + dy[q * oh * ow + o];
+                bad += float_bits(dx[i]) != float_bits(want);
+            }
+            CHECK(bad == 0, "maxpool 2x2 bwd [%d,%d,%d,%d] mode %d: %d entries wrong", v.n,
+                  v.c, v.h, v.w, mode, bad);
+            free(dy);
+            free(dx);
             free(x);
             free(y);
             free(ry);
