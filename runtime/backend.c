@@ -51,16 +51,24 @@ static void *alloc_floats(size_t n, size_t size, int *ok)
  * faster than the pairs on the cpus without AMX it ran on: an Intel Xeon
  * (its AVX-512 FMAs did twice the multiply-adds of its vdpbf16ps) and an
  * AMD Zen 5 (cifar10's bf16 step 26.5 ms in fp32 against 34.2 in pairs,
- * bench/RESULTS.md). */
+ * bench/RESULTS.md).  NETRT_CPU_ISA=avx2 keeps every product on AVX2, in
+ * every precision (oneDNN's convolutions too, conv_dnnl.c): what a cpu
+ * without AVX-512 runs, in the same bits where the built-in kernels run
+ * (tests/isa.sh). */
 int nrt_dot_of(int prec, nrt_error *err)
 {
     static const char *const names[] = {"auto", "amx", "avx512bf16", "fp32"};
-    const char *how = getenv("NETRT_CPU_BF16");
+    const char *how = getenv("NETRT_CPU_BF16"), *isa = getenv("NETRT_CPU_ISA");
     int want = 0;
     while (how && *how && want < 4 && strcmp(how, names[want]))
         want++;
     if (want == 4)
         return nrt_errorf(err, "NETRT_CPU_BF16 is '%s': auto, amx, avx512bf16 or fp32", how);
+    const int avx2 = isa && !strcmp(isa, "avx2");
+    if (isa && *isa && !avx2 && strcmp(isa, "auto"))
+        return nrt_errorf(err, "NETRT_CPU_ISA is '%s': auto or avx2", isa);
+    if (avx2)
+        return NRT_DOT_AVX2;
     if (prec != NRT_BF16 || want == 3)
         return NRT_DOT_F32;
     if (want <= 1 && nrt_amx_enable())
@@ -462,14 +470,14 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
     c->comm = rc->comm;
     c->net.loss_scale = 1.0f;
     c->scaler = (nrt_scaler){rc->init_scale > 0 ? rc->init_scale : NRT_SCALE_INIT, 0, 0};
+    c->net.dot = nrt_dot_of(rc->precision, err);
+    if (c->net.dot < 0) {
+        cpu_close(c);
+        return -1;
+    }
     if (rc->precision != NRT_FP32) {
         int ok = 1;
         c->net.lowp = rc->precision;
-        c->net.dot = nrt_dot_of(rc->precision, err);
-        if (c->net.dot < 0) {
-            cpu_close(c);
-            return -1;
-        }
         c->net.wlp = alloc_floats(m->param_count, sizeof(float), &ok);
         c->net.xlp = alloc_floats((size_t)rc->cap * m->lowp_in_size, sizeof(float), &ok);
         if (!ok) {
@@ -505,7 +513,10 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
         snprintf(be->products, sizeof be->products, "bf16 pairs on AVX512-BF16 (vdpbf16ps), summed in fp32");
     else if (rc->precision != NRT_FP32)
         snprintf(be->products, sizeof be->products, "fp32 multiply-adds (%s) of the rounded values",
-                 nrt_gemm_isa());
+                 nrt_dot_isa(c->net.dot));
+    else if (c->net.dot == NRT_DOT_AVX2)
+        snprintf(be->products, sizeof be->products, "fp32 multiply-adds (%s, NETRT_CPU_ISA)",
+                 nrt_dot_isa(c->net.dot));
     return 0;
 }
 

@@ -73,7 +73,7 @@ static double work_of(const nrt_conv *g, int n)
 
 int nrt_dnnl_wanted(const nrt_conv *g)
 {
-    if (g->dot != NRT_DOT_F32)
+    if (g->dot != NRT_DOT_F32 && g->dot != NRT_DOT_AVX2)
         return 0;
     const char *e = getenv("NETRT_CPU_CONV");
     if (e && !strcmp(e, "builtin"))
@@ -89,7 +89,8 @@ int nrt_dnnl_wanted(const nrt_conv *g)
     X(primitive_desc_create) X(primitive_desc_destroy) X(primitive_desc_query_md)           \
     X(primitive_create) X(primitive_destroy) X(primitive_execute)                           \
     X(reorder_primitive_desc_create) X(convolution_forward_desc_init)                       \
-    X(convolution_backward_data_desc_init) X(convolution_backward_weights_desc_init)
+    X(convolution_backward_data_desc_init) X(convolution_backward_weights_desc_init)          \
+    X(set_max_cpu_isa)
 
 struct api {
 #define X(f) __typeof__(dnnl_##f) *f;
@@ -284,8 +285,11 @@ static dnnl_primitive_desc_t backward_pd(struct run *r, struct geom *d, int weig
 }
 
 /* Loads oneDNN and makes the engine and the stream for a pass of `work`
- * multiply-adds (finish undoes it all, whatever start returned). */
-static int start(struct run *r, double work)
+ * multiply-adds (finish undoes it all, whatever start returned).  An
+ * NRT_DOT_AVX2 pass (NETRT_CPU_ISA=avx2) first caps oneDNN's kernels at
+ * AVX2, as on a cpu without AVX-512: oneDNN takes that only before its
+ * first primitive, and a program's passes all have the same dot. */
+static int start(struct run *r, const nrt_conv *g, double work)
 {
     *r = (struct run){0};
 #ifdef _OPENMP
@@ -300,6 +304,8 @@ static int start(struct run *r, double work)
         r->d.engine_destroy = NULL;
         return -1;
     }
+    if (g->dot == NRT_DOT_AVX2)
+        (void)r->d.set_max_cpu_isa(dnnl_cpu_isa_avx2); /* refused once set: the same cap */
     if (!OK(r->d.engine_create(&r->eng, dnnl_cpu, 0)))
         return -1;
     return OK(r->d.stream_create(&r->stream, r->eng, dnnl_stream_default_flags)) ? 0 : -1;
@@ -323,31 +329,40 @@ static int execute(struct run *r, const_dnnl_primitive_desc_t pd, int nargs,
 
 /* oneDNN's reorder from xp's interior (a strided view) is several times
  * slower than from a dense layout (1.4 ms of cifar10's conv2, batch 64);
- * where a pass wants its input in 16-channel blocks ([N, C/16, H, W, 16]),
- * as on AVX-512 with 16 channels or more, the blocks are copied here, one
- * row of 16 channels at a time (nrt_interleave16: 3.4 % of cifar10's
- * one-thread step as a gather, 2.1 % transposed in registers, Zen 5):
- * samples [i0, i0 + m) of t, channel first ([C, N, H + 2 PH, W + 2 PW],
- * its interior), as pd's `what`; else NULL. */
+ * where a pass wants its input in blocks of 16 channels ([N, C/16, H, W,
+ * 16], as on AVX-512) or of 8 (on AVX2), the blocks are copied here, one
+ * row of a block at a time (nrt_interleave: 3.4 % of cifar10's one-thread
+ * step as a gather, 2.1 % transposed in registers, Zen 5): samples
+ * [i0, i0 + m) of t, channel first ([C, N, H + 2 PH, W + 2 PW], its
+ * interior), as pd's `what`; else NULL. */
 struct tensor {
     const float *p;
     int c, n, h, w, ph, pw;
 };
 
-static dnnl_memory_t blocks16(struct run *r, const_dnnl_primitive_desc_t pd, dnnl_query_t what,
-                              const struct tensor *t, int i0, int m)
+/* Whether want is t's m samples in blocks of nb channels (bd, then). */
+static int in_blocks(struct run *r, const dnnl_memory_desc_t *want, const struct tensor *t, int m,
+                     int nb, dnnl_memory_desc_t *bd)
+{
+    dnnl_dims_t dims = {m, t->c, t->h, t->w};
+    return want && t->c % nb == 0 &&
+           OK(r->d.memory_desc_init_by_tag(bd, 4, dims, dnnl_f32,
+                                           nb == 16 ? dnnl_aBcd16b : dnnl_aBcd8b)) &&
+           r->d.memory_desc_equal(want, bd);
+}
+
+static dnnl_memory_t blocked(struct run *r, const_dnnl_primitive_desc_t pd, dnnl_query_t what,
+                             const struct tensor *t, int i0, int m)
 {
     const dnnl_memory_desc_t *want = r->d.primitive_desc_query_md(pd, what, 0);
-    dnnl_memory_desc_t b16;
-    dnnl_dims_t dims = {m, t->c, t->h, t->w};
-    if (t->c % 16 || !want ||
-        !OK(r->d.memory_desc_init_by_tag(&b16, 4, dims, dnnl_f32, dnnl_aBcd16b)) ||
-        !r->d.memory_desc_equal(want, &b16))
+    dnnl_memory_desc_t bd;
+    const int nb = in_blocks(r, want, t, m, 16, &bd) ? 16 : in_blocks(r, want, t, m, 8, &bd) ? 8 : 0;
+    if (!nb)
         return NULL;
     const size_t h = (size_t)t->h, w = (size_t)t->w, wp = w + 2 * (size_t)t->pw;
     const size_t plane = (h + 2 * (size_t)t->ph) * wp, cs = (size_t)t->n * plane;
-    const long rows = (long)m * (t->c / 16) * t->h;
-    float *dst = aligned_alloc(64, (size_t)rows * w * 16 * sizeof *dst);
+    const long blocks = t->c / nb, rows = (long)m * blocks * t->h;
+    float *dst = aligned_alloc(64, (size_t)rows * w * nb * sizeof *dst);
     dnnl_memory_t mem;
     if (!dst)
         return NULL;
@@ -355,14 +370,14 @@ static dnnl_memory_t blocks16(struct run *r, const_dnnl_primitive_desc_t pd, dnn
     /* on the team from 2^19 values: cifar10's conv2 input, batch 64 (its
      * step on two threads 16.0 -> 13.5 ms, AMD Zen 5); cnn101's smaller
      * copies ran 4 % slower on it (2^17) */
-    NRT_OMP(omp parallel for schedule(static) if (rows * w * 16 >= 524288))
+    NRT_OMP(omp parallel for schedule(static) if (rows * w * nb >= 524288))
     for (long q = 0; q < rows; q++) { /* q = (sample i, block b, row y) */
-        const long y = q % t->h, b = q / t->h % (t->c / 16), i = i0 + q / t->h / (t->c / 16);
-        const float *src = t->p + (size_t)b * 16 * cs + (size_t)i * plane +
+        const long y = q % t->h, b = q / t->h % blocks, i = i0 + q / t->h / blocks;
+        const float *src = t->p + (size_t)b * nb * cs + (size_t)i * plane +
                            ((size_t)y + (size_t)t->ph) * wp + (size_t)t->pw;
-        nrt_interleave16(src, cs, w, dst + (size_t)q * w * 16);
+        nrt_interleave(src, cs, w, nb, dst + (size_t)q * w * nb);
     }
-    if (!OK(r->d.memory_create(&mem, &b16, r->eng, dst)))
+    if (!OK(r->d.memory_create(&mem, &bd, r->eng, dst)))
         return NULL;
     return keep_mem(r, mem);
 }
@@ -379,10 +394,10 @@ int nrt_dnnl_fwd(const nrt_conv *g, int n, const float *w, const float *xp, floa
     struct geom d;
     int rc = -1;
     dnnl_memory_t ux, uw, uy;
-    if (start(&r, work_of(g, n)) == 0 && describe(&r, g, n, 1, 1, &d) == 0) {
+    if (start(&r, g, work_of(g, n)) == 0 && describe(&r, g, n, 1, 1, &d) == 0) {
         dnnl_primitive_desc_t pd = fwd_pd(&r, &d);
         const struct tensor xt = input_of(g, n, xp);
-        dnnl_memory_t x = pd ? blocks16(&r, pd, dnnl_query_src_md, &xt, 0, n) : NULL;
+        dnnl_memory_t x = pd ? blocked(&r, pd, dnnl_query_src_md, &xt, 0, n) : NULL;
         if (pd && !x)
             x = operand(&r, pd, dnnl_query_src_md, &d.x, (void *)xp, 1, &ux);
         dnnl_memory_t k = x ? operand(&r, pd, dnnl_query_weights_md, &d.w, (void *)w, 1, &uw) : NULL;
@@ -397,7 +412,7 @@ int nrt_dnnl_fwd(const nrt_conv *g, int n, const float *w, const float *xp, floa
 }
 
 /* dW of samples [i0, i0 + m) into part, on one thread (both operands in
- * 16-channel blocks, or -1). */
+ * blocks of channels, or -1). */
 static int dw_chunk(const nrt_conv *g, int n, int i0, int m, const float *dy, const float *xp,
                     float *part)
 {
@@ -407,10 +422,10 @@ static int dw_chunk(const nrt_conv *g, int n, int i0, int m, const float *dy, co
     dnnl_primitive_desc_t pd;
     dnnl_memory_t udw;
     const struct tensor xt = input_of(g, n, xp), yt = {dy, g->o, n, g->oh, g->ow, 0, 0};
-    if (start(&r, 0.0) == 0 && describe(&r, g, m, 1, 1, &d) == 0) {
+    if (start(&r, g, 0.0) == 0 && describe(&r, g, m, 1, 1, &d) == 0) {
         if ((pd = backward_pd(&r, &d, 1))) {
-            dnnl_memory_t x = blocks16(&r, pd, dnnl_query_src_md, &xt, i0, m);
-            dnnl_memory_t e = x ? blocks16(&r, pd, dnnl_query_diff_dst_md, &yt, i0, m) : NULL;
+            dnnl_memory_t x = blocked(&r, pd, dnnl_query_src_md, &xt, i0, m);
+            dnnl_memory_t e = x ? blocked(&r, pd, dnnl_query_diff_dst_md, &yt, i0, m) : NULL;
             dnnl_memory_t o = e ? operand(&r, pd, dnnl_query_diff_weights_md, &d.w, part, 0, &udw) : NULL;
             if (o) {
                 dnnl_exec_arg_t args[3] = {
@@ -432,7 +447,7 @@ enum { DW_PIECE = 16 };
 
 int nrt_dnnl_dw(const nrt_conv *g, int n, const float *dy, const float *xp, float *dw)
 {
-    if (g->o % 16) /* dy in 16-channel blocks too */
+    if (g->o % 8) /* dy in blocks of channels too */
         return -1;
     const int pieces = (n + DW_PIECE - 1) / DW_PIECE;
     const size_t nw = (size_t)g->o * g->c * g->kh * g->kw;
@@ -464,7 +479,7 @@ int nrt_dnnl_dx(const nrt_conv *g, int n, int cn, const float *w, const float *d
     int rc = -1;
     dnnl_primitive_desc_t pd;
     dnnl_memory_t uw, udy, udx;
-    if (start(&r, work_of(g, n)) == 0 && describe(&r, g, n, cn, 0, &d) == 0) {
+    if (start(&r, g, work_of(g, n)) == 0 && describe(&r, g, n, cn, 0, &d) == 0) {
         if ((pd = backward_pd(&r, &d, 0))) {
             dnnl_memory_t e = operand(&r, pd, dnnl_query_diff_dst_md, &d.y, (void *)dy, 1, &udy);
             dnnl_memory_t k = e ? operand(&r, pd, dnnl_query_weights_md, &d.w, (void *)w, 1, &uw) : NULL;

@@ -10,9 +10,9 @@
 
 #include "netrt.h"
 
-/* From kernels.c, for the copies into oneDNN's 16-channel blocks: 16 rows
- * of w values, cs apart, interleaved: d[x * 16 + j] = src[j * cs + x]. */
-void nrt_interleave16(const float *src, size_t cs, size_t w, float *d);
+/* From kernels.c, for the copies into oneDNN's blocks of nb channels: nb
+ * rows of w values, cs apart, interleaved: d[x * nb + j] = src[j * cs + x]. */
+void nrt_interleave(const float *src, size_t cs, size_t w, int nb, float *d);
 
 #ifdef NETRT_HAVE_ONEDNN
 /* Whether g's passes should run on oneDNN (a property of the layer, not

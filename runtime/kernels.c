@@ -398,19 +398,19 @@ __attribute__((target("avx2,fma"))) static inline void tr8x8(v8f r[8])
     r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-/* nrt_interleave16 on AVX2: eight channels by eight positions at a time,
+/* nrt_interleave on AVX2: eight rows by eight positions at a time,
  * transposed in registers. */
 __attribute__((target("avx2,fma"))) static void
-interleave16_avx2(const float *src, size_t cs, size_t w, float *restrict d)
+interleave_avx2(const float *src, size_t cs, size_t w, int nb, float *restrict d)
 {
     for (size_t x = 0; x + 8 <= w; x += 8)
-        for (int j0 = 0; j0 < 16; j0 += 8) {
+        for (int j0 = 0; j0 < nb; j0 += 8) {
             v8f r[8];
             for (int j = 0; j < 8; j++)
                 r[j] = _mm256_loadu_ps(src + (size_t)(j0 + j) * cs + x);
             tr8x8(r);
             for (int q = 0; q < 8; q++)
-                _mm256_storeu_ps(d + (x + q) * 16 + j0, r[q]);
+                _mm256_storeu_ps(d + (x + q) * nb + j0, r[q]);
         }
 }
 
@@ -808,18 +808,18 @@ static int have_avx2(void)
 #endif
 }
 
-void nrt_interleave16(const float *src, size_t cs, size_t w, float *d)
+void nrt_interleave(const float *src, size_t cs, size_t w, int nb, float *d)
 {
     size_t x = 0;
 #ifdef NRT_X86_AVX2
-    if (have_avx2()) {
-        interleave16_avx2(src, cs, w, d);
+    if (nb % 8 == 0 && have_avx2()) {
+        interleave_avx2(src, cs, w, nb, d);
         x = w / 8 * 8;
     }
 #endif
     for (; x < w; x++)
-        for (size_t j = 0; j < 16; j++)
-            d[x * 16 + j] = src[j * cs + x];
+        for (int j = 0; j < nb; j++)
+            d[x * nb + j] = src[j * cs + x];
 }
 
 static ukernel_fn pick_ukernel(int avx2)
@@ -1287,6 +1287,16 @@ const char *nrt_gemm_isa(void)
 #endif
 }
 
+const char *nrt_dot_isa(int dot)
+{
+#ifndef NETRT_HAVE_OPENBLAS
+    if (dot == NRT_DOT_AVX2)
+        return have_avx2() ? "AVX2" : "portable";
+#endif
+    (void)dot;
+    return nrt_gemm_isa();
+}
+
 int nrt_amx_enable(void)
 {
 #if defined(NRT_X86_AMX) && defined(__linux__)
@@ -1714,8 +1724,8 @@ static void dw_tile_generic(const struct dw_direct *d, int o0, int r0, int i0, i
 /* AVX2: eight lanes at a time, a 3 x 4 tile (twelve ymm sums). */
 #define DW_OB_AVX2 3
 #define DW_RB_AVX2 4
-__attribute__((target("avx2,fma"))) static void
-dw_tile_avx2(const struct dw_direct *d, int o0, int r0, int i0, int i1, int tail)
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+dw_tile_avx2_body(const struct dw_direct *d, int o0, int r0, int i0, int i1, const int tail)
 {
     const float *dyr[DW_OB_AVX2];
     size_t ro[DW_RB_AVX2];
@@ -1764,6 +1774,17 @@ dw_tile_avx2(const struct dw_direct *d, int o0, int r0, int i0, int i1, int tail
                     _mm256_storeu_ps(p, acc[a][b]);
             }
     }
+}
+
+/* Whole runs and partial ones, each its own copy of the body (see
+ * dw_tile_avx512). */
+__attribute__((target("avx2,fma"))) static void
+dw_tile_avx2(const struct dw_direct *d, int o0, int r0, int i0, int i1, int tail)
+{
+    if (tail)
+        dw_tile_avx2_body(d, o0, r0, i0, i1, 1);
+    else
+        dw_tile_avx2_body(d, o0, r0, i0, i1, 0);
 }
 #endif
 

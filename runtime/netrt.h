@@ -404,7 +404,8 @@ void nrt_sgemm(int transa, int transb, int m, int n, int k, float alpha,
 /* How a product multiplies (nrt_gemm's dot, nrt_conv's): NRT_DOT_F32 in
  * fp32 multiply-adds, on the widest vectors the cpu has (AVX-512, AVX2,
  * or portable: the same bits from each); NRT_DOT_AVX2 the same, never on
- * AVX-512 (to compare them); NRT_DOT_BF16, for operands that are bf16
+ * AVX-512 (to compare them, and NETRT_CPU_ISA=avx2's products, oneDNN's
+ * convolutions then capped at AVX2 too); NRT_DOT_BF16, for operands that are bf16
  * values (a bf16 run's), with AVX512-BF16's vdpbf16ps where the cpu has
  * it (nrt_dot_native) — the same exact products, summed in pairs, so the
  * result differs from NRT_DOT_F32's in the order of the sums alone — and
@@ -418,6 +419,8 @@ int nrt_amx_enable(void);
 /* The instruction set NRT_DOT_F32's products run on: "AVX-512", "AVX2",
  * "portable" or "OpenBLAS". */
 const char *nrt_gemm_isa(void);
+/* ... and the products of a dot (NRT_DOT_AVX2: AVX2, where the cpu has it). */
+const char *nrt_dot_isa(int dot);
 /* nrt_sgemm, its products as dot says. */
 void nrt_gemm(int dot, int transa, int transb, int m, int n, int k, float alpha,
               const float *a, int lda, const float *b, int ldb, float beta,

@@ -11,7 +11,9 @@
 #   DEVICE   the device compared with the cpu (default: cuda).  DEVICE=cpu
 #            compares the cpu at 1 thread with the cpu at 2 threads, which
 #            must agree bit for bit: the check a machine without a GPU can
-#            make of this script and of the cpu side.
+#            make of this script and of the cpu side.  DEVICE=cpu-avx2
+#            compares the cpu with itself under NETRT_CPU_ISA=avx2 (its
+#            products on AVX2, not AVX-512), bit for bit too.
 #   STEPS    steps per run (default: 100)
 #   RTOL     the tolerance (default: 1e-4)
 #   KEEP     a directory to keep the logs in (default: none)
@@ -93,10 +95,16 @@ data_flags() {
     done
 }
 
+a_env= b_env=
 if [ "$DEVICE" = cpu ]; then
     a_flags="--device cpu --threads 1"
     b_flags="--device cpu --threads 2"
     rtol=0 # threads never change a result
+elif [ "$DEVICE" = cpu-avx2 ]; then
+    a_flags="--device cpu"
+    b_flags="--device cpu"
+    b_env=NETRT_CPU_ISA=avx2
+    rtol=0 # nor the instruction set the built-in kernels run on
 else
     a_flags="--device cpu"
     b_flags="--device $DEVICE"
@@ -116,7 +124,7 @@ for model in "$@"; do
         failed=$((failed + 1))
         continue
     fi
-    if [ $first = 1 ] && [ "$DEVICE" != cpu ]; then
+    if [ $first = 1 ] && [ "$DEVICE" != cpu ] && [ "$DEVICE" != cpu-avx2 ]; then
         first=0
         if "$prog" --list-devices 2>&1 | grep -q '^no CUDA device'; then
             echo "parity.sh: no CUDA device: skipped"
@@ -138,9 +146,9 @@ for model in "$@"; do
         [ "$order" = --no-shuffle ] && flags="$flags --no-shuffle"
         ok=1
         for side in a b; do
-            eval "dev=\$${side}_flags"
+            eval "dev=\$${side}_flags envs=\$${side}_env"
             # shellcheck disable=SC2086,SC2154
-            if ! "$prog" $dev $flags $(data_flags "$name") \
+            if ! env $envs "$prog" $dev $flags $(data_flags "$name") \
                 --metrics "$work/$name$order.$side.jsonl" > "$work/$name$order.$side.out" 2>&1; then
                 if grep -q 'built without stb_image' "$work/$name$order.$side.out"; then
                     ok=skip # image data, and a runtime configured without stb_image

@@ -1,0 +1,40 @@
+# tests/isa.sh — the cpu gives the same bits on AVX2 as on AVX-512:
+# tests/gpu/parity.sh with DEVICE=cpu-avx2 (a run against the same run
+# under NETRT_CPU_ISA=avx2, every step's loss equal) over every
+# models/*.net and every tests/gradcheck model, in file order and
+# shuffled, in fp32 and bf16 (fp16's products are bf16's: fp32
+# multiply-adds of rounded values), each on a few dozen samples and
+# batches of 16 (an epoch's last batch partial).  The built-in kernels'
+# products: AVX-512's and AVX2's micro-kernels and the convolutions' dW
+# read in place, which sum in one order (oneDNN's kernels for the two
+# sum in orders of their own: NETRT_CPU_CONV=builtin; bf16's products as
+# fp32 multiply-adds: NETRT_CPU_BF16=fp32); not on a cpu without
+# AVX-512, where both runs would be the same AVX2.  First, the variable's
+# own checks.
+. "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
+. "$SRC/tests/gradcheck/data.sh"
+
+# the variable's values: avx2, auto; anything else stops the run, saying so
+compile "$SRC/models/digits_mlp.net" "$WORK/dm"
+(cd "$SRC" && NETRT_CPU_ISA=avx3 "$WORK/dm" --max-steps 1) > "$WORK/bad.out" 2>&1
+check "[ $? -eq 1 ] && grep -q \"error: NETRT_CPU_ISA is 'avx3': auto or avx2\" '$WORK/bad.out'" \
+    "NETRT_CPU_ISA=avx3: $(cat "$WORK/bad.out")"
+(cd "$SRC" && NETRT_CPU_ISA=avx2 "$WORK/dm" --max-steps 1) > "$WORK/avx2.out" 2>&1
+check "[ $? -eq 0 ] && grep -q 'precision fp32: products as fp32 multiply-adds (\(AVX2\|portable\|OpenBLAS\), NETRT_CPU_ISA)' '$WORK/avx2.out'" \
+    "NETRT_CPU_ISA=avx2: $(head -3 "$WORK/avx2.out")"
+
+if ! grep -q '^flags.* avx512f' /proc/cpuinfo 2> /dev/null; then
+    echo "no AVX-512 here: no AVX2 to compare it with"
+    finish
+fi
+gradcheck_data_dir "$WORK/data" 40
+cd "$SRC" || exit 1 # the models name their data from the source tree
+export NETRT_CPU_CONV=builtin NETRT_CPU_BF16=fp32
+for p in fp32 bf16; do
+    DEVICE=cpu-avx2 STEPS=10 SAMPLES=75 BATCH=16 PRECISION=$p DATA_DIR="$WORK/data" \
+        sh "$SRC/tests/gpu/parity.sh" "$SRC"/models/*.net "$SRC"/tests/gradcheck/*.net \
+        > "$WORK/isa.$p" 2>&1
+    check "[ $? -eq 0 ]" "AVX-512 and AVX2 in $p: $(grep -v -e '^ok' -e '^skip' "$WORK/isa.$p")"
+    tail -n 1 "$WORK/isa.$p"
+done
+finish
