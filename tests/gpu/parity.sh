@@ -30,6 +30,8 @@
 #   PRECISION  --precision of both runs (default: the model's); a model
 #            that cannot train in it is skipped
 #   FLAGS    more flags for both runs (--loss-scale S)
+#   RUN_LIMIT  seconds a program may run before it is stopped and its run
+#            counted as failed (default: 600): no run hangs the script
 #
 # Prints one line per model and run, ends with "parity: N passed, N failed";
 # exits 0 if all passed, 1 if not, 77 if DEVICE is cuda and there is none.
@@ -41,6 +43,7 @@ DEVICE=${DEVICE:-cuda}
 STEPS=${STEPS:-100}
 RTOL=${RTOL:-1e-4}
 PYTHON=${PYTHON:-python3}
+bound="timeout -k 10 ${RUN_LIMIT:-600}"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/netc-parity.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -126,13 +129,13 @@ for model in "$@"; do
     fi
     if [ $first = 1 ] && [ "$DEVICE" != cpu ] && [ "$DEVICE" != cpu-avx2 ]; then
         first=0
-        if "$prog" --list-devices 2>&1 | grep -q '^no CUDA device'; then
+        if $bound "$prog" --list-devices 2>&1 | grep -q '^no CUDA device'; then
             echo "parity.sh: no CUDA device: skipped"
             exit 77
         fi
     fi
     # shellcheck disable=SC2046
-    if ! "$prog" --device cpu --max-steps 0 --save "$work/$name.w0.safetensors" \
+    if ! $bound "$prog" --device cpu --max-steps 0 --save "$work/$name.w0.safetensors" \
         $(data_flags "$name") > /dev/null 2> "$work/$name.w0.err"; then
         echo "FAIL $name: saving the initial weights: $(cat "$work/$name.w0.err")"
         failed=$((failed + 1))
@@ -148,7 +151,7 @@ for model in "$@"; do
         for side in a b; do
             eval "dev=\$${side}_flags envs=\$${side}_env"
             # shellcheck disable=SC2086,SC2154
-            if ! env $envs "$prog" $dev $flags $(data_flags "$name") \
+            if ! $bound env $envs "$prog" $dev $flags $(data_flags "$name") \
                 --metrics "$work/$name$order.$side.jsonl" > "$work/$name$order.$side.out" 2>&1; then
                 if grep -q 'built without stb_image' "$work/$name$order.$side.out"; then
                     ok=skip # image data, and a runtime configured without stb_image
