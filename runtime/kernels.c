@@ -1610,10 +1610,101 @@ void nrt_conv2d_pad(const nrt_conv *g, int n, int cn, const float *x, float *xp)
     }
 }
 
+/* The forward pass of a stride-1 convolution whose output rows are whole
+ * runs of 16 and whose sums fit one K block (C*KH*KW <= KC), on AVX-512,
+ * without the product's machinery: tiles of 8 output channels by 3 runs
+ * of 16 positions (24 zmm sums; a step loads 3 runs of the padded input
+ * in place and broadcasts 8 weights, packed [K][8] per block of channels).
+ * The product's tiles are 6 channels by 2 runs: 32 channels took 6 of
+ * them, 4 rows wasted, and 8 loads fed 12 multiply-adds where here 11
+ * feed 24.  cifar10's first layer: 1.58 -> 1.28 ms (Zen 5, one thread).
+ * Each value is the product's: from 0, one fused multiply-add per k in
+ * order, then times 1 (alpha): the same bits as the product and as AVX2,
+ * for any threads (each value computed whole by one). */
+#ifdef NRT_X86_AVX512
+#define FW_OB 8
+#define FW_VB 3
+__attribute__((target("avx512f"))) static void
+conv_fwd_tile_avx512(int k, const float *wp, const float *const *src, const size_t *roff,
+                     float *const *dst, size_t ldy, int no, int nv)
+{
+    __m512 acc[FW_OB][FW_VB];
+#pragma GCC unroll 8
+    for (int a = 0; a < FW_OB; a++)
+#pragma GCC unroll 4
+        for (int v = 0; v < FW_VB; v++)
+            acc[a][v] = _mm512_setzero_ps();
+    for (int p = 0; p < k; p++, wp += FW_OB) {
+        __m512 x[FW_VB];
+#pragma GCC unroll 4
+        for (int v = 0; v < FW_VB; v++)
+            x[v] = _mm512_loadu_ps(src[v] + roff[p]);
+#pragma GCC unroll 8
+        for (int a = 0; a < FW_OB; a++) {
+            const __m512 wa = _mm512_set1_ps(wp[a]);
+#pragma GCC unroll 4
+            for (int v = 0; v < FW_VB; v++)
+                acc[a][v] = _mm512_fmadd_ps(wa, x[v], acc[a][v]);
+        }
+    }
+    for (int a = 0; a < no; a++)
+        for (int v = 0; v < nv; v++)
+            store_row_avx512(dst[v] + a * ldy, acc[a][v], 0xffff, 1.0f, 0.0f);
+}
+#endif
+
+/* nrt_conv2d_fwd by the path above where it applies and its buffer can be
+ * had: 0; else -1, and the caller takes the product's path. */
+static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float *xp, float *y)
+{
+#ifdef NRT_X86_AVX512
+    const int k = g->c * g->kh * g->kw, nob = (g->o + FW_OB - 1) / FW_OB;
+    if (g->dot != NRT_DOT_F32 || !have_avx512() || g->sw != 1 || g->ow % 16 || k > KC ||
+        n <= 0 || g->o <= 0 || g->oh <= 0)
+        return -1;
+    const size_t hp = (size_t)g->h + 2 * (size_t)g->ph, wp = (size_t)g->w + 2 * (size_t)g->pw;
+    const size_t np = (size_t)n * g->oh * g->ow;
+    float *pw = calloc((size_t)nob * k * FW_OB, sizeof *pw); /* rows past O: zeros */
+    if (!pw)
+        return -1;
+    for (int o = 0; o < g->o; o++)
+        for (int p = 0; p < k; p++)
+            pw[((size_t)(o / FW_OB) * k + p) * FW_OB + o % FW_OB] = w[(size_t)o * k + p];
+    size_t roff[KC];
+    for (int p = 0; p < k; p++)
+        roff[p] = (size_t)(p / (g->kh * g->kw)) * n * hp * wp +
+                  (size_t)(p / g->kw % g->kh) * wp + (size_t)(p % g->kw);
+    const long runs = (long)(np / 16), rpr = g->ow / 16, rblocks = (runs + FW_VB - 1) / FW_VB;
+    const long items = rblocks * nob; /* item q: runs of block q / nob, channels of q % nob */
+    NRT_OMP(omp parallel for schedule(static) if ((double)np * g->o * k >= PAR_MIN_GEMM))
+    for (long q = 0; q < items; q++) {
+        const long r0 = q / nob * FW_VB;
+        const int ob = (int)(q % nob), nv = runs - r0 < FW_VB ? (int)(runs - r0) : FW_VB;
+        const int no = g->o - ob * FW_OB < FW_OB ? g->o - ob * FW_OB : FW_OB;
+        const float *src[FW_VB];
+        float *dst[FW_VB];
+        for (int v = 0; v < FW_VB; v++) {
+            const long r = r0 + (v < nv ? v : 0); /* past the last run: its first again, not stored */
+            const long i = r / (g->oh * rpr), oy = r / rpr % g->oh, x = r % rpr * 16;
+            src[v] = xp + (size_t)i * hp * wp + (size_t)oy * g->sh * wp + (size_t)x;
+            dst[v] = y + (size_t)ob * FW_OB * np + (size_t)r * 16;
+        }
+        conv_fwd_tile_avx512(k, pw + (size_t)ob * k * FW_OB, src, roff, dst, np, no, nv);
+    }
+    free(pw);
+    return 0;
+#else
+    (void)g, (void)n, (void)w, (void)xp, (void)y;
+    return -1;
+#endif
+}
+
 void nrt_conv2d_fwd(const nrt_conv *g, int n, const float *w, const float *xp,
                     float *y)
 {
     if (nrt_dnnl_wanted(g) && nrt_dnnl_fwd(g, n, w, xp, y) == 0)
+        return;
+    if (conv_fwd_direct(g, n, w, xp, y) == 0)
         return;
     const struct conv_src s = conv_src_of(g, n, xp);
     const int k = g->c * g->kh * g->kw, np = n * g->oh * g->ow;

@@ -932,7 +932,11 @@ static void test_conv_batch(void)
     check_conv2d(22, (struct conv){3, 16, 16, 5, 5, 1, 1, 2, 2}, 8);
     check_conv2d(11, (struct conv){3, 32, 32, 5, 5, 1, 1, 2, 2}, 32);
     check_conv2d(11, (struct conv){24, 16, 16, 5, 5, 1, 1, 2, 2}, 24);
-    runs += 3;
+    /* AVX-512's forward tiles of 8 channels by 3 runs of 16 (stride 1,
+     * rows of whole runs, one K block): 13 channels, a block and 5; 320
+     * runs, 106 tiles and 2 runs */
+    check_conv2d(5, (struct conv){3, 32, 32, 5, 5, 1, 1, 2, 2}, 13);
+    runs += 4;
     /* products of millions of multiply-adds with 16 input channels or
      * more: oneDNN's where the build and the machine have it (the forward
      * pass and dx), the built-in path's elsewhere */
