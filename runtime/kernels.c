@@ -1610,6 +1610,14 @@ void nrt_conv2d_pad(const nrt_conv *g, int n, int cn, const float *x, float *xp)
     }
 }
 
+/* The fp32 products' kind of dot (gemm_run's choice, see there). */
+static int dot_fp32(int dot)
+{
+    if (dot == NRT_DOT_AMX && have_amx())
+        return 0;
+    return !((dot == NRT_DOT_BF16 || dot == NRT_DOT_AMX) && have_bf16());
+}
+
 /* The forward pass of a stride-1 convolution whose output rows are whole
  * runs of 16 and whose sums fit one K block (C*KH*KW <= KC), on AVX-512,
  * without the product's machinery: tiles of 8 output channels by 3 runs
@@ -1659,10 +1667,10 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
 {
 #ifdef NRT_X86_AVX512
     const int k = g->c * g->kh * g->kw, nob = (g->o + FW_OB - 1) / FW_OB;
-    if (g->dot != NRT_DOT_F32 || !have_avx512() || g->sw != 1 || g->ow % 16 || k > KC ||
-        n <= 0 || g->o <= 0 || g->oh <= 0)
+    if (!dot_fp32(g->dot) || g->dot == NRT_DOT_AVX2 || !have_avx512() || g->sw != 1 ||
+        g->ow % 16 || k > KC || n <= 0 || g->o <= 0 || g->oh <= 0)
         return -1;
-    const size_t hp = (size_t)g->h + 2 * (size_t)g->ph, wp = (size_t)g->w + 2 * (size_t)g->pw;
+    const struct conv_src s = conv_src_of(g, n, xp);
     const size_t np = (size_t)n * g->oh * g->ow;
     float *pw = calloc((size_t)nob * k * FW_OB, sizeof *pw); /* rows past O: zeros */
     if (!pw)
@@ -1672,9 +1680,8 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
             pw[((size_t)(o / FW_OB) * k + p) * FW_OB + o % FW_OB] = w[(size_t)o * k + p];
     size_t roff[KC];
     for (int p = 0; p < k; p++)
-        roff[p] = (size_t)(p / (g->kh * g->kw)) * n * hp * wp +
-                  (size_t)(p / g->kw % g->kh) * wp + (size_t)(p % g->kw);
-    const long runs = (long)(np / 16), rpr = g->ow / 16, rblocks = (runs + FW_VB - 1) / FW_VB;
+        roff[p] = conv_row(&s, p);
+    const long runs = (long)(np / 16), rblocks = (runs + FW_VB - 1) / FW_VB;
     const long items = rblocks * nob; /* item q: runs of block q / nob, channels of q % nob */
     NRT_OMP(omp parallel for schedule(static) if ((double)np * g->o * k >= PAR_MIN_GEMM))
     for (long q = 0; q < items; q++) {
@@ -1685,8 +1692,8 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
         float *dst[FW_VB];
         for (int v = 0; v < FW_VB; v++) {
             const long r = r0 + (v < nv ? v : 0); /* past the last run: its first again, not stored */
-            const long i = r / (g->oh * rpr), oy = r / rpr % g->oh, x = r % rpr * 16;
-            src[v] = xp + (size_t)i * hp * wp + (size_t)oy * g->sh * wp + (size_t)x;
+            int run;
+            src[v] = xp + conv_pos(&s, (int)(r * 16), &run);
             dst[v] = y + (size_t)ob * FW_OB * np + (size_t)r * 16;
         }
         conv_fwd_tile_avx512(k, pw + (size_t)ob * k * FW_OB, src, roff, dst, np, no, nv);
@@ -1736,10 +1743,11 @@ void nrt_conv2d_fwd(const nrt_conv *g, int n, const float *w, const float *xp,
  * (fused), the portable one with two, so that in fp32 it differs from the
  * others, as its GEMM does, and in bf16 (exact products) it does not. */
 struct dw_direct {
-    const float *xp, *dy;
-    const size_t *roff; /* row r of cols: xp + (a row's start) + roff[r] */
-    size_t ld, hw, swp; /* dy's rows (n*OH*OW), a sample of xp (HP*WP), SH*WP */
-    int o, r, oh, ow;
+    const struct conv_src *s; /* xp, and where its rows lie */
+    const float *dy;
+    const size_t *roff; /* row r of cols: xp + (a row's start) + roff[r] (conv_row) */
+    size_t ld;          /* dy's rows (n*OH*OW) */
+    int o, r;
     float *acc; /* [O][R][16]: the partial sums */
 };
 
@@ -1773,9 +1781,9 @@ static void dw_tile_generic(const struct dw_direct *d, int o0, int r0, int i0, i
     const float *dyr[DW_OB_GEN];
     size_t ro[DW_RB_GEN];
     dw_tile_rows(d, o0, DW_OB_GEN, r0, DW_RB_GEN, dyr, ro);
-    const int xw = d->ow / 16 * 16, x0 = tail ? xw : 0, x1 = tail ? xw + 1 : xw;
+    const int xw = d->s->ow / 16 * 16, x0 = tail ? xw : 0, x1 = tail ? xw + 1 : xw;
     for (int l0 = 0; l0 < 16; l0 += 4) {
-        const int w = tail ? d->ow - xw - l0 : 4; /* lanes with positions */
+        const int w = tail ? d->s->ow - xw - l0 : 4; /* lanes with positions */
         if (w <= 0)
             break;
         v4f acc[DW_OB_GEN][DW_RB_GEN];
@@ -1785,9 +1793,9 @@ static void dw_tile_generic(const struct dw_direct *d, int o0, int r0, int i0, i
                 acc[a][b] = p ? ld4(p) : (v4f){0};
             }
         for (int i = i0; i < i1; i++)
-            for (int oy = 0; oy < d->oh; oy++) {
-                const size_t dpos = ((size_t)i * d->oh + oy) * d->ow + l0;
-                const float *s = d->xp + (size_t)i * d->hw + (size_t)oy * d->swp + l0;
+            for (int oy = 0; oy < d->s->oh; oy++) {
+                const size_t dpos = ((size_t)i * d->s->oh + oy) * d->s->ow + l0;
+                const float *s = d->s->xp + (size_t)i * d->s->hw + (size_t)oy * d->s->sh_wp + l0;
                 for (int x = x0; x < x1; x += 16) {
                     v4f dv[DW_OB_GEN] = {{0}}, sv;
                     for (int a = 0; a < DW_OB_GEN; a++)
@@ -1821,9 +1829,9 @@ dw_tile_avx2_body(const struct dw_direct *d, int o0, int r0, int i0, int i1, con
     const float *dyr[DW_OB_AVX2];
     size_t ro[DW_RB_AVX2];
     dw_tile_rows(d, o0, DW_OB_AVX2, r0, DW_RB_AVX2, dyr, ro);
-    const int xw = d->ow / 16 * 16, x0 = tail ? xw : 0, x1 = tail ? xw + 1 : xw;
+    const int xw = d->s->ow / 16 * 16, x0 = tail ? xw : 0, x1 = tail ? xw + 1 : xw;
     for (int l0 = 0; l0 < 16; l0 += 8) {
-        const int w = tail ? d->ow - xw - l0 : 8; /* lanes with positions */
+        const int w = tail ? d->s->ow - xw - l0 : 8; /* lanes with positions */
         if (w <= 0)
             break;
         const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(w),
@@ -1837,9 +1845,9 @@ dw_tile_avx2_body(const struct dw_direct *d, int o0, int r0, int i0, int i1, con
                 acc[a][b] = p ? _mm256_loadu_ps(p) : _mm256_setzero_ps();
             }
         for (int i = i0; i < i1; i++)
-            for (int oy = 0; oy < d->oh; oy++) {
-                const size_t dpos = ((size_t)i * d->oh + oy) * d->ow + l0;
-                const float *s = d->xp + (size_t)i * d->hw + (size_t)oy * d->swp + l0;
+            for (int oy = 0; oy < d->s->oh; oy++) {
+                const size_t dpos = ((size_t)i * d->s->oh + oy) * d->s->ow + l0;
+                const float *s = d->s->xp + (size_t)i * d->s->hw + (size_t)oy * d->s->sh_wp + l0;
                 for (int x = x0; x < x1; x += 16) {
                     v8f dv[DW_OB_AVX2];
 #pragma GCC unroll 4
@@ -1893,8 +1901,8 @@ dw_tile_avx512_body(const struct dw_direct *d, int o0, int r0, int i0, int i1, c
     const float *dyr[DW_OB_AVX512];
     size_t ro[DW_RB_AVX512];
     dw_tile_rows(d, o0, DW_OB_AVX512, r0, DW_RB_AVX512, dyr, ro);
-    const int xw = d->ow / 16 * 16, x0 = tail ? xw : 0, x1 = tail ? xw + 1 : xw;
-    const __mmask16 m = (__mmask16)((1u << (tail ? d->ow - xw : 0)) - 1u);
+    const int xw = d->s->ow / 16 * 16, x0 = tail ? xw : 0, x1 = tail ? xw + 1 : xw;
+    const __mmask16 m = (__mmask16)((1u << (tail ? d->s->ow - xw : 0)) - 1u);
     __m512 acc[DW_OB_AVX512][DW_RB_AVX512];
 #pragma GCC unroll 8
     for (int a = 0; a < DW_OB_AVX512; a++)
@@ -1904,9 +1912,9 @@ dw_tile_avx512_body(const struct dw_direct *d, int o0, int r0, int i0, int i1, c
             acc[a][b] = p ? _mm512_loadu_ps(p) : _mm512_setzero_ps();
         }
     for (int i = i0; i < i1; i++)
-        for (int oy = 0; oy < d->oh; oy++) {
-            const size_t dpos = ((size_t)i * d->oh + oy) * d->ow;
-            const float *s = d->xp + (size_t)i * d->hw + (size_t)oy * d->swp;
+        for (int oy = 0; oy < d->s->oh; oy++) {
+            const size_t dpos = ((size_t)i * d->s->oh + oy) * d->s->ow;
+            const float *s = d->s->xp + (size_t)i * d->s->hw + (size_t)oy * d->s->sh_wp;
             for (int x = x0; x < x1; x += 16) {
                 __m512 dv[DW_OB_AVX512];
 #pragma GCC unroll 8
@@ -1949,14 +1957,6 @@ dw_tile_avx512(const struct dw_direct *d, int o0, int r0, int i0, int i1, int ta
  * that the sums' order is. */
 #define DW_CHUNK 65536
 
-/* The fp32 products' kind of dot (gemm_run's choice, see there). */
-static int dot_fp32(int dot)
-{
-    if (dot == NRT_DOT_AMX && have_amx())
-        return 0;
-    return !((dot == NRT_DOT_BF16 || dot == NRT_DOT_AMX) && have_bf16());
-}
-
 /* nrt_conv2d_dw by the direct path above, where it applies and its
  * buffers can be had: 0; else -1, and the caller takes the GEMM path. */
 static int conv_dw_direct(const nrt_conv *g, int n, const float *dy, const float *xp,
@@ -1975,19 +1975,16 @@ static int conv_dw_direct(const nrt_conv *g, int n, const float *dy, const float
         tile = dw_tile_avx512, ob = DW_OB_AVX512, rb = DW_RB_AVX512;
 #endif
     const int r = g->c * g->kh * g->kw;
-    const size_t hp = (size_t)g->h + 2 * (size_t)g->ph, wp = (size_t)g->w + 2 * (size_t)g->pw;
+    const struct conv_src s = conv_src_of(g, n, xp);
     size_t *roff = malloc((size_t)r * sizeof *roff);
     float *acc = calloc((size_t)g->o * r * 16, sizeof *acc);
     if (!roff || !acc) {
         free(roff), free(acc);
         return -1;
     }
-    for (int ch = 0; ch < g->c; ch++)
-        for (int ki = 0; ki < g->kh; ki++)
-            for (int kj = 0; kj < g->kw; kj++)
-                roff[(ch * g->kh + ki) * g->kw + kj] = (size_t)ch * n * hp * wp + ki * wp + kj;
-    const struct dw_direct d = {xp, dy, roff, (size_t)n * g->oh * g->ow, hp * wp,
-                                (size_t)g->sh * wp, g->o, r, g->oh, g->ow, acc};
+    for (int p = 0; p < r; p++)
+        roff[p] = conv_row(&s, p);
+    const struct dw_direct d = {&s, dy, roff, (size_t)n * g->oh * g->ow, g->o, r, acc};
     const int chunk = DW_CHUNK / (g->o * g->oh * g->ow) > 1 ? DW_CHUNK / (g->o * g->oh * g->ow) : 1;
     const int tr = (r + rb - 1) / rb, tiles = (g->o + ob - 1) / ob * tr;
     const int par = (double)n * g->o * g->oh * g->ow * r >= PAR_MIN_GEMM;
