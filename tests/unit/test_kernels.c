@@ -774,7 +774,7 @@ static double worst_error(const float *got, const double *ref,
 static void check_conv2d_dot(int n, struct conv v, int o, int dot)
 {
     const int oh = out_size(v.h, v.kh, v.sh, v.ph), ow = out_size(v.w, v.kw, v.sw, v.pw);
-    const nrt_conv g = {v.c, v.h, v.w, o, oh, ow, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw, dot};
+    const nrt_conv g = {v.c, v.h, v.w, o, oh, ow, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw, dot, NULL};
     const size_t in = (size_t)v.h * v.w, xs = (size_t)n * v.c * in;
     const size_t ys = (size_t)o * n * oh * ow, ws = (size_t)o * v.c * v.kh * v.kw;
     const size_t xps = (size_t)v.c * n * (v.h + 2 * v.ph) * (v.w + 2 * v.pw);
@@ -862,29 +862,41 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
     CHECK(ey < 1e-5 && edw < 1e-5 && edx < 1e-5,
           "conv2d n=%d c=%d %dx%d o=%d k=%dx%d s=%d,%d p=%d,%d: relative errors y %g, "
           "dW %g, dx %g", n, v.c, v.h, v.w, o, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw, ey, edw, edx);
+    /* Passes kept from call to call, as a net keeps them (nrt_conv.dnnl;
+     * g's are made at every call): the same bits with 1, 2 and 3 threads,
+     * made at the first round, run again at the second on other buffers. */
+    nrt_conv gk = g;
+    gk.dnnl = nrt_dnnl_new();
+    float *y1[2], *dw1[2], *dx1[2], *xq[2] = {xp2, malloc(xps * sizeof *xp2)};
+    int same = 1;
+    for (int r = 0; r < 2; r++) {
+        y1[r] = malloc(ys * sizeof *y1[r]), dw1[r] = malloc(ws * sizeof *dw1[r]);
+        dx1[r] = malloc(xs * sizeof *dx1[r]);
+        for (int t = 1; t <= 3; t++) {
 #ifdef _OPENMP
-    int saved = omp_get_max_threads(), same = 1;
-    float *y1 = malloc(ys * sizeof *y1), *dw1 = malloc(ws * sizeof *dw1);
-    float *dx1 = malloc(xs * sizeof *dx1);
-    for (int t = 1; t <= 3; t++) {
-        omp_set_num_threads(t);
-        nrt_conv2d_pad(&g, n, 0, x, xp2);
-        nrt_conv2d_fwd(&g, n, w, xp2, y1);
-        nrt_conv2d_dw(&g, n, dy, xp2, dw1);
-        same &= !memcmp(xp, xp2, xps * sizeof *xp) && !memcmp(y, y1, ys * sizeof *y) &&
-                !memcmp(dw, dw1, ws * sizeof *dw);
-        if (dx_ok) {
-            nrt_conv2d_dx(&g, n, 0, w, dy, scratch, dx1);
-            same &= !memcmp(dx, dx1, xs * sizeof *dx);
+            const int saved = omp_get_max_threads();
+            omp_set_num_threads(t);
+#endif
+            nrt_conv2d_pad(&gk, n, 0, x, xq[r]);
+            nrt_conv2d_fwd(&gk, n, w, xq[r], y1[r]);
+            nrt_conv2d_dw(&gk, n, dy, xq[r], dw1[r]);
+            same &= !memcmp(xp, xq[r], xps * sizeof *xp) && !memcmp(y, y1[r], ys * sizeof *y) &&
+                    !memcmp(dw, dw1[r], ws * sizeof *dw);
+            if (dx_ok) {
+                nrt_conv2d_dx(&gk, n, 0, w, dy, scratch, dx1[r]);
+                same &= !memcmp(dx, dx1[r], xs * sizeof *dx);
+            }
+#ifdef _OPENMP
+            omp_set_num_threads(saved);
+#endif
         }
     }
-    omp_set_num_threads(saved);
-    CHECK(same, "conv2d n=%d c=%d %dx%d o=%d: threads change the result", n, v.c, v.h,
-          v.w, o);
-    free(y1);
-    free(dw1);
-    free(dx1);
-#endif
+    CHECK(same, "conv2d n=%d c=%d %dx%d o=%d: threads or kept passes change the result", n,
+          v.c, v.h, v.w, o);
+    nrt_dnnl_free(gk.dnnl);
+    for (int r = 0; r < 2; r++)
+        free(y1[r]), free(dw1[r]), free(dx1[r]);
+    free(xq[1]);
     free(x), free(xc), free(w), free(dy), free(xp), free(xp2), free(y), free(dw);
     free(dx), free(dxc), free(scratch);
     free(yr), free(ya), free(dwr), free(dwa), free(dxr), free(dxa);
@@ -1765,18 +1777,18 @@ static void run_job(const struct job *j)
     const size_t plane = (size_t)oh * ow, rows = (size_t)c * k * k;
     switch (j->kind) {
     case J_CONV_FWD: { /* c channels in and out; in: x, out: y */
-        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p, NRT_DOT_F32};
+        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p, NRT_DOT_F32, NULL};
         nrt_conv2d_pad(&g, n, 1, j->in, j->tmp);
         nrt_conv2d_fwd(&g, n, j->wt, j->tmp, j->out);
         break;
     }
     case J_CONV_DW: { /* in: dy, tmp: the padded input, out: dW */
-        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p, NRT_DOT_F32};
+        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p, NRT_DOT_F32, NULL};
         nrt_conv2d_dw(&g, n, j->in, j->tmp, j->out);
         break;
     }
     case J_CONV_DX: { /* in: dy, out: dx */
-        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p, NRT_DOT_F32};
+        const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p, NRT_DOT_F32, NULL};
         nrt_conv2d_dx(&g, n, 1, j->wt, j->in, j->tmp, j->out);
         break;
     }
