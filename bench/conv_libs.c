@@ -86,7 +86,7 @@ static void nrt_fwd(void *c)
 {
     struct nrt_ctx *t = c;
     nrt_conv2d_pad(&t->g, t->n, 0, t->x, t->xp);
-    nrt_conv2d_fwd(&t->g, t->n, t->w, t->xp, t->y);
+    nrt_conv2d_fwd(&t->g, t->n, t->w, NULL, t->xp, t->y);
 }
 
 static void nrt_dw(void *c)

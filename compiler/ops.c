@@ -552,13 +552,13 @@ static bool window(Program *p, Node *n, int64_t in, int k, int s, int pad,
 
 /* ------------------------------------------------ emission helpers */
 
-/* The epilogue of a linear or conv2d layer (the bias, then the fused
- * activation), for the cpu and the GPU alike: says what it holds in a
- * comment and returns the expression of v (the product's value plus the
- * bias) it stores; NULL, and nothing emitted, when there is none. */
-static const char *epilogue(Emit *e, const Node *n)
+/* The epilogue of a linear or conv2d layer (the bias, unless the product
+ * added it, then the fused activation), for the cpu and the GPU alike:
+ * says what it holds in a comment and returns the expression of v (the
+ * product's value plus the bias) it stores; NULL, and nothing emitted,
+ * when there is none. */
+static const char *epilogue(Emit *e, const Node *n, bool bias)
 {
-    bool bias = n->nparams > 1;
     if (!bias && !n->fused)
         return NULL;
     emitf(e, "/* epilogue: %s%s%s */", bias ? "bias" : "", bias && n->fused ? " + " : "",
@@ -594,9 +594,9 @@ static void emit_par_for(Emit *e, int64_t size, const char *values)
 
 /* The cpu's epilogue of a linear or conv2d layer, over `rows` rows of y,
  * each of `len` values: the bias added (bias_at: its value at value k of
- * row i), then, with a fused activation, in bf16 and fp16 the sum rounded
- * (as autocast's low-precision product with its bias is) and the
- * activation.  Each a pass of its own over the row, none branching on the
+ * row i; NULL where the product added it, as a convolution's does), then,
+ * with a fused activation, in bf16 and fp16 the sum rounded (as autocast's
+ * low-precision product with its bias is) and the activation.  Each a pass of its own over the row, none branching on the
  * precision, so that they vectorise at -O2 too (one loop rounding each
  * value did not, where -O3 unswitched it: cifar10's -O2 step 23.2 -> 22.2
  * ms).  Without an activation the caller's rounding of the layer's
@@ -604,8 +604,8 @@ static void emit_par_for(Emit *e, int64_t size, const char *values)
 static void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
                           const char *bias_at)
 {
-    bool bias = n->nparams > 1;
-    if (!epilogue(e, n))
+    bool bias = bias_at && n->nparams > 1;
+    if (!epilogue(e, n, bias))
         return;
     emit_par_for(e, e->p->values[n->out].size, arena_printf(e->arena, "%s * %s", rows, len));
     emitf(e, "for (size_t i = 0; i < %s; i++) {", rows);
@@ -776,11 +776,12 @@ static void conv2d_fwd(Emit *e, const Node *n)
     emitf(e, "/* xp[%lld, n, %lld, %lld]: the input padded, channel first, kept for backward */",
           c.C, c.H + 2 * c.PH, c.W + 2 * c.PW);
     emitf(e, "nrt_conv2d_pad(&g, n, %d, x, xp);", input_cn(e, n));
-    emitf(e, "/* y[%lld, n*%lld] = W[%lld, %lld] cols[%lld, n*%lld], the columns read from xp */",
-          c.O, c.P, c.O, c.CKK, c.CKK, c.P);
-    emitf(e, "nrt_conv2d_fwd(&g, n, W, xp, y);");
+    bool bias = n->nparams > 1;
+    emitf(e, "/* y[%lld, n*%lld] = W[%lld, %lld] cols[%lld, n*%lld]%s, the columns read from xp */",
+          c.O, c.P, c.O, c.CKK, c.CKK, c.P, bias ? " + b" : "");
+    emitf(e, "nrt_conv2d_fwd(&g, n, W, %s, xp, y);", bias ? "b" : "NULL");
     emit_epilogue(e, n, arena_printf(e->arena, "%lld", c.O),
-                  arena_printf(e->arena, "(size_t)n * %lld", c.P), "b[i]");
+                  arena_printf(e->arena, "(size_t)n * %lld", c.P), NULL);
 }
 
 static void conv2d_bwd(Emit *e, const Node *n)
@@ -1148,7 +1149,7 @@ static const char *cu_lowp(Emit *e, const char *params)
 static void cu_epilogue(Emit *e, const Node *n, const char *count, const char *bias_index,
                         bool np)
 {
-    const char *expr = epilogue(e, n);
+    const char *expr = epilogue(e, n, n->nparams > 1);
     if (!expr)
         return;
     bool bias = n->nparams > 1;

@@ -10,8 +10,10 @@
  * A pass reads what the built-in one reads: the forward pass the interior
  * of the padded, channel-first input xp (copied into oneDNN's 16-channel
  * blocks here: its own reorder from that strided view was several times
- * slower than from a dense layout), dx the output gradient, channel first;
- * the weights [O, C, KH, KW].
+ * slower than from a dense layout) and the bias, dx the output gradient,
+ * channel first; the weights [O, C, KH, KW].  (Copying dx's input and
+ * the outputs through the same register transposes instead of oneDNN's
+ * reorders, from and to dense layouts, measured the same, Zen 5.)
  *
  * Which passes (nrt_dnnl_wanted): fp32 products (NRT_DOT_F32) of at least
  * NRT_DNNL_MIN_WORK multiply-adds a sample (digits_cnn's conv2 has 74 k, 2.4 M
@@ -133,9 +135,10 @@ static int load(struct api *a)
 }
 
 /* The caller's buffers a pass reads and writes, by role: xp (the forward
- * pass's and dW's input), dy (dW's and dx's), the weights, and the output
- * (y, dW's piece of the batch, or dx). */
-enum { R_XP, R_DY, R_W, R_OUT, NROLE };
+ * pass's and dW's input), dy (dW's and dx's), the weights, the bias (the
+ * forward pass's, if any), and the output (y, dW's piece of the batch, or
+ * dx). */
+enum { R_XP, R_DY, R_W, R_B, R_OUT, NROLE };
 
 /* The padded channel-first tensor a pass copies into blocks of channels:
  * [C, N, H + 2 PH, W + 2 PW], its interior (the pointer given at each run). */
@@ -149,17 +152,18 @@ struct tensor {
 struct step {
     dnnl_primitive_t p;
     int nargs;
-    dnnl_exec_arg_t args[3];
+    dnnl_exec_arg_t args[4];
     struct tensor t;
     int role, m, nb;
     float *dst;
 };
 
-/* What a pass was made for: its kind, the convolution (geometry and dot),
- * the batch, dx channel first, the samples it reads (dW's pieces), the
- * thread that runs it (each of dW's pieces on the team runs its thread's
- * own) and the threads oneDNN was given when it made it. */
-enum { K_FWD, K_DW, K_DX };
+/* What a pass was made for: its kind (the forward pass with or without a
+ * bias), the convolution (geometry and dot), the batch, dx channel first,
+ * the samples it reads (dW's pieces), the thread that runs it (each of
+ * dW's pieces on the team runs its thread's own) and the threads oneDNN
+ * was given when it made it. */
+enum { K_FWD, K_FWD_BIAS, K_DW, K_DX };
 struct key {
     int v[19];
 };
@@ -324,6 +328,16 @@ static int reorder(struct nrt_dnnl *c, struct plan *p, dnnl_memory_t a, dnnl_mem
     return add_step(c, p, pd, 2, args);
 }
 
+/* The memory over the caller's buffer of role `role` (user its layout). */
+static dnnl_memory_t user_mem(struct nrt_dnnl *c, struct plan *p, const dnnl_memory_desc_t *user,
+                              int role)
+{
+    dnnl_memory_t u;
+    if (!OK(c->d.memory_create(&u, user, c->eng, DNNL_MEMORY_NONE)))
+        return NULL;
+    return p->user[role] = keep_mem(p, u);
+}
+
 /* The memory pd wants for `what` (index 0 of it): the caller's buffer of
  * role `role`, seen as user, if that is what it wants; else a buffer of
  * its own, into which, for an input (in), the caller's is reordered. */
@@ -331,10 +345,9 @@ static dnnl_memory_t operand(struct nrt_dnnl *c, struct plan *p, const_dnnl_prim
                              dnnl_query_t what, const dnnl_memory_desc_t *user, int role, int in)
 {
     const dnnl_memory_desc_t *want = c->d.primitive_desc_query_md(pd, what, 0);
-    dnnl_memory_t u, m;
-    if (!want || !OK(c->d.memory_create(&u, user, c->eng, DNNL_MEMORY_NONE)))
+    dnnl_memory_t u = want ? user_mem(c, p, user, role) : NULL, m;
+    if (!u)
         return NULL;
-    p->user[role] = keep_mem(p, u);
     if (c->d.memory_desc_equal(want, user))
         return u;
     const size_t bytes = c->d.memory_desc_get_size(want);
@@ -353,9 +366,9 @@ static dnnl_memory_t operand(struct nrt_dnnl *c, struct plan *p, const_dnnl_prim
 /* Adds the step running pd (its output out) and, where out is not the
  * caller's buffer (role R_OUT), the reorder into it. */
 static int run_into(struct nrt_dnnl *c, struct plan *p, const_dnnl_primitive_desc_t pd,
-                    const dnnl_exec_arg_t args[3], dnnl_memory_t out)
+                    int nargs, const dnnl_exec_arg_t *args, dnnl_memory_t out)
 {
-    if (add_step(c, p, pd, 3, args) != 0)
+    if (add_step(c, p, pd, nargs, args) != 0)
         return -1;
     return out != p->user[R_OUT] ? reorder(c, p, out, p->user[R_OUT]) : 0;
 }
@@ -364,8 +377,9 @@ static int run_into(struct nrt_dnnl *c, struct plan *p, const_dnnl_primitive_des
  * dx; y: the channel-first output or its gradient; w) and oneDNN's choice
  * (any) of each, and the convolution's geometry. */
 struct geom {
-    dnnl_memory_desc_t x, y, w, xa, ya, wa;
+    dnnl_memory_desc_t x, y, w, xa, ya, wa, b;
     dnnl_dims_t strides, pad_l, pad_r;
+    int bias; /* the forward pass adds b */
 };
 
 /* x_cn: the user's x is channel first ([C, N, H, W]); xp: it is the
@@ -375,7 +389,7 @@ static int describe(struct nrt_dnnl *c, const nrt_conv *g, int n, int x_cn, int 
 {
     const dnnl_dim_t ch = g->c, o = g->o, oh = g->oh, ow = g->ow, h = g->h, w = g->w;
     const dnnl_dim_t hp = xp ? h + 2 * g->ph : h, wp = xp ? w + 2 * g->pw : w;
-    dnnl_dims_t xd = {n, ch, h, w}, yd = {n, o, oh, ow}, wd = {o, ch, g->kh, g->kw};
+    dnnl_dims_t xd = {n, ch, h, w}, yd = {n, o, oh, ow}, wd = {o, ch, g->kh, g->kw}, bd = {o};
     dnnl_dims_t xs, ys = {oh * ow, n * oh * ow, ow, 1};
     if (x_cn || xp)
         xs[0] = hp * wp, xs[1] = n * hp * wp;
@@ -387,8 +401,10 @@ static int describe(struct nrt_dnnl *c, const nrt_conv *g, int n, int x_cn, int 
         !OK(c->d.memory_desc_init_by_tag(&d->w, 4, wd, dnnl_f32, dnnl_oihw)) ||
         !OK(c->d.memory_desc_init_by_tag(&d->xa, 4, xd, dnnl_f32, dnnl_format_tag_any)) ||
         !OK(c->d.memory_desc_init_by_tag(&d->ya, 4, yd, dnnl_f32, dnnl_format_tag_any)) ||
-        !OK(c->d.memory_desc_init_by_tag(&d->wa, 4, wd, dnnl_f32, dnnl_format_tag_any)))
+        !OK(c->d.memory_desc_init_by_tag(&d->wa, 4, wd, dnnl_f32, dnnl_format_tag_any)) ||
+        !OK(c->d.memory_desc_init_by_tag(&d->b, 1, bd, dnnl_f32, dnnl_a)))
         return -1;
+    d->bias = 0;
     if (xp)
         d->x.offset0 = g->ph * wp + g->pw;
     d->strides[0] = g->sh, d->strides[1] = g->sw;
@@ -405,8 +421,9 @@ static dnnl_primitive_desc_t fwd_pd(struct nrt_dnnl *c, struct plan *p, struct g
     dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t pd;
     if (!OK(c->d.convolution_forward_desc_init(&cd, dnnl_forward_training,
-                                               dnnl_convolution_direct, &d->xa, &d->wa, NULL,
-                                               &d->ya, d->strides, d->pad_l, d->pad_r)) ||
+                                               dnnl_convolution_direct, &d->xa, &d->wa,
+                                               d->bias ? &d->b : NULL, &d->ya, d->strides,
+                                               d->pad_l, d->pad_r)) ||
         !OK(c->d.primitive_desc_create(&pd, &cd, NULL, c->eng, NULL)))
         return NULL;
     return keep_pd(p, pd);
@@ -587,23 +604,28 @@ static int make_fwd(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g, int n
     (void)cn, (void)m;
     if (describe(c, g, n, 1, 1, &d) != 0)
         return -1;
+    d.bias = p->key.v[0] == K_FWD_BIAS;
     dnnl_primitive_desc_t pd = fwd_pd(c, p, &d);
     const struct tensor xt = input_of(g, n);
     dnnl_memory_t x = pd ? blocked(c, p, pd, dnnl_query_src_md, &xt, R_XP, n) : NULL;
     if (pd && !x)
         x = operand(c, p, pd, dnnl_query_src_md, &d.x, R_XP, 1);
     dnnl_memory_t k = x ? operand(c, p, pd, dnnl_query_weights_md, &d.w, R_W, 1) : NULL;
-    dnnl_memory_t o = k ? operand(c, p, pd, dnnl_query_dst_md, &d.y, R_OUT, 0) : NULL;
+    dnnl_memory_t bm = k && d.bias ? user_mem(c, p, &d.b, R_B) : NULL; /* as given: [O] */
+    dnnl_memory_t o = k && (bm || !d.bias) ? operand(c, p, pd, dnnl_query_dst_md, &d.y, R_OUT, 0) : NULL;
     if (!o)
         return -1;
-    const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, k}, {DNNL_ARG_DST, o}};
-    return run_into(c, p, pd, args, o);
+    const dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, k}, {DNNL_ARG_DST, o}, {DNNL_ARG_BIAS, bm}};
+    return run_into(c, p, pd, d.bias ? 4 : 3, args, o);
 }
 
-int nrt_dnnl_fwd(const nrt_conv *g, int n, const float *w, const float *xp, float *y)
+int nrt_dnnl_fwd(const nrt_conv *g, int n, const float *w, const float *b, const float *xp,
+                 float *y)
 {
-    void *const user[NROLE] = {[R_XP] = (void *)xp, [R_W] = (void *)w, [R_OUT] = y};
-    return pass(g, K_FWD, n, 0, make_fwd, user);
+    void *const user[NROLE] = {[R_XP] = (void *)xp, [R_W] = (void *)w, [R_B] = (void *)b,
+                               [R_OUT] = y};
+    return pass(g, b ? K_FWD_BIAS : K_FWD, n, 0, make_fwd, user);
 }
 
 /* dW of m of the n samples (from the sample each run names), on one
@@ -623,7 +645,7 @@ static int make_dw(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g, int n,
         return -1;
     const dnnl_exec_arg_t args[3] = {
         {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, e}, {DNNL_ARG_DIFF_WEIGHTS, o}};
-    return run_into(c, p, pd, args, o);
+    return run_into(c, p, pd, 3, args, o);
 }
 
 /* oneDNN sums dW over the batch split among its threads by their number;
@@ -702,7 +724,7 @@ static int make_dx(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g, int n,
         return -1;
     const dnnl_exec_arg_t args[3] = {
         {DNNL_ARG_DIFF_DST, e}, {DNNL_ARG_WEIGHTS, k}, {DNNL_ARG_DIFF_SRC, o}};
-    return run_into(c, p, pd, args, o);
+    return run_into(c, p, pd, 3, args, o);
 }
 
 int nrt_dnnl_dx(const nrt_conv *g, int n, int cn, const float *w, const float *dy, float *dx)

@@ -19,12 +19,13 @@ void nrt_interleave(const float *src, size_t cs, size_t w, int nb, float *d);
  * of the batch). */
 int nrt_dnnl_wanted(const nrt_conv *g);
 /* As nrt_conv2d_fwd, nrt_conv2d_dw and nrt_conv2d_dx (without scratch). */
-int nrt_dnnl_fwd(const nrt_conv *g, int n, const float *w, const float *xp, float *y);
+int nrt_dnnl_fwd(const nrt_conv *g, int n, const float *w, const float *b, const float *xp,
+                 float *y);
 int nrt_dnnl_dw(const nrt_conv *g, int n, const float *dy, const float *xp, float *dw);
 int nrt_dnnl_dx(const nrt_conv *g, int n, int cn, const float *w, const float *dy, float *dx);
 #else
 #define nrt_dnnl_wanted(g) 0
-#define nrt_dnnl_fwd(g, n, w, xp, y) (-1)
+#define nrt_dnnl_fwd(g, n, w, b, xp, y) (-1)
 #define nrt_dnnl_dw(g, n, dy, xp, dw) (-1)
 #define nrt_dnnl_dx(g, n, cn, w, dy, dx) (-1)
 #endif

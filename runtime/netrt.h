@@ -33,7 +33,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 16
+#define NETRT_ABI 17
 
 #ifdef __cplusplus
 extern "C" {
@@ -447,9 +447,10 @@ struct nrt_dnnl *nrt_dnnl_new(void);
 void nrt_dnnl_free(struct nrt_dnnl *dnnl);
 
 void nrt_conv2d_pad(const nrt_conv *g, int n, int cn, const float *x, float *xp);
-/* y [O, N*OH*OW] = w [O, C*KH*KW] cols(xp), cols being the batch's im2col
- * matrix [C*KH*KW, N*OH*OW], read from xp and never stored. */
-void nrt_conv2d_fwd(const nrt_conv *g, int n, const float *w, const float *xp,
+/* y [O, N*OH*OW] = w [O, C*KH*KW] cols(xp) + b, cols being the batch's
+ * im2col matrix [C*KH*KW, N*OH*OW], read from xp and never stored, and b
+ * [O] each channel's bias (NULL: none), added to the finished sum. */
+void nrt_conv2d_fwd(const nrt_conv *g, int n, const float *w, const float *b, const float *xp,
                     float *y);
 /* dw [O, C*KH*KW] = dy [O, N*OH*OW] cols(xp)^T. */
 void nrt_conv2d_dw(const nrt_conv *g, int n, const float *dy, const float *xp,

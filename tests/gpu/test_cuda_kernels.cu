@@ -881,8 +881,8 @@ static void test_conv(nrt_cuda_net *net, const char *geo, std::initializer_list<
 
         { /* forward */
             std::vector<float> want(ys), mag(ys);
-            nrt_conv2d_fwd(&g, n, w.data(), xp.data(), want.data());
-            nrt_conv2d_fwd(&g, n, absv(w).data(), xpa.data(), mag.data());
+            nrt_conv2d_fwd(&g, n, w.data(), NULL, xp.data(), want.data());
+            nrt_conv2d_fwd(&g, n, absv(w).data(), NULL, xpa.data(), mag.data());
             Dev<float> y(ys);
             const char *what = name("conv2d_fwd %s %s n=%d %s", p, geo, n, CN ? "CN" : "NC");
             if (launched(net, conv_fwd<G>(net, k.fwd, n, dx.p, dw.p, y.p, &err), err, what))

@@ -779,10 +779,12 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
     const size_t ys = (size_t)o * n * oh * ow, ws = (size_t)o * v.c * v.kh * v.kw;
     const size_t xps = (size_t)v.c * n * (v.h + 2 * v.ph) * (v.w + 2 * v.pw);
     float *x = randv(xs), *xc = malloc(xs * sizeof *xc), *w = randv(ws), *dy = randv(ys);
+    float *bias = randv((size_t)o), *b = (n + o) % 3 ? bias : NULL; /* with a bias, or none */
     if (dot != NRT_DOT_F32) { /* the bf16 dots: bf16 values, as a bf16 run's */
         nrt_round_lowp(NRT_BF16, x, xs);
         nrt_round_lowp(NRT_BF16, w, ws);
         nrt_round_lowp(NRT_BF16, dy, ys);
+        nrt_round_lowp(NRT_BF16, bias, (size_t)o);
     }
     for (int i = 0; i < n; i++)
         for (int ch = 0; ch < v.c; ch++)
@@ -796,6 +798,7 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
             for (int oy = 0; oy < oh; oy++)
                 for (int ox = 0; ox < ow; ox++) {
                     size_t yi = (((size_t)co * n + i) * oh + oy) * ow + ox;
+                    yr[yi] = b ? b[co] : 0.0, ya[yi] = b ? fabs(b[co]) : 0.0;
                     for (int ch = 0; ch < v.c; ch++)
                         for (int ki = 0; ki < v.kh; ki++)
                             for (int kj = 0; kj < v.kw; kj++) {
@@ -824,7 +827,7 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
     CHECK(!memcmp(xp, xp2, xps * sizeof *xp),
           "conv2d_pad n=%d c=%d %dx%d p=%d,%d: the two layouts pad differently", n,
           v.c, v.h, v.w, v.ph, v.pw);
-    nrt_conv2d_fwd(&g, n, w, xp, y);
+    nrt_conv2d_fwd(&g, n, w, b, xp, y);
     nrt_conv2d_dw(&g, n, dy, xp, dw);
     double ey = worst_error(y, yr, ya, ys), edw = worst_error(dw, dwr, dwa, ws), edx = 0.0;
     if (dx_ok) {
@@ -848,7 +851,7 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
         g2.dot = NRT_DOT_AVX2;
         float *y2 = malloc(ys * sizeof *y2), *dw2 = malloc(ws * sizeof *dw2);
         float *dx2 = malloc(xs * sizeof *dx2);
-        nrt_conv2d_fwd(&g2, n, w, xp, y2);
+        nrt_conv2d_fwd(&g2, n, w, b, xp, y2);
         nrt_conv2d_dw(&g2, n, dy, xp, dw2);
         int same = !memcmp(y, y2, ys * sizeof *y) && !memcmp(dw, dw2, ws * sizeof *dw);
         if (dx_ok) {
@@ -878,7 +881,7 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
             omp_set_num_threads(t);
 #endif
             nrt_conv2d_pad(&gk, n, 0, x, xq[r]);
-            nrt_conv2d_fwd(&gk, n, w, xq[r], y1[r]);
+            nrt_conv2d_fwd(&gk, n, w, b, xq[r], y1[r]);
             nrt_conv2d_dw(&gk, n, dy, xq[r], dw1[r]);
             same &= !memcmp(xp, xq[r], xps * sizeof *xp) && !memcmp(y, y1[r], ys * sizeof *y) &&
                     !memcmp(dw, dw1[r], ws * sizeof *dw);
@@ -897,7 +900,7 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
     for (int r = 0; r < 2; r++)
         free(y1[r]), free(dw1[r]), free(dx1[r]);
     free(xq[1]);
-    free(x), free(xc), free(w), free(dy), free(xp), free(xp2), free(y), free(dw);
+    free(x), free(xc), free(w), free(dy), free(bias), free(xp), free(xp2), free(y), free(dw);
     free(dx), free(dxc), free(scratch);
     free(yr), free(ya), free(dwr), free(dwa), free(dxr), free(dxa);
 }
@@ -1779,7 +1782,7 @@ static void run_job(const struct job *j)
     case J_CONV_FWD: { /* c channels in and out; in: x, out: y */
         const nrt_conv g = {c, h, w, c, oh, ow, k, k, 1, 1, p, p, NRT_DOT_F32, NULL};
         nrt_conv2d_pad(&g, n, 1, j->in, j->tmp);
-        nrt_conv2d_fwd(&g, n, j->wt, j->tmp, j->out);
+        nrt_conv2d_fwd(&g, n, j->wt, NULL, j->tmp, j->out);
         break;
     }
     case J_CONV_DW: { /* in: dy, tmp: the padded input, out: dW */
