@@ -248,9 +248,11 @@ static void emit_node(Emit *e, const Node *n)
     e->indent++;
     if (!uses_net)
         emitf(e, "(void)net;");
-    if (!n->op->takes_epilogue && !n->nparams && !n->nbufs) /* a layer with weights reads x */
+    /* a layer with weights reads x, and an activation whose derivative needs it */
+    if (!n->op->takes_epilogue && !n->nparams && !n->nbufs &&
+        !(n->op->act && n->op->act->needs & NEEDS_X))
         emitf(e, "(void)x;");
-    if (!n->op->act_fwd && !n->fused)
+    if (!(n->op->act && n->op->act->needs & NEEDS_Y) && !n->fused)
         emitf(e, "(void)y;");
     emit_pass_locals(e, n, true);
     n->op->emit_bwd(e, n);

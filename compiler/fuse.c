@@ -3,10 +3,11 @@
  *
  * Fusion: an activation right after a linear or conv2d layer is folded into
  * that layer's epilogue (y = act(x W^T + b) in one sweep over y), and its
- * backward into the layer's backward prologue (dy *= act'(y)).  This is
- * possible because every activation's derivative is a function of its
- * output alone.  The activation node stays in the graph, marked absorbed,
- * so names and indices still match PyTorch's nn.Sequential.
+ * backward into the layer's backward prologue (dy *= act'(y)), where the
+ * activation's derivative is a function of its output alone (Act.needs:
+ * relu, tanh, elu, ...; gelu, silu and softplus, which need x, run as
+ * passes of their own).  The activation node stays in the graph, marked
+ * absorbed, so names and indices still match PyTorch's nn.Sequential.
  *
  * Memory plan: every value a backward pass needs stays alive from forward
  * to backward, so each non-aliased value gets its own slice of the
@@ -25,7 +26,7 @@ static void fuse(Program *p)
 {
     for (int i = 0; i + 1 < p->nnodes; i++) {
         Node *n = &p->nodes[i], *next = &p->nodes[i + 1];
-        if (n->op->takes_epilogue && next->op->act_fwd) {
+        if (n->op->takes_epilogue && next->op->act && !(next->op->act->needs & NEEDS_X)) {
             n->fused = next;
             next->absorbed = true;
             p->values[next->out].alias = n->out;
@@ -53,7 +54,7 @@ static void choose_layouts(Program *p)
 /* Elementwise ops and views can write d x over d y. */
 static bool in_place(const Program *p, const Node *n)
 {
-    return ir_is_view(p, n) || n->op->act_fwd || n->op->elementwise;
+    return ir_is_view(p, n) || n->op->act || n->op->elementwise;
 }
 
 void fuse_and_plan(Program *p)

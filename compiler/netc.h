@@ -204,6 +204,19 @@ typedef struct Shape {
     int64_t d[3];
 } Shape;
 
+/* An elementwise op y = f(x) (an activation), for the cpu and the GPU
+ * alike as C expressions: fwd, f of the expression x; bwd, dy f'(x),
+ * written with dy and what `needs` declares of x and y (NEEDS_X, NEEDS_Y;
+ * the other is passed as NULL).  An op that needs y alone fuses into the
+ * epilogue of a linear or conv2d before it, which keeps y and not x; one
+ * that needs x (gelu, silu, softplus) runs as a pass of its own. */
+enum { NEEDS_X = 1, NEEDS_Y = 2 };
+typedef struct Act {
+    const char *(*fwd)(Arena *a, const Node *n, const char *x);
+    const char *(*bwd)(Arena *a, const Node *n, const char *dy, const char *x, const char *y);
+    int needs;
+} Act;
+
 /* A layer op: everything netc knows about it, in one place. */
 typedef struct OpDef {
     Sig sig;
@@ -214,12 +227,9 @@ typedef struct OpDef {
     /* Emits the C statements of the forward and backward passes. */
     void (*emit_fwd)(Emit *e, const Node *n);
     void (*emit_bwd)(Emit *e, const Node *n);
-    /* Activations (elementwise y = f(x)) give C expressions instead: f of
-     * the expression x, and dy * f'(x) written with dy and y only, so that
-     * they can be fused into the epilogue of the layer before them. */
-    const char *(*act_fwd)(Arena *a, const Node *n, const char *x);
-    const char *(*act_bwd)(Arena *a, const Node *n, const char *dy,
-                           const char *y);
+    /* Activations: their expressions (emit_fwd/emit_bwd and the CUDA
+     * passes write their loops); NULL for other layers. */
+    const Act *act;
     bool takes_epilogue; /* linear, conv2d: can absorb a following activation */
     bool is_view;        /* flatten: the output shares the input's memory */
     const char *aux_name;/* what the node keeps for backward: "mask", "xp" */

@@ -552,6 +552,14 @@ static bool window(Program *p, Node *n, int64_t in, int k, int s, int pad,
 
 /* ------------------------------------------------ emission helpers */
 
+/* The expressions of act's backward with dy, and x and y where it needs
+ * them (names of arrays indexed by i, or of values). */
+static const char *act_grad(Arena *a, const Node *n, const Act *act, const char *dy,
+                            const char *x, const char *y)
+{
+    return act->bwd(a, n, dy, act->needs & NEEDS_X ? x : NULL, act->needs & NEEDS_Y ? y : NULL);
+}
+
 /* The epilogue of a linear or conv2d layer (the bias, unless the product
  * added it, then the fused activation), for the cpu and the GPU alike:
  * says what it holds in a comment and returns the expression of v (the
@@ -563,7 +571,7 @@ static const char *epilogue(Emit *e, const Node *n, bool bias)
         return NULL;
     emitf(e, "/* epilogue: %s%s%s */", bias ? "bias" : "", bias && n->fused ? " + " : "",
           n->fused ? n->fused->op->sig.name : "");
-    return n->fused ? n->fused->op->act_fwd(e->arena, n->fused, "v") : "v";
+    return n->fused ? n->fused->op->act->fwd(e->arena, n->fused, "v") : "v";
 }
 
 /* Whether the run is in bf16, as a pass reads it: the net's lowp on the
@@ -618,7 +626,7 @@ static void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *
         emitf(e, "    if (%s)", lowp_flag(e));
         emitf(e, "        nrt_round_lowp(%s, r, %s);", lowp_flag(e), len);
         emitf(e, "    for (size_t k = 0; k < %s; k++)", len);
-        emitf(e, "        r[k] = %s;", n->fused->op->act_fwd(e->arena, n->fused, "r[k]"));
+        emitf(e, "        r[k] = %s;", n->fused->op->act->fwd(e->arena, n->fused, "r[k]"));
     }
     emitf(e, "}");
 }
@@ -634,7 +642,7 @@ static void emit_act_grad(Emit *e, const Node *n, int64_t size)
     emitf(e, "/* through the fused %s */", n->fused->op->sig.name);
     emit_par_for(e, size, arena_printf(e->arena, "(size_t)n * %lld", (long long)size));
     emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++)", (long long)size);
-    emitf(e, "    dy[i] = %s;", n->fused->op->act_bwd(e->arena, n->fused, "dy[i]", "y[i]"));
+    emitf(e, "    dy[i] = %s;", act_grad(e->arena, n->fused, n->fused->op->act, "dy[i]", NULL, "y[i]"));
     emitf(e, "if (net->lowp)");
     emitf(e, "    nrt_round_lowp(net->lowp, dy, (size_t)n * %lld);", (long long)size);
 }
@@ -881,9 +889,9 @@ static const char *relu_f(Arena *a, const Node *n, const char *x)
     return arena_printf(a, "%s > 0.0f ? %s : 0.0f", x, x);
 }
 
-static const char *relu_b(Arena *a, const Node *n, const char *dy, const char *y)
+static const char *relu_b(Arena *a, const Node *n, const char *dy, const char *x, const char *y)
 {
-    (void)n;
+    (void)n, (void)x;
     return arena_printf(a, "%s > 0.0f ? %s : 0.0f", y, dy);
 }
 
@@ -892,8 +900,9 @@ static const char *leaky_f(Arena *a, const Node *n, const char *x)
     return arena_printf(a, "%s > 0.0f ? %s : %s * %s", x, x, c_float(a, arg(n, 0)), x);
 }
 
-static const char *leaky_b(Arena *a, const Node *n, const char *dy, const char *y)
+static const char *leaky_b(Arena *a, const Node *n, const char *dy, const char *x, const char *y)
 {
+    (void)x;
     return arena_printf(a, "%s > 0.0f ? %s : %s * %s", y, dy, c_float(a, arg(n, 0)), dy);
 }
 
@@ -903,9 +912,9 @@ static const char *tanh_f(Arena *a, const Node *n, const char *x)
     return arena_printf(a, "tanhf(%s)", x);
 }
 
-static const char *tanh_b(Arena *a, const Node *n, const char *dy, const char *y)
+static const char *tanh_b(Arena *a, const Node *n, const char *dy, const char *x, const char *y)
 {
-    (void)n;
+    (void)n, (void)x;
     return arena_printf(a, "%s * (1.0f - %s * %s)", dy, y, y);
 }
 
@@ -915,11 +924,77 @@ static const char *sigmoid_f(Arena *a, const Node *n, const char *x)
     return arena_printf(a, "1.0f / (1.0f + expf(-%s))", x);
 }
 
-static const char *sigmoid_b(Arena *a, const Node *n, const char *dy, const char *y)
+static const char *sigmoid_b(Arena *a, const Node *n, const char *dy, const char *x, const char *y)
 {
-    (void)n;
+    (void)n, (void)x;
     return arena_printf(a, "%s * %s * (1.0f - %s)", dy, y, y);
 }
+
+/* nn.GELU (approximate='none'): x Phi(x); dy (Phi(x) + x phi(x)), as
+ * PyTorch's GeluBackward */
+static const char *gelu_f(Arena *a, const Node *n, const char *x)
+{
+    (void)n;
+    return arena_printf(a, "0.5f * %s * (1.0f + erff(%s * 0.70710678f))", x, x);
+}
+
+static const char *gelu_b(Arena *a, const Node *n, const char *dy, const char *x, const char *y)
+{
+    (void)n, (void)y;
+    return arena_printf(a, "%s * (0.5f * (1.0f + erff(%s * 0.70710678f)) + "
+                           "%s * 0.39894228f * expf(-0.5f * %s * %s))", dy, x, x, x, x);
+}
+
+/* nn.SiLU: x sigmoid(x); dy s (1 + x (1 - s)), s = sigmoid(x) */
+static const char *silu_f(Arena *a, const Node *n, const char *x)
+{
+    (void)n;
+    return arena_printf(a, "%s / (1.0f + expf(-%s))", x, x);
+}
+
+static const char *silu_b(Arena *a, const Node *n, const char *dy, const char *x, const char *y)
+{
+    (void)n, (void)y;
+    const char *s = arena_printf(a, "(1.0f / (1.0f + expf(-%s)))", x);
+    return arena_printf(a, "%s * %s * (1.0f + %s * (1.0f - %s))", dy, s, x, s);
+}
+
+/* nn.ELU(alpha): x, or alpha (e^x - 1) at x <= 0; its derivative there is
+ * y + alpha, so it needs y alone (alpha >= 0: y > 0 where x > 0) */
+static const char *elu_f(Arena *a, const Node *n, const char *x)
+{
+    return arena_printf(a, "%s > 0.0f ? %s : %s * expm1f(%s)", x, x, c_float(a, arg(n, 0)), x);
+}
+
+static const char *elu_b(Arena *a, const Node *n, const char *dy, const char *x, const char *y)
+{
+    (void)x;
+    return arena_printf(a, "%s > 0.0f ? %s : %s * (%s + %s)", y, dy, dy, y,
+                        c_float(a, arg(n, 0)));
+}
+
+/* nn.Softplus(beta, threshold): log(1 + e^(beta x)) / beta, x itself where
+ * beta x > threshold; dy sigmoid(beta x) (1 there) */
+static const char *softplus_f(Arena *a, const Node *n, const char *x)
+{
+    const char *beta = c_float(a, arg(n, 0)), *th = c_float(a, arg(n, 1));
+    return arena_printf(a, "%s * %s > %s ? %s : log1pf(expf(%s * %s)) / %s", x, beta, th, x, x,
+                        beta, beta);
+}
+
+static const char *softplus_b(Arena *a, const Node *n, const char *dy, const char *x,
+                              const char *y)
+{
+    const char *beta = c_float(a, arg(n, 0)), *th = c_float(a, arg(n, 1));
+    (void)y;
+    return arena_printf(a, "%s * %s > %s ? %s : %s / (1.0f + expf(-%s * %s))", x, beta, th, dy,
+                        dy, x, beta);
+}
+
+static const Act relu_act = {relu_f, relu_b, NEEDS_Y}, leaky_act = {leaky_f, leaky_b, NEEDS_Y},
+                 tanh_act = {tanh_f, tanh_b, NEEDS_Y}, sigmoid_act = {sigmoid_f, sigmoid_b, NEEDS_Y},
+                 gelu_act = {gelu_f, gelu_b, NEEDS_X}, silu_act = {silu_f, silu_b, NEEDS_X},
+                 elu_act = {elu_f, elu_b, NEEDS_Y}, softplus_act = {softplus_f, softplus_b, NEEDS_X};
 
 static int64_t value_size(const Emit *e, const Node *n)
 {
@@ -929,7 +1004,7 @@ static int64_t value_size(const Emit *e, const Node *n)
 static void act_fwd(Emit *e, const Node *n)
 {
     emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++)", (long long)value_size(e, n));
-    emitf(e, "    y[i] = %s;", n->op->act_fwd(e->arena, n, "x[i]"));
+    emitf(e, "    y[i] = %s;", n->op->act->fwd(e->arena, n, "x[i]"));
 }
 
 static void act_bwd(Emit *e, const Node *n)
@@ -937,7 +1012,7 @@ static void act_bwd(Emit *e, const Node *n)
     emitf(e, "if (!dx)");
     emitf(e, "    return;");
     emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++)", (long long)value_size(e, n));
-    emitf(e, "    dx[i] = %s;", n->op->act_bwd(e->arena, n, "dy[i]", "y[i]"));
+    emitf(e, "    dx[i] = %s;", act_grad(e->arena, n, n->op->act, "dy[i]", "x[i]", "y[i]"));
 }
 
 /* -------------------------------------------------------------- flatten */
@@ -1178,7 +1253,7 @@ static void cu_act_grad(Emit *e, const Node *n, const char *count)
     emitf(e, "/* through the fused %s */", n->fused->op->sig.name);
     const char *body[1] = {arena_printf(
         e->arena, "dy[i] = %s;",
-        lowp_expr(e, n->fused->op->act_bwd(e->arena, n->fused, "dy[i]", "y[i]")))};
+        lowp_expr(e, act_grad(e->arena, n->fused, n->fused->op->act, "dy[i]", NULL, "y[i]")))};
     cu_each(e, n, "bwd_act", count, cu_lowp(e, "float *dy, const float *y"), body, 1);
 }
 
@@ -1380,7 +1455,7 @@ static void pool_cu_bwd(Emit *e, const Node *n) { cu_pool(e, n, true); }
 
 static void act_cu_fwd(Emit *e, const Node *n)
 {
-    const char *body[1] = {arena_printf(e->arena, "y[i] = %s;", n->op->act_fwd(e->arena, n, "x[i]"))};
+    const char *body[1] = {arena_printf(e->arena, "y[i] = %s;", n->op->act->fwd(e->arena, n, "x[i]"))};
     cu_each(e, n, "fwd", batch_count(e, (long long)value_size(e, n)), "const float *x, float *y",
             body, 1);
 }
@@ -1389,10 +1464,14 @@ static void act_cu_bwd(Emit *e, const Node *n)
 {
     emitf(e, "if (!dx)");
     emitf(e, "    return 0;");
+    const Act *act = n->op->act;
     const char *body[1] = {arena_printf(e->arena, "dx[i] = %s;",
-                                        n->op->act_bwd(e->arena, n, "dy[i]", "y[i]"))};
+                                        act_grad(e->arena, n, act, "dy[i]", "x[i]", "y[i]"))};
     cu_each(e, n, "bwd", batch_count(e, (long long)value_size(e, n)),
-            "const float *dy, const float *y, float *dx", body, 1);
+            arena_printf(e->arena, "const float *dy, %s%sfloat *dx",
+                         act->needs & NEEDS_X ? "const float *x, " : "",
+                         act->needs & NEEDS_Y ? "const float *y, " : ""),
+            body, 1);
 }
 
 /* flatten of a channel-first value: the transposes [C, n, HW] <-> [n, C*HW] */
@@ -1709,7 +1788,7 @@ static void rnn_fwd(Emit *e, const Node *n)
                                           r.bias ? arena_printf(a, ", const float *b_hh_l%d", l) : "");
         rnn_each(e, n, arena_printf(a, "fwd_act_l%d", l), cu_lowp(e, params), "n", r.TH,
                  arena_printf(a, "float v = %s ? nrt_lowp(%s, %s + ht[k]) : ht[k]; ht[k] = %s;", lp,
-                              lp, hh_b, lowp_expr(e, r.act->act_fwd(a, n, "v"))));
+                              lp, hh_b, lowp_expr(e, r.act->act->fwd(a, n, "v"))));
         e->indent--;
         emitf(e, "}");
         if (r.T == 1)
@@ -1758,7 +1837,7 @@ static void rnn_bwd(Emit *e, const Node *n)
         rnn_each(e, n, arena_printf(a, "bwd_act_l%d", l), cu_lowp(e, "float *gt, const float *ht"),
                  "n", r.TH,
                  arena_printf(a, "gt[k] = %s;",
-                              lowp_expr(e, r.act->act_bwd(a, n, lowp_expr(e, "gt[k]"), "ht[k]"))));
+                              lowp_expr(e, act_grad(a, n, r.act->act, lowp_expr(e, "gt[k]"), NULL, "ht[k]"))));
         e->indent--;
         emitf(e, "}");
         emitf(e, "/* dW_ih_l%d = g%d^T %s, over every sample and step */", l, l, x);
@@ -1803,64 +1882,83 @@ static void rnn_bwd(Emit *e, const Node *n)
 
 #define NOARGS {{0}}
 
+/* An activation: its expressions (act) through the shared passes. */
+#define ACTIVATION(a)                                                                       \
+    .shape = same_shape, .emit_fwd = act_fwd, .emit_bwd = act_bwd, .act = &(a),            \
+    .layout = LAYOUT_KEEP, .cu_fwd = act_cu_fwd, .cu_bwd = act_cu_bwd
+
 static const OpDef ops[] = {
-    {{"linear", "y = x W^T + b (nn.Linear; in_features from the input)",
-      {SIZE("out_features"), {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
-     linear_shape, linear_fwd, linear_bwd, NULL, NULL, true, false, NULL, false, LAYOUT_NC,
-     linear_cu_fwd, linear_cu_bwd, NULL, false, true},
-    {{"conv2d", "2-D convolution (nn.Conv2d; in_channels from the input)",
-      {SIZE("out_channels"),
-       {"kernel", A_PAIR, NULL, 1, 4096, "kernel_size", NULL},
-       {"stride", A_PAIR, "1", 1, 4096, NULL, NULL},
-       {"padding", A_PAIR, "0", 0, 4096, NULL, NULL},
-       {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
-     conv2d_shape, conv2d_fwd, conv2d_bwd, NULL, NULL, true, false, "xp", false, LAYOUT_CN,
-     conv2d_cu_fwd, conv2d_cu_bwd, conv2d_cu_workspace, true, true},
-    {{"maxpool2d", "max pooling (nn.MaxPool2d; stride defaults to kernel)",
-      {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
-       {"stride", A_INT, "", 1, 4096, NULL, NULL},
-       {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
-     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false, LAYOUT_KEEP,
-     pool_cu_fwd, pool_cu_bwd, NULL, false, false},
-    {{"avgpool2d", "average pooling (nn.AvgPool2d, count_include_pad=True)",
-      {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
-       {"stride", A_INT, "", 1, 4096, NULL, NULL},
-       {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
-     pool_shape, pool_fwd, pool_bwd, NULL, NULL, false, false, NULL, false, LAYOUT_KEEP,
-     pool_cu_fwd, pool_cu_bwd, NULL, false, false},
-    {{"relu", "max(x, 0)", NOARGS}, same_shape, act_fwd, act_bwd, relu_f, relu_b, false, false, NULL, false, LAYOUT_KEEP,
-     act_cu_fwd, act_cu_bwd, NULL, false, false},
-    {{"leaky_relu", "x if x > 0 else negative_slope * x",
-      {{"negative_slope", A_NUM, "0.01", 0, BIG, NULL, NULL}}},
-     same_shape, act_fwd, act_bwd, leaky_f, leaky_b, false, false, NULL, false, LAYOUT_KEEP,
-     act_cu_fwd, act_cu_bwd, NULL, false, false},
-    {{"tanh", "tanh(x)", NOARGS}, same_shape, act_fwd, act_bwd, tanh_f, tanh_b, false, false, NULL, false, LAYOUT_KEEP,
-     act_cu_fwd, act_cu_bwd, NULL, false, false},
-    {{"sigmoid", "1 / (1 + exp(-x))", NOARGS}, same_shape, act_fwd, act_bwd, sigmoid_f, sigmoid_b, false, false, NULL, false, LAYOUT_KEEP,
-     act_cu_fwd, act_cu_bwd, NULL, false, false},
-    {{"flatten", "[C, H, W] -> [C*H*W] (nn.Flatten)", NOARGS},
-     flatten_shape, flatten_fwd, flatten_bwd, NULL, NULL, false, true, NULL, false, LAYOUT_NC,
-     flatten_cu_fwd, flatten_cu_bwd, NULL, false, false},
-    {{"dropout", "zeroes each value with probability p in training (nn.Dropout)",
-      {{"p", A_NUM, "0.5", 0, 1, NULL, NULL}}},
-     dropout_shape, dropout_fwd, dropout_bwd, NULL, NULL, false, false, "mask", true, LAYOUT_KEEP,
-     dropout_cu_fwd, dropout_cu_bwd, NULL, false, false},
+    {.sig = {"linear", "y = x W^T + b (nn.Linear; in_features from the input)",
+             {SIZE("out_features"), {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
+     .shape = linear_shape, .emit_fwd = linear_fwd, .emit_bwd = linear_bwd,
+     .takes_epilogue = true, .layout = LAYOUT_NC, .cu_fwd = linear_cu_fwd,
+     .cu_bwd = linear_cu_bwd, .product = true},
+    {.sig = {"conv2d", "2-D convolution (nn.Conv2d; in_channels from the input)",
+             {SIZE("out_channels"),
+              {"kernel", A_PAIR, NULL, 1, 4096, "kernel_size", NULL},
+              {"stride", A_PAIR, "1", 1, 4096, NULL, NULL},
+              {"padding", A_PAIR, "0", 0, 4096, NULL, NULL},
+              {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
+     .shape = conv2d_shape, .emit_fwd = conv2d_fwd, .emit_bwd = conv2d_bwd,
+     .takes_epilogue = true, .aux_name = "xp", .layout = LAYOUT_CN, .cu_fwd = conv2d_cu_fwd,
+     .cu_bwd = conv2d_cu_bwd, .cu_workspace = conv2d_cu_workspace, .aux_cpu_only = true,
+     .product = true},
+    {.sig = {"maxpool2d", "max pooling (nn.MaxPool2d; stride defaults to kernel)",
+             {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
+              {"stride", A_INT, "", 1, 4096, NULL, NULL},
+              {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
+     .shape = pool_shape, .emit_fwd = pool_fwd, .emit_bwd = pool_bwd, .layout = LAYOUT_KEEP,
+     .cu_fwd = pool_cu_fwd, .cu_bwd = pool_cu_bwd},
+    {.sig = {"avgpool2d", "average pooling (nn.AvgPool2d, count_include_pad=True)",
+             {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
+              {"stride", A_INT, "", 1, 4096, NULL, NULL},
+              {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
+     .shape = pool_shape, .emit_fwd = pool_fwd, .emit_bwd = pool_bwd, .layout = LAYOUT_KEEP,
+     .cu_fwd = pool_cu_fwd, .cu_bwd = pool_cu_bwd},
+    {.sig = {"relu", "max(x, 0)", NOARGS}, ACTIVATION(relu_act)},
+    {.sig = {"leaky_relu", "x if x > 0 else negative_slope * x",
+             {{"negative_slope", A_NUM, "0.01", 0, BIG, NULL, NULL}}},
+     ACTIVATION(leaky_act)},
+    {.sig = {"tanh", "tanh(x)", NOARGS}, ACTIVATION(tanh_act)},
+    {.sig = {"sigmoid", "1 / (1 + exp(-x))", NOARGS}, ACTIVATION(sigmoid_act)},
+    {.sig = {"gelu", "x Phi(x), Phi the normal distribution (nn.GELU, exact)", NOARGS},
+     ACTIVATION(gelu_act)},
+    {.sig = {"silu", "x sigmoid(x) (nn.SiLU)", NOARGS}, ACTIVATION(silu_act)},
+    {.sig = {"elu", "x if x > 0 else alpha (exp(x) - 1) (nn.ELU)",
+             {{"alpha", A_NUM, "1.0", 0, BIG, NULL, NULL}}},
+     ACTIVATION(elu_act)},
+    {.sig = {"softplus", "log(1 + exp(beta x)) / beta, x where beta x > threshold (nn.Softplus)",
+             {{"beta", A_NUM, "1.0", 1e-6, BIG, NULL, NULL},
+              {"threshold", A_NUM, "20.0", 0, BIG, NULL, NULL}}},
+     ACTIVATION(softplus_act)},
+    {.sig = {"flatten", "[C, H, W] -> [C*H*W] (nn.Flatten)", NOARGS},
+     .shape = flatten_shape, .emit_fwd = flatten_fwd, .emit_bwd = flatten_bwd, .is_view = true,
+     .layout = LAYOUT_NC, .cu_fwd = flatten_cu_fwd, .cu_bwd = flatten_cu_bwd},
+    {.sig = {"dropout", "zeroes each value with probability p in training (nn.Dropout)",
+             {{"p", A_NUM, "0.5", 0, 1, NULL, NULL}}},
+     .shape = dropout_shape, .emit_fwd = dropout_fwd, .emit_bwd = dropout_bwd, .aux_name = "mask",
+     .elementwise = true, .layout = LAYOUT_KEEP, .cu_fwd = dropout_cu_fwd,
+     .cu_bwd = dropout_cu_bwd},
 #define BN_ARGS {{"eps", A_NUM, "1e-05", 0, BIG, NULL, NULL}, \
                 {"momentum", A_NUM, "0.1", 0, 1, NULL, NULL}, \
                 {"affine", A_BOOL, "true", 0, 1, NULL, NULL}}
-    {{"batchnorm1d", "per-feature batch normalization of a flat input (nn.BatchNorm1d)", BN_ARGS},
-     batchnorm_shape, batchnorm_fwd, batchnorm_bwd, NULL, NULL, false, false, "stats", false,
-     LAYOUT_KEEP, batchnorm_cu_fwd, batchnorm_cu_bwd, NULL, false, false},
-    {{"batchnorm2d", "per-channel batch normalization of an image (nn.BatchNorm2d)", BN_ARGS},
-     batchnorm_shape, batchnorm_fwd, batchnorm_bwd, NULL, NULL, false, false, "stats", false,
-     LAYOUT_KEEP, batchnorm_cu_fwd, batchnorm_cu_bwd, NULL, false, false},
-    {{"rnn", "Elman RNN over a sequence [T, F] (nn.RNN, batch_first): its last state",
-      {{"hidden", A_INT, NULL, 1, INT_MAX_ARG, "hidden_size", NULL},
-       {"layers", A_INT, "1", 1, 1024, "num_layers", NULL},
-       {"nonlinearity", A_WORD, "tanh", 0, 0, NULL, "tanh|relu"},
-       {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
-     rnn_shape, rnn_fwd, rnn_bwd, NULL, NULL, false, false, "hs", false, LAYOUT_NC,
-     rnn_fwd, rnn_bwd, NULL, false, true},
+    {.sig = {"batchnorm1d", "per-feature batch normalization of a flat input (nn.BatchNorm1d)",
+             BN_ARGS},
+     .shape = batchnorm_shape, .emit_fwd = batchnorm_fwd, .emit_bwd = batchnorm_bwd,
+     .aux_name = "stats", .layout = LAYOUT_KEEP, .cu_fwd = batchnorm_cu_fwd,
+     .cu_bwd = batchnorm_cu_bwd},
+    {.sig = {"batchnorm2d", "per-channel batch normalization of an image (nn.BatchNorm2d)",
+             BN_ARGS},
+     .shape = batchnorm_shape, .emit_fwd = batchnorm_fwd, .emit_bwd = batchnorm_bwd,
+     .aux_name = "stats", .layout = LAYOUT_KEEP, .cu_fwd = batchnorm_cu_fwd,
+     .cu_bwd = batchnorm_cu_bwd},
+    {.sig = {"rnn", "Elman RNN over a sequence [T, F] (nn.RNN, batch_first): its last state",
+             {{"hidden", A_INT, NULL, 1, INT_MAX_ARG, "hidden_size", NULL},
+              {"layers", A_INT, "1", 1, 1024, "num_layers", NULL},
+              {"nonlinearity", A_WORD, "tanh", 0, 0, NULL, "tanh|relu"},
+              {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
+     .shape = rnn_shape, .emit_fwd = rnn_fwd, .emit_bwd = rnn_bwd, .aux_name = "hs",
+     .layout = LAYOUT_NC, .cu_fwd = rnn_fwd, .cu_bwd = rnn_bwd, .product = true},
 };
 
 const OpDef *op_table(int *n)

@@ -448,6 +448,30 @@ model mlp_nesterov {
 }
 """
 
+SMOOTH_ACTS = """\
+# gelu, silu and softplus (passes of their own: their derivatives need x),
+# elu fused into a linear's epilogue and after another activation
+model smooth_acts {
+    input  x[8]
+    target class(3)
+
+    linear(16)
+    gelu
+    linear(12)
+    elu(0.5)
+    linear(12)
+    silu
+    elu
+    linear(10)
+    softplus(beta=2, threshold=4)
+    linear(3)
+
+    loss      cross_entropy
+    optimizer adam(lr=0.01)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
 CNN_ADAM = """\
 # strided, padded, bias-free and rectangular convolutions (the second one
 # strided and padded, so that its input gradient goes through col2im with
@@ -604,6 +628,12 @@ SPECS = [
                           nn.Linear(16, 4)),
          optim=sgd(lr=0.1, momentum=0.8, nesterov=True, weight_decay=0.01),
          data=synthetic_data((10,), 64, "class", 4, seed=2, ntest=24)),
+    Spec("smooth_acts", net=SMOOTH_ACTS, loss="cross_entropy",
+         twin=lambda: seq(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 12), nn.ELU(0.5),
+                          nn.Linear(12, 12), nn.SiLU(), nn.ELU(), nn.Linear(12, 10),
+                          nn.Softplus(beta=2.0, threshold=4.0), nn.Linear(10, 3)),
+         optim=adam(lr=0.01),
+         data=synthetic_data((8,), 64, "class", 3, seed=14, ntest=24)),
     Spec("cnn_adam", net=CNN_ADAM, loss="cross_entropy", bad_files=True,
          twin=lambda: seq(nn.Conv2d(2, 4, 3, stride=2, padding=1, bias=False),
                           nn.LeakyReLU(0.1), nn.MaxPool2d(3, stride=2, padding=1),
