@@ -1903,18 +1903,16 @@ static const OpDef ops[] = {
      .takes_epilogue = true, .aux_name = "xp", .layout = LAYOUT_CN, .cu_fwd = conv2d_cu_fwd,
      .cu_bwd = conv2d_cu_bwd, .cu_workspace = conv2d_cu_workspace, .aux_cpu_only = true,
      .product = true},
-    {.sig = {"maxpool2d", "max pooling (nn.MaxPool2d; stride defaults to kernel)",
-             {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
-              {"stride", A_INT, "", 1, 4096, NULL, NULL},
-              {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
-     .shape = pool_shape, .emit_fwd = pool_fwd, .emit_bwd = pool_bwd, .layout = LAYOUT_KEEP,
-     .cu_fwd = pool_cu_fwd, .cu_bwd = pool_cu_bwd},
-    {.sig = {"avgpool2d", "average pooling (nn.AvgPool2d, count_include_pad=True)",
-             {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},
-              {"stride", A_INT, "", 1, 4096, NULL, NULL},
-              {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},
-     .shape = pool_shape, .emit_fwd = pool_fwd, .emit_bwd = pool_bwd, .layout = LAYOUT_KEEP,
-     .cu_fwd = pool_cu_fwd, .cu_bwd = pool_cu_bwd},
+/* A pooling layer: its arguments and passes (max or average by its name). */
+#define POOLING(name, summary)                                                              \
+    .sig = {name, summary,                                                                  \
+            {{"kernel", A_INT, NULL, 1, 4096, "kernel_size", NULL},                         \
+             {"stride", A_INT, "", 1, 4096, NULL, NULL},                                    \
+             {"padding", A_INT, "0", 0, 4096, NULL, NULL}}},                                \
+    .shape = pool_shape, .emit_fwd = pool_fwd, .emit_bwd = pool_bwd, .layout = LAYOUT_KEEP, \
+    .cu_fwd = pool_cu_fwd, .cu_bwd = pool_cu_bwd
+    {POOLING("maxpool2d", "max pooling (nn.MaxPool2d; stride defaults to kernel)")},
+    {POOLING("avgpool2d", "average pooling (nn.AvgPool2d, count_include_pad=True)")},
     {.sig = {"relu", "max(x, 0)", NOARGS}, ACTIVATION(relu_act)},
     {.sig = {"leaky_relu", "x if x > 0 else negative_slope * x",
              {{"negative_slope", A_NUM, "0.01", 0, BIG, NULL, NULL}}},
