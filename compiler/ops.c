@@ -253,14 +253,16 @@ static bool bind_one(Program *p, const Sig *s, const ArgSpec *as,
             words[nwords++] = arena_printf(p->arena, "%.*s", (int)wl, w);
             w += wl + (bar != NULL);
         }
-        for (int i = 0; i < nwords && v->kind == V_IDENT; i++)
+        /* a word, or in quotes as PyTorch's strings are: tanh or "tanh" */
+        const bool word = v->kind == V_IDENT || v->kind == V_STR;
+        for (int i = 0; i < nwords && word; i++)
             if (!strcmp(words[i], v->text)) {
                 out->s = words[i];
                 return true;
             }
         diag_error(p->diag, v->loc, "argument '%s' of %s must be one of: %s",
                    as->name, s->name, as->words);
-        const char *near = v->kind == V_IDENT ? suggest(v->text, words, nwords) : NULL;
+        const char *near = word ? suggest(v->text, words, nwords) : NULL;
         if (near)
             diag_note(p->diag, v->loc, "did you mean '%s'?", near);
         return false;
@@ -930,17 +932,33 @@ static const char *sigmoid_b(Arena *a, const Node *n, const char *dy, const char
     return arena_printf(a, "%s * %s * (1.0f - %s)", dy, y, y);
 }
 
-/* nn.GELU (approximate='none'): x Phi(x); dy (Phi(x) + x phi(x)), as
- * PyTorch's GeluBackward */
+/* nn.GELU: x Phi(x); dy (Phi(x) + x phi(x)), as PyTorch's GeluBackward.
+ * approximate=tanh: Phi(x) ~ (1 + tanh(t)) / 2, t = sqrt(2/pi) (x + 0.044715
+ * x^3), and its derivative so (PyTorch's formula). */
+static bool gelu_tanh(const Node *n)
+{
+    return !strcmp(n->args[0].s, "tanh");
+}
+
+static const char *gelu_t(Arena *a, const char *x)
+{
+    return arena_printf(a, "tanhf(0.79788456f * (%s + 0.044715f * %s * %s * %s))", x, x, x, x);
+}
+
 static const char *gelu_f(Arena *a, const Node *n, const char *x)
 {
-    (void)n;
+    if (gelu_tanh(n))
+        return arena_printf(a, "0.5f * %s * (1.0f + %s)", x, gelu_t(a, x));
     return arena_printf(a, "0.5f * %s * (1.0f + erff(%s * 0.70710678f))", x, x);
 }
 
 static const char *gelu_b(Arena *a, const Node *n, const char *dy, const char *x, const char *y)
 {
-    (void)n, (void)y;
+    (void)y;
+    if (gelu_tanh(n))
+        return arena_printf(a, "%s * (0.5f * (1.0f + %s) + 0.5f * %s * (1.0f - %s * %s) * "
+                               "0.79788456f * (1.0f + 0.134145f * %s * %s))",
+                            dy, gelu_t(a, x), x, gelu_t(a, x), gelu_t(a, x), x, x);
     return arena_printf(a, "%s * (0.5f * (1.0f + erff(%s * 0.70710678f)) + "
                            "%s * 0.39894228f * expf(-0.5f * %s * %s))", dy, x, x, x, x);
 }
@@ -1919,7 +1937,8 @@ static const OpDef ops[] = {
      ACTIVATION(leaky_act)},
     {.sig = {"tanh", "tanh(x)", NOARGS}, ACTIVATION(tanh_act)},
     {.sig = {"sigmoid", "1 / (1 + exp(-x))", NOARGS}, ACTIVATION(sigmoid_act)},
-    {.sig = {"gelu", "x Phi(x), Phi the normal distribution (nn.GELU, exact)", NOARGS},
+    {.sig = {"gelu", "x Phi(x), Phi the normal distribution (nn.GELU)",
+             {{"approximate", A_WORD, "none", 0, 0, NULL, "none|tanh"}}},
      ACTIVATION(gelu_act)},
     {.sig = {"silu", "x sigmoid(x) (nn.SiLU)", NOARGS}, ACTIVATION(silu_act)},
     {.sig = {"elu", "x if x > 0 else alpha (exp(x) - 1) (nn.ELU)",

@@ -263,7 +263,7 @@ class Spec:
 
     def __init__(self, name, twin, optim, loss, data, net=None, seed_model=None,
                  layers=None, optimizer=None, batch=16, epochs=2, bad_files=False, flags=(),
-                 default_init=True, needs=(), bf16_steps=None):
+                 default_init=True, needs=(), bf16_steps=None, bf16=True):
         self.name, self.twin, self.optim, self.loss, self.data = name, twin, optim, loss, data
         self.flags = list(flags)  # more flags for the training runs
         self.net, self.seed_model = net, seed_model
@@ -272,6 +272,7 @@ class Spec:
         self.default_init = default_init  # False: the model has init statements
         self.needs = needs  # Python modules the check needs beyond torch
         self.bf16_steps = bf16_steps  # --precision bf16's steps, if not BF16_STEPS
+        self.bf16 = bf16  # False: not compared with autocast (the Spec says why)
 
 
 def missing_module(names):
@@ -472,6 +473,25 @@ model smooth_acts {
 }
 """
 
+GELU_TANH = """\
+# gelu's tanh approximation, after a layer and after another activation
+model gelu_tanh {
+    input  x[6]
+    target class(3)
+
+    linear(12)
+    gelu(approximate="tanh")
+    linear(8)
+    tanh
+    gelu(approximate=tanh)
+    linear(3)
+
+    loss      cross_entropy
+    optimizer sgd(lr=0.1, momentum=0.9)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
 CNN_ADAM = """\
 # strided, padded, bias-free and rectangular convolutions (the second one
 # strided and padded, so that its input gradient goes through col2im with
@@ -634,6 +654,15 @@ SPECS = [
                           nn.Softplus(beta=2.0, threshold=4.0), nn.Linear(10, 3)),
          optim=adam(lr=0.01),
          data=synthetic_data((8,), 64, "class", 3, seed=14, ntest=24)),
+    # fp32 only: torch 1.13's bf16 GELU with approximate='tanh' computes in
+    # bf16 (45 % of its values differ from the fp32 formula rounded once,
+    # -0.0264 for -0.0272 at x = -2.25), so no rounding point of netc's
+    # matches it; torch 2.x's agrees but below 1e-6
+    Spec("gelu_tanh", net=GELU_TANH, loss="cross_entropy", bf16=False,
+         twin=lambda: seq(nn.Linear(6, 12), nn.GELU(approximate="tanh"), nn.Linear(12, 8),
+                          nn.Tanh(), nn.GELU(approximate="tanh"), nn.Linear(8, 3)),
+         optim=sgd(lr=0.1, momentum=0.9),
+         data=synthetic_data((6,), 64, "class", 3, seed=15, ntest=24)),
     Spec("cnn_adam", net=CNN_ADAM, loss="cross_entropy", bad_files=True,
          twin=lambda: seq(nn.Conv2d(2, 4, 3, stride=2, padding=1, bias=False),
                           nn.LeakyReLU(0.1), nn.MaxPool2d(3, stride=2, padding=1),
@@ -1276,6 +1305,9 @@ def main():
                   f"sh scripts/install-deps.sh --with-torch)")
             continue
         try:
+            if a.precision == "bf16" and not spec.bf16:
+                print(f"NOTE: {spec.name}: not compared with autocast in bf16 (see its Spec)")
+                continue
             if a.precision == "bf16":
                 check_bf16(check, spec, os.path.abspath(a.netc), os.path.abspath(a.src),
                            os.path.abspath(a.work))
