@@ -164,23 +164,23 @@ struct step {
  * dW's pieces on the team runs its thread's own) and the threads oneDNN
  * was given when it made it. */
 enum { K_FWD, K_FWD_BIAS, K_DW, K_DX };
-struct key {
-    int v[19];
+struct key { /* ints alone, no padding: compared with memcmp */
+    int kind, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dot;
+    int n, cn, m, thread, threads;
 };
 
-/* A pass, made once and run at every call of the same key: its steps, its
- * stream, and what to free (its primitives, their descriptions, the
- * memories, the buffers in oneDNN's layouts); the memories over the
+/* A pass, made once and run at every call of the same key: its steps
+ * (the primitives among them), its stream, and what else to free (the
+ * primitives' descriptions, the memories, the buffers in oneDNN's layouts); the memories over the
  * caller's buffers, by role, get the caller's pointers at each run. */
 struct plan {
     struct key key;
     uint64_t used;  /* the call that last ran it (nrt_dnnl's clock) */
     int failed;     /* oneDNN refused it: the built-in path, without asking again */
     dnnl_stream_t stream;
-    int nmem, nprim, npd, nbuf, nstep;
+    int nmem, npd, nbuf, nstep;
     void *buf[8]; /* ours, for oneDNN's layouts: malloc's reuses freed pages */
     dnnl_memory_t mem[16];
-    dnnl_primitive_t prim[8];
     dnnl_primitive_desc_t pd[8];
     dnnl_memory_t user[NROLE];
     struct step step[8];
@@ -205,8 +205,9 @@ static void plan_free(struct nrt_dnnl *c, struct plan *p)
 {
     if (!p)
         return;
-    for (int i = 0; i < p->nprim; i++)
-        c->d.primitive_destroy(p->prim[i]);
+    for (int i = 0; i < p->nstep; i++)
+        if (p->step[i].p)
+            c->d.primitive_destroy(p->step[i].p);
     for (int i = 0; i < p->npd; i++)
         c->d.primitive_desc_destroy(p->pd[i]);
     for (int i = 0; i < p->nmem; i++)
@@ -286,9 +287,8 @@ static struct key key_of(int kind, const nrt_conv *g, int n, int cn, int m, int 
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    const struct key k = {{kind, g->c, g->h, g->w, g->o, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw,
-                           g->ph, g->pw, g->dot, n, cn, m, thread, threads}};
-    return k;
+    return (struct key){kind, g->c, g->h, g->w, g->o, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw,
+                        g->ph, g->pw, g->dot, n, cn, m, thread, threads};
 }
 
 static dnnl_memory_t keep_mem(struct plan *p, dnnl_memory_t m)
@@ -308,7 +308,6 @@ static int add_step(struct nrt_dnnl *c, struct plan *p, const_dnnl_primitive_des
     dnnl_primitive_t q;
     if (!OK(c->d.primitive_create(&q, pd)))
         return -1;
-    p->prim[p->nprim++] = q;
     struct step *s = &p->step[p->nstep++];
     *s = (struct step){.p = q, .nargs = nargs};
     memcpy(s->args, args, sizeof *args * (size_t)nargs);
@@ -506,8 +505,9 @@ static void copy_blocks(const struct step *s, const float *src, int i0)
     }
 }
 
-/* Makes p, a pass over n samples (m of them for dW's pieces). */
-typedef int make_fn(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g, int n, int cn, int m);
+/* Makes p, the pass of its key (p->key: n samples, m of them for dW's
+ * pieces). */
+typedef int make_fn(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g);
 
 /* The pass of key k, made by make where it is not made yet; NULL where
  * oneDNN refused it (then or before) or memory ran out.  Not on a team:
@@ -525,9 +525,8 @@ static struct plan *plan_of(struct nrt_dnnl *c, const nrt_conv *g, const struct 
         return NULL;
     p->key = *k;
     p->used = c->clock;
-    const int *v = k->v;
     p->failed = !OK(c->d.stream_create(&p->stream, c->eng, dnnl_stream_default_flags)) ||
-                make(c, p, g, v[14], v[15], v[16]) != 0;
+                make(c, p, g) != 0;
     /* a slot: the least recently run pass of an earlier call past NPLAN */
     int slot = c->n;
     for (int i = 0; c->n >= NPLAN && i < c->n; i++)
@@ -598,13 +597,13 @@ static struct tensor input_of(const nrt_conv *g, int n)
     return (struct tensor){g->c, n, g->h, g->w, g->ph, g->pw};
 }
 
-static int make_fwd(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g, int n, int cn, int m)
+static int make_fwd(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g)
 {
     struct geom d;
-    (void)cn, (void)m;
+    const int n = p->key.n;
     if (describe(c, g, n, 1, 1, &d) != 0)
         return -1;
-    d.bias = p->key.v[0] == K_FWD_BIAS;
+    d.bias = p->key.kind == K_FWD_BIAS;
     dnnl_primitive_desc_t pd = fwd_pd(c, p, &d);
     const struct tensor xt = input_of(g, n);
     dnnl_memory_t x = pd ? blocked(c, p, pd, dnnl_query_src_md, &xt, R_XP, n) : NULL;
@@ -630,12 +629,12 @@ int nrt_dnnl_fwd(const nrt_conv *g, int n, const float *w, const float *b, const
 
 /* dW of m of the n samples (from the sample each run names), on one
  * thread; both operands in blocks of channels, or -1. */
-static int make_dw(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g, int n, int cn, int m)
+static int make_dw(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g)
 {
     struct geom d;
     dnnl_primitive_desc_t pd;
+    const int n = p->key.n, m = p->key.m;
     const struct tensor xt = input_of(g, n), yt = {g->o, n, g->oh, g->ow, 0, 0};
-    (void)cn;
     if (describe(c, g, m, 1, 1, &d) != 0 || !(pd = backward_pd(c, p, &d, 1)))
         return -1;
     dnnl_memory_t x = blocked(c, p, pd, dnnl_query_src_md, &xt, R_XP, m);
@@ -710,12 +709,11 @@ int nrt_dnnl_dw(const nrt_conv *g, int n, const float *dy, const float *xp, floa
     return failed ? -1 : 0;
 }
 
-static int make_dx(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g, int n, int cn, int m)
+static int make_dx(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g)
 {
     struct geom d;
     dnnl_primitive_desc_t pd;
-    (void)m;
-    if (describe(c, g, n, cn, 0, &d) != 0 || !(pd = backward_pd(c, p, &d, 0)))
+    if (describe(c, g, p->key.n, p->key.cn, 0, &d) != 0 || !(pd = backward_pd(c, p, &d, 0)))
         return -1;
     dnnl_memory_t e = operand(c, p, pd, dnnl_query_diff_dst_md, &d.y, R_DY, 1);
     dnnl_memory_t k = e ? operand(c, p, pd, dnnl_query_weights_md, &d.w, R_W, 1) : NULL;

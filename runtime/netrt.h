@@ -438,14 +438,14 @@ typedef struct nrt_conv {
     struct nrt_dnnl *dnnl; /* the net's passes on oneDNN (nrt_net.dnnl), or NULL */
 } nrt_conv;
 
-/* A batch x, [N, C, H, W] or channel first [C, N, H, W] (cn = 1), to xp
- * [C, N, H+2PH, W+2PW]: zero-padded and channel first. */
 /* A net's convolution passes on oneDNN (conv_dnnl.c): made at their first
  * call, run at the next ones (oneDNN's descriptions, primitives and
  * buffers in its layouts kept); nrt_dnnl_new gives NULL without oneDNN. */
 struct nrt_dnnl *nrt_dnnl_new(void);
 void nrt_dnnl_free(struct nrt_dnnl *dnnl);
 
+/* A batch x, [N, C, H, W] or channel first [C, N, H, W] (cn = 1), to xp
+ * [C, N, H+2PH, W+2PW]: zero-padded and channel first. */
 void nrt_conv2d_pad(const nrt_conv *g, int n, int cn, const float *x, float *xp);
 /* y [O, N*OH*OW] = w [O, C*KH*KW] cols(xp) + b, cols being the batch's
  * im2col matrix [C*KH*KW, N*OH*OW], read from xp and never stored, and b
