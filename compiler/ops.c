@@ -602,15 +602,24 @@ static void emit_par_for(Emit *e, int64_t size, const char *values)
         emitf(e, "NRT_PAR_FOR(%s)", values);
 }
 
+/* The head of a generated elementwise loop over a batch of values of
+ * `size` a sample, i the index (on the threads where emit_par_for says). */
+static void emit_each(Emit *e, int64_t size)
+{
+    const char *values = arena_printf(e->arena, "(size_t)n * %lld", (long long)size);
+    emit_par_for(e, size, values);
+    emitf(e, "for (size_t i = 0; i < %s; i++)", values);
+}
+
 /* The cpu's epilogue of a linear or conv2d layer, over `rows` rows of y,
  * each of `len` values: the bias added (bias_at: its value at value k of
  * row i; NULL where the product added it, as a convolution's does), then,
  * with a fused activation, in bf16 and fp16 the sum rounded (as autocast's
- * low-precision product with its bias is) and the activation.  Each a pass of its own over the row, none branching on the
- * precision, so that they vectorise at -O2 too (one loop rounding each
- * value did not, where -O3 unswitched it: cifar10's -O2 step 23.2 -> 22.2
- * ms).  Without an activation the caller's rounding of the layer's
- * output is the sum's. */
+ * low-precision product with its bias is) and the activation.  Each a pass
+ * of its own over the row, none branching on the precision, so that they
+ * vectorise at -O2 too (one loop rounding each value did not, where -O3
+ * unswitched it: cifar10's -O2 step 23.2 -> 22.2 ms).  Without an
+ * activation the caller's rounding of the layer's output is the sum's. */
 static void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
                           const char *bias_at)
 {
@@ -642,8 +651,7 @@ static void emit_act_grad(Emit *e, const Node *n, int64_t size)
     if (!n->fused)
         return;
     emitf(e, "/* through the fused %s */", n->fused->op->sig.name);
-    emit_par_for(e, size, arena_printf(e->arena, "(size_t)n * %lld", (long long)size));
-    emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++)", (long long)size);
+    emit_each(e, size);
     emitf(e, "    dy[i] = %s;", act_grad(e->arena, n->fused, n->fused->op->act, "dy[i]", NULL, "y[i]"));
     emitf(e, "if (net->lowp)");
     emitf(e, "    nrt_round_lowp(net->lowp, dy, (size_t)n * %lld);", (long long)size);
@@ -1021,7 +1029,7 @@ static int64_t value_size(const Emit *e, const Node *n)
 
 static void act_fwd(Emit *e, const Node *n)
 {
-    emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++)", (long long)value_size(e, n));
+    emit_each(e, value_size(e, n));
     emitf(e, "    y[i] = %s;", n->op->act->fwd(e->arena, n, "x[i]"));
 }
 
@@ -1029,7 +1037,7 @@ static void act_bwd(Emit *e, const Node *n)
 {
     emitf(e, "if (!dx)");
     emitf(e, "    return;");
-    emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++)", (long long)value_size(e, n));
+    emit_each(e, value_size(e, n));
     emitf(e, "    dx[i] = %s;", act_grad(e->arena, n, n->op->act, "dy[i]", "x[i]", "y[i]"));
 }
 
@@ -1096,7 +1104,7 @@ static void dropout_bwd(Emit *e, const Node *n)
 {
     emitf(e, "if (!dx)");
     emitf(e, "    return;");
-    emitf(e, "for (size_t i = 0; i < (size_t)n * %lld; i++)", (long long)value_size(e, n));
+    emit_each(e, value_size(e, n));
     emitf(e, "    dx[i] = dy[i] * mask[i];");
 }
 
@@ -1956,19 +1964,17 @@ static const OpDef ops[] = {
      .shape = dropout_shape, .emit_fwd = dropout_fwd, .emit_bwd = dropout_bwd, .aux_name = "mask",
      .elementwise = true, .layout = LAYOUT_KEEP, .cu_fwd = dropout_cu_fwd,
      .cu_bwd = dropout_cu_bwd},
-#define BN_ARGS {{"eps", A_NUM, "1e-05", 0, BIG, NULL, NULL}, \
-                {"momentum", A_NUM, "0.1", 0, 1, NULL, NULL}, \
-                {"affine", A_BOOL, "true", 0, 1, NULL, NULL}}
-    {.sig = {"batchnorm1d", "per-feature batch normalization of a flat input (nn.BatchNorm1d)",
-             BN_ARGS},
-     .shape = batchnorm_shape, .emit_fwd = batchnorm_fwd, .emit_bwd = batchnorm_bwd,
-     .aux_name = "stats", .layout = LAYOUT_KEEP, .cu_fwd = batchnorm_cu_fwd,
-     .cu_bwd = batchnorm_cu_bwd},
-    {.sig = {"batchnorm2d", "per-channel batch normalization of an image (nn.BatchNorm2d)",
-             BN_ARGS},
-     .shape = batchnorm_shape, .emit_fwd = batchnorm_fwd, .emit_bwd = batchnorm_bwd,
-     .aux_name = "stats", .layout = LAYOUT_KEEP, .cu_fwd = batchnorm_cu_fwd,
-     .cu_bwd = batchnorm_cu_bwd},
+/* A batch normalization: its arguments and passes (1d or 2d by its name). */
+#define BATCHNORM(name, summary)                                                            \
+    .sig = {name, summary,                                                                  \
+            {{"eps", A_NUM, "1e-05", 0, BIG, NULL, NULL},                                   \
+             {"momentum", A_NUM, "0.1", 0, 1, NULL, NULL},                                  \
+             {"affine", A_BOOL, "true", 0, 1, NULL, NULL}}},                                \
+    .shape = batchnorm_shape, .emit_fwd = batchnorm_fwd, .emit_bwd = batchnorm_bwd,         \
+    .aux_name = "stats", .layout = LAYOUT_KEEP, .cu_fwd = batchnorm_cu_fwd,                 \
+    .cu_bwd = batchnorm_cu_bwd
+    {BATCHNORM("batchnorm1d", "per-feature batch normalization of a flat input (nn.BatchNorm1d)")},
+    {BATCHNORM("batchnorm2d", "per-channel batch normalization of an image (nn.BatchNorm2d)")},
     {.sig = {"rnn", "Elman RNN over a sequence [T, F] (nn.RNN, batch_first): its last state",
              {{"hidden", A_INT, NULL, 1, INT_MAX_ARG, "hidden_size", NULL},
               {"layers", A_INT, "1", 1, 1024, "num_layers", NULL},
