@@ -12,6 +12,67 @@
 
 #include <string.h>
 
+/* A field of nrt_optim or nrt_schedule that a registry's entry may name
+ * (OptimDef.fields, ScheduleDef.fields), and the C initializer of such a
+ * struct: {NRT_SGD, .lr = 0.1, .momentum = 0.9f, ...}. */
+typedef struct Field {
+    const char *name;
+    size_t offset;
+    char type; /* 'i' int, 'f' float, 'd' double */
+} Field;
+
+#define OPTIM_FIELD(name, type) {#name, offsetof(nrt_optim, name), type}
+static const Field optim_fields[] = {
+    OPTIM_FIELD(lr, 'd'),        OPTIM_FIELD(momentum, 'f'), OPTIM_FIELD(dampening, 'f'),
+    OPTIM_FIELD(weight_decay, 'f'), OPTIM_FIELD(nesterov, 'i'), OPTIM_FIELD(beta1, 'f'),
+    OPTIM_FIELD(beta2, 'f'),     OPTIM_FIELD(eps, 'f'),      {NULL, 0, 0}};
+
+#define SCHED_FIELD(name, type) {#name, offsetof(nrt_schedule, name), type}
+static const Field sched_fields[] = {
+    SCHED_FIELD(step_size, 'i'), SCHED_FIELD(gamma, 'd'),    SCHED_FIELD(t_max, 'i'),
+    SCHED_FIELD(eta_min, 'd'),   SCHED_FIELD(factor, 'd'),   SCHED_FIELD(patience, 'i'),
+    SCHED_FIELD(threshold, 'd'), SCHED_FIELD(threshold_abs, 'i'), SCHED_FIELD(cooldown, 'i'),
+    SCHED_FIELD(min_lr, 'd'),    SCHED_FIELD(eps, 'd'),      {NULL, 0, 0}};
+
+static const char *struct_init(Arena *a, const char *kind, const void *base, const Field *table,
+                               const char *const *names, int n)
+{
+    char *s = arena_printf(a, "{%s", kind);
+    for (int i = 0; i < n && names[i]; i++) {
+        const Field *f = table;
+        while (f[1].name && strcmp(f->name, names[i]))
+            f++; /* (every field an entry names is in its table) */
+        const char *at = (const char *)base + f->offset;
+        s = arena_printf(a, "%s, .%s = %s", s, f->name,
+                         f->type == 'i'   ? arena_printf(a, "%d", *(const int *)at)
+                         : f->type == 'f' ? c_float(a, *(const float *)at)
+                                          : c_double(a, *(const double *)at));
+    }
+    return arena_printf(a, "%s}", s);
+}
+
+#define OPTIM_ROW(K, name, cls, s0, s1) [NRT_##K] = {"NRT_" #K, cls},
+static const struct {
+    const char *kind, *torch;
+} optim_rows[NRT_OPTIM_KINDS] = {NRT_OPTIMIZERS(OPTIM_ROW)};
+#undef OPTIM_ROW
+
+#define SCHED_ROW(K, name, cls) [NRT_SCHED_##K] = "NRT_SCHED_" #K,
+static const char *const sched_kinds[NRT_SCHED_KINDS] = {NRT_SCHEDULES(SCHED_ROW)};
+#undef SCHED_ROW
+
+/* torch.optim's class of an optimizer: "SGD", "AdamW". */
+static const char *optim_class(int kind)
+{
+    return optim_rows[kind].torch;
+}
+
+static const char *optim_init(Arena *a, const Program *p)
+{
+    return struct_init(a, optim_rows[p->optim.kind].kind, &p->optim, optim_fields,
+                       p->optimizer->fields, 8);
+}
+
 static void emit_lib_functions(Emit *e);
 
 static const char *init_kind(int k)
@@ -31,27 +92,12 @@ static void emit_source(Emit *e, const char *field, const nrt_source *s)
           c_double(e->arena, s->fraction), c_string(e->arena, s->root));
 }
 
-static void emit_schedule(Emit *e, const nrt_schedule *s)
+static void emit_schedule(Emit *e, const Program *p)
 {
-    Arena *a = e->arena;
-    switch (s->kind) {
-    case NRT_SCHED_STEP:
-        emitf(e, ".schedule = {NRT_SCHED_STEP, .step_size = %d, .gamma = %s},", s->step_size,
-              c_double(a, s->gamma));
-        break;
-    case NRT_SCHED_COSINE:
-        emitf(e, ".schedule = {NRT_SCHED_COSINE, .t_max = %d, .eta_min = %s},", s->t_max,
-              c_double(a, s->eta_min));
-        break;
-    case NRT_SCHED_PLATEAU:
-        emitf(e, ".schedule = {NRT_SCHED_PLATEAU, .factor = %s, .patience = %d, .threshold = %s, "
-              ".threshold_abs = %d, .cooldown = %d, .min_lr = %s, .eps = %s},",
-              c_double(a, s->factor), s->patience, c_double(a, s->threshold), s->threshold_abs,
-              s->cooldown, c_double(a, s->min_lr), c_double(a, s->eps));
-        break;
-    default:
-        break;
-    }
+    if (p->scheduler)
+        emitf(e, ".schedule = %s,",
+              struct_init(e->arena, sched_kinds[p->schedule.kind], &p->schedule, sched_fields,
+                          p->scheduler->fields, 8));
 }
 
 static const char *floats(Arena *a, const float *v, int n)
@@ -104,7 +150,6 @@ void emit_driver(Emit *e, bool cuda)
         emitf(e, "};");
         emit_blank(e);
     }
-    const nrt_optim *o = &p->optim;
     /* not "model": a library's API may be named so (-o model), its
      * handle's type with it */
     emitf(e, "static const nrt_model netc_model = {");
@@ -129,21 +174,12 @@ void emit_driver(Emit *e, bool cuda)
     emitf(e, ".iact_size = %lld,", (long long)p->iact_size);
     emitf(e, ".grad_size = %lld,", (long long)p->grad_size);
     emitf(e, ".scratch_size = %lld,", (long long)p->scratch_size);
-    if (o->kind == NRT_SGD)
-        emitf(e, ".optim = {NRT_SGD, .lr = %s, .momentum = %s, .dampening = %s, "
-              ".weight_decay = %s, .nesterov = %d},", c_double(e->arena, o->lr),
-              c_float(e->arena, o->momentum), c_float(e->arena, o->dampening),
-              c_float(e->arena, o->weight_decay), o->nesterov);
-    else
-        emitf(e, ".optim = {NRT_ADAM, .lr = %s, .weight_decay = %s, .beta1 = %s, "
-              ".beta2 = %s, .eps = %s},", c_double(e->arena, o->lr),
-              c_float(e->arena, o->weight_decay), c_float(e->arena, o->beta1),
-              c_float(e->arena, o->beta2), c_float(e->arena, o->eps));
+    emitf(e, ".optim = %s,", optim_init(e->arena, p));
     emitf(e, ".device = %s,", c_string(e->arena, p->device));
     emit_source(e, "train", &p->train);
     emit_source(e, "valid", &p->valid);
     emit_source(e, "test", &p->test);
-    emit_schedule(e, &p->schedule);
+    emit_schedule(e, p);
     emit_transforms(e, &p->transforms);
     emitf(e, ".batch = %d,", p->batch);
     emitf(e, ".epochs = %d,", p->epochs);
@@ -300,11 +336,11 @@ void emit_lib_header(FILE *out, const Program *p, const EmitOptions *o, Arena *a
     emitf(e, " * in evaluation mode (no dropout); any n. */");
     emitf(e, "int %s_predict(%s *m, const float *x, size_t n, float *out, nrt_error *err);", m, m);
     emitf(e, "/* One %s step on n samples (1 to the batch given to create):",
-          p->optim.kind == NRT_SGD ? "SGD" : "Adam");
+          optim_class(p->optim.kind));
     emitf(e, " * x[n * %s_INPUT_SIZE] and %s; *loss (if loss", up,
           cls ? arena_printf(a, "label[n] in [0, %d)", p->n_out)
               : arena_printf(a, "y[n * %s_OUTPUT_SIZE]", up));
-    emitf(e, " * is not NULL) receives the batch's mean %s before the update. */", p->loss->name);
+    emitf(e, " * is not NULL) receives the batch's mean %s before the update. */", p->loss->sig.name);
     emitf(e, "int %s_train_step(%s *m, const float *x, %s, int n, float *loss, nrt_error *err);", m, m,
           target_param(p));
     if (p->train.standardize) {

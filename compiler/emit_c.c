@@ -420,11 +420,7 @@ static void emit_forward(Emit *e)
     emitf(e, "*out = %s;", value_expr(e, last));
     emitf(e, "float *dlast = net->training ? %s : NULL;", grad_expr(e, last));
     emit_at(e, p->loss_stmt->loc.first_line);
-    if (p->target_kind == NRT_TARGET_CLASS)
-        emitf(e, "float loss = nrt_xent(%s, b->label, n, %d, dlast); /* fused log-softmax */",
-              value_expr(e, last), p->n_out);
-    else
-        emitf(e, "float loss = nrt_mse(%s, b->y, n, %d, dlast);", value_expr(e, last), p->n_out);
+    p->loss->emit_c(e, value_expr(e, last));
     emit_at(e, 0);
     emit_lowp_dlast(e);
     emitf(e, "return loss;");

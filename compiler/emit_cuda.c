@@ -99,26 +99,6 @@ static void emit_host_node(Emit *e, const Node *n)
     emit_blank(e);
 }
 
-/* The loss: its kernel (cross-entropy with the classes written in) and
- * its launch in forward(). */
-static void emit_loss(Emit *e)
-{
-    const Program *p = e->p;
-    int last = p->nvalues - 1;
-    if (p->target_kind == NRT_TARGET_CLASS) {
-        const char *body[1] = {arena_printf(e->arena, "nrt_k::xent<%d>(logits, label, n, d, loss);",
-                                            p->n_out)};
-        const char *k = cu_kernel(e, NULL, "loss", 1024,
-                                  "const float *logits, const int32_t *label, int n, float *d, "
-                                  "float *loss", body, 1);
-        emitf(e, "TRY(nrt_cu_xent(net, %s, %s, net->label, n, dlast, net->loss, err)); "
-              "/* fused log-softmax */", k, value_expr(e, last));
-    } else {
-        emitf(e, "TRY(nrt_cu_mse(net, %s, net->y, n, %d, dlast, net->loss, err));",
-              value_expr(e, last), p->n_out);
-    }
-}
-
 static void emit_host_forward(Emit *e)
 {
     const Program *p = e->p;
@@ -135,7 +115,7 @@ static void emit_host_forward(Emit *e)
     emitf(e, "net->out = %s;", value_expr(e, last));
     emitf(e, "float *dlast = net->training ? %s : NULL;", grad_expr(e, last));
     emit_at(e, p->loss_stmt->loc.first_line);
-    emit_loss(e);
+    p->loss->emit_cuda(e, value_expr(e, last));
     emit_at(e, 0);
     emit_lowp_dlast(e);
     emitf(e, "return 0;");
@@ -193,7 +173,7 @@ static void kernel_source(FILE *fk, const Program *p, const EmitOptions *o, Aren
     emit_blank(&k);
     walk(&e);
     emitf(&k, "/* the loss */");
-    emit_loss(&e);
+    p->loss->emit_cuda(&e, value_expr(&e, p->nvalues - 1));
 }
 
 void emit_cuda(FILE *out, const Program *p, const EmitOptions *o, Arena *a)

@@ -60,12 +60,9 @@ static void emit_values(Emit *e)
         }
     }
     int last = p->nvalues - 1;
-    emitf(e, "  %-28s = %s(%%%d, %s)", "loss", p->loss->name, last,
+    emitf(e, "  %-28s = %s(%%%d, %s)", "loss", p->loss->sig.name, last,
           p->target_kind == NRT_TARGET_CLASS ? "label" : "target");
-    emitf(e, "  %-28s   line %d; %s", "", p->loss_stmt->loc.first_line,
-          p->target_kind == NRT_TARGET_CLASS
-              ? "log-softmax fused in: d%N = (softmax - onehot) / n"
-              : "d%N = 2 (y - t) / (n * outputs)");
+    emitf(e, "  %-28s   line %d; %s", "", p->loss_stmt->loc.first_line, p->loss->grad);
     emit_blank(e);
 }
 
@@ -230,7 +227,7 @@ void emit_dot(FILE *out, const Program *p, const EmitOptions *o, Arena *a)
     }
     int last = p->nvalues - 1;
     emitf(&e, "loss [shape=oval, label=%s];",
-          dot_string(a, arena_printf(a, "loss: %s\nline %d", p->loss->name, p->loss_stmt->loc.first_line)));
+          dot_string(a, arena_printf(a, "loss: %s\nline %d", p->loss->sig.name, p->loss_stmt->loc.first_line)));
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
         emitf(&e, "v%d -> v%d [label=%s];", n->in, n->out, dot_string(a, value_name(&e, n->in)));

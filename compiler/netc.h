@@ -257,9 +257,56 @@ const OpDef *op_find(const char *name);
 /* The closest of names[0..n) to s when it looks like a typo of it, or NULL. */
 const char *suggest(const char *s, const char *const *names, int n);
 const OpDef *op_table(int *n);
-const Sig *sig_find(const Sig *table, const char *name);
-extern const Sig loss_sigs[], optim_sigs[], schedule_sigs[], source_sigs[], init_sigs[],
+/* The entry of table named name, or NULL.  A table is an array of Sigs,
+ * or of a registry's entries that start with their Sig, stride bytes
+ * apart, ended by a NULL name: SIGS(table) or ENTRIES(table) says both. */
+const Sig *sig_find(const Sig *table, size_t stride, const char *name);
+#define SIGS(table) (table), sizeof *(table)
+#define ENTRIES(table) &(table)[0].sig, sizeof *(table)
+static inline const Sig *sig_next(const Sig *s, size_t stride)
+{
+    return (const Sig *)((const char *)s + stride);
+}
+extern const Sig source_sigs[], init_sigs[],
     target_sigs[], transform_sigs[];
+
+/* A loss: its arguments, the target it compares the model's output with
+ * (NRT_TARGET_CLASS or NRT_TARGET_VALUE: the data's), and forward()'s
+ * statements that compute it (`float loss`) and its gradient (into
+ * dlast, where not NULL) from out, the output's C expression: the cpu's
+ * (emit_c.c) and the GPU's (emit_cuda.c, launching what it defines); and
+ * the gradient's formula, for --emit=ir. */
+typedef struct LossDef {
+    Sig sig;
+    int target;
+    void (*emit_c)(Emit *e, const char *out);
+    void (*emit_cuda)(Emit *e, const char *out);
+    const char *grad; /* "d%N = 2 (y - t) / (n * outputs)" */
+} LossDef;
+extern const LossDef losses[];
+
+/* An optimizer: its arguments (the first is lr), the runtime's kind
+ * (optimizers.h: its update, states and checkpoint names), how the bound
+ * arguments set nrt_optim but lr (reporting what PyTorch refuses too), and
+ * the fields so set, in the order the program's descriptor writes them. */
+typedef struct OptimDef {
+    Sig sig;
+    int kind;
+    void (*bind)(Program *p, const Value *call, const ArgVal *a, nrt_optim *o);
+    const char *fields[8];
+} OptimDef;
+extern const OptimDef optimizers[];
+
+/* A learning-rate schedule: its arguments, the runtime's kind (netrt.h's
+ * NRT_SCHEDULES: its lr), how the arguments set nrt_schedule, and the
+ * fields so set, in the descriptor's order. */
+typedef struct ScheduleDef {
+    Sig sig;
+    int kind;
+    void (*bind)(const ArgVal *a, nrt_schedule *s);
+    const char *fields[8];
+} ScheduleDef;
+extern const ScheduleDef schedules[];
 
 /* Binds the arguments of call to sig; reports unknown, missing, duplicate
  * and ill-typed arguments.  Returns false on error. */
@@ -341,9 +388,10 @@ struct Program {
     Buffer *buffers;
     int nbuffers, buffers_cap;
     size_t buffer_bytes;
-    const Sig *loss;
+    const LossDef *loss;
     const Stmt *loss_stmt;
     nrt_optim optim;
+    const OptimDef *optimizer; /* its entry; NULL until bound */
     const char *device;
     const Stmt *device_stmt; /* NULL: the model names no device */
     int precision;      /* NRT_FP32 (default), NRT_BF16, NRT_FP16 */
@@ -351,6 +399,7 @@ struct Program {
                             bf16 run casts its fp32 input into the net's xlp */
     nrt_source train, valid, test;
     nrt_schedule schedule;
+    const ScheduleDef *scheduler; /* its entry; NULL: none */
     nrt_transforms transforms;
     int batch, epochs;
     uint64_t seed;

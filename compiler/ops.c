@@ -378,41 +378,135 @@ static const int init_kinds[] = {
     NRT_INIT_UNIFORM, NRT_INIT_XAVIER_NORMAL, NRT_INIT_XAVIER_UNIFORM,
     NRT_INIT_KAIMING_NORMAL, NRT_INIT_KAIMING_UNIFORM};
 
-const Sig loss_sigs[] = {
-    {"cross_entropy", "softmax cross-entropy over class logits, mean over the batch", {{0}}},
-    {"mse", "mean squared error over all outputs", {{0}}},
-    {NULL, NULL, {{0}}}};
+/* ---------------------------------------------------------------- losses */
 
-const Sig optim_sigs[] = {
-    {"sgd", "torch.optim.SGD",
-     {{"lr", A_NUM, "0.001", 0, BIG, NULL, NULL},
-      {"momentum", A_NUM, "0", 0, BIG, NULL, NULL},
-      {"dampening", A_NUM, "0", -BIG, BIG, NULL, NULL},
-      {"weight_decay", A_NUM, "0", 0, BIG, NULL, NULL},
-      {"nesterov", A_BOOL, "false", 0, 1, NULL, NULL}}},
-    {"adam", "torch.optim.Adam",
-     {{"lr", A_NUM, "0.001", 0, BIG, NULL, NULL},
-      {"betas", A_NUMS2, "(0.9, 0.999)", 0, 0.999999999, NULL, NULL},
-      {"eps", A_NUM, "1e-08", 0, BIG, NULL, NULL},
-      {"weight_decay", A_NUM, "0", 0, BIG, NULL, NULL}}},
-    {NULL, NULL, {{0}}}};
+static void xent_c(Emit *e, const char *out)
+{
+    emitf(e, "float loss = nrt_xent(%s, b->label, n, %d, dlast); /* fused log-softmax */", out,
+          e->p->n_out);
+}
 
-const Sig schedule_sigs[] = {
-    {"step", "torch.optim.lr_scheduler.StepLR: lr *= gamma every size epochs",
-     {{"size", A_INT, NULL, 1, INT_MAX_ARG, "step_size", NULL},
-      {"gamma", A_NUM, "0.1", 0, BIG, NULL, NULL}}},
-    {"cosine", "CosineAnnealingLR: from lr down to eta_min over t_max epochs",
-     {{"t_max", A_INT, NULL, 1, INT_MAX_ARG, "T_max", NULL},
-      {"eta_min", A_NUM, "0", 0, BIG, NULL, NULL}}},
-    {"reduce_on_plateau", "ReduceLROnPlateau: lr *= factor when the validation loss stalls",
-     {{"factor", A_NUM, "0.1", 0, 0.999999999, NULL, NULL},
-      {"patience", A_INT, "10", 0, INT_MAX_ARG, NULL, NULL},
-      {"threshold", A_NUM, "0.0001", 0, BIG, NULL, NULL},
-      {"threshold_mode", A_WORD, "rel", 0, 0, NULL, "rel|abs"},
-      {"cooldown", A_INT, "0", 0, INT_MAX_ARG, NULL, NULL},
-      {"min_lr", A_NUM, "0", 0, BIG, NULL, NULL},
-      {"eps", A_NUM, "1e-08", 0, BIG, NULL, NULL}}},
-    {NULL, NULL, {{0}}}};
+/* a kernel with the classes written in */
+static void xent_cuda(Emit *e, const char *out)
+{
+    const char *body[1] = {arena_printf(e->arena, "nrt_k::xent<%d>(logits, label, n, d, loss);",
+                                        e->p->n_out)};
+    const char *k = cu_kernel(e, NULL, "loss", 1024,
+                              "const float *logits, const int32_t *label, int n, float *d, "
+                              "float *loss", body, 1);
+    emitf(e, "TRY(nrt_cu_xent(net, %s, %s, net->label, n, dlast, net->loss, err)); "
+          "/* fused log-softmax */", k, out);
+}
+
+static void mse_c(Emit *e, const char *out)
+{
+    emitf(e, "float loss = nrt_mse(%s, b->y, n, %d, dlast);", out, e->p->n_out);
+}
+
+static void mse_cuda(Emit *e, const char *out)
+{
+    emitf(e, "TRY(nrt_cu_mse(net, %s, net->y, n, %d, dlast, net->loss, err));", out, e->p->n_out);
+}
+
+const LossDef losses[] = {
+    {{"cross_entropy", "softmax cross-entropy over class logits, mean over the batch", {{0}}},
+     NRT_TARGET_CLASS, xent_c, xent_cuda, "log-softmax fused in: d%N = (softmax - onehot) / n"},
+    {{"mse", "mean squared error over all outputs", {{0}}},
+     NRT_TARGET_VALUE, mse_c, mse_cuda, "d%N = 2 (y - t) / (n * outputs)"},
+    {{NULL, NULL, {{0}}}, 0, NULL, NULL, NULL}};
+
+/* ------------------------------------------------------------ optimizers */
+
+static void bind_sgd(Program *p, const Value *call, const ArgVal *a, nrt_optim *o)
+{
+    o->momentum = (float)a[1].v[0];
+    o->dampening = (float)a[2].v[0];
+    o->weight_decay = (float)a[3].v[0];
+    o->nesterov = a[4].v[0] != 0;
+    if (o->nesterov && (o->momentum <= 0 || o->dampening != 0)) {
+        diag_error(p->diag, call->loc, "nesterov momentum requires a momentum and zero dampening");
+        diag_note(p->diag, call->loc, "PyTorch refuses this too: give momentum > 0 and dampening=0");
+    }
+}
+
+static void bind_adam(Program *p, const Value *call, const ArgVal *a, nrt_optim *o)
+{
+    (void)p, (void)call;
+    o->beta1 = (float)a[1].v[0];
+    o->beta2 = (float)a[1].v[1];
+    o->eps = (float)a[2].v[0];
+    o->weight_decay = (float)a[3].v[0];
+}
+
+#define ADAM_ARGS(wd)                                                     \
+    {{"lr", A_NUM, "0.001", 0, BIG, NULL, NULL},                          \
+     {"betas", A_NUMS2, "(0.9, 0.999)", 0, 0.999999999, NULL, NULL},      \
+     {"eps", A_NUM, "1e-08", 0, BIG, NULL, NULL},                         \
+     {"weight_decay", A_NUM, wd, 0, BIG, NULL, NULL}}
+
+/* The first argument of each is lr.  Its kind is optimizers.h's row: the
+ * runtime's update, checkpoint names and the GPU's kernel. */
+const OptimDef optimizers[] = {
+    {{"sgd", "torch.optim.SGD",
+      {{"lr", A_NUM, "0.001", 0, BIG, NULL, NULL},
+       {"momentum", A_NUM, "0", 0, BIG, NULL, NULL},
+       {"dampening", A_NUM, "0", -BIG, BIG, NULL, NULL},
+       {"weight_decay", A_NUM, "0", 0, BIG, NULL, NULL},
+       {"nesterov", A_BOOL, "false", 0, 1, NULL, NULL}}},
+     NRT_SGD, bind_sgd, {"lr", "momentum", "dampening", "weight_decay", "nesterov"}},
+    {{"adam", "torch.optim.Adam", ADAM_ARGS("0")},
+     NRT_ADAM, bind_adam, {"lr", "weight_decay", "beta1", "beta2", "eps"}},
+    {{"adamw", "torch.optim.AdamW: Adam with decoupled weight decay, p *= 1 - lr wd",
+      ADAM_ARGS("0.01")},
+     NRT_ADAMW, bind_adam, {"lr", "weight_decay", "beta1", "beta2", "eps"}},
+    {{NULL, NULL, {{0}}}, 0, NULL, {NULL}}};
+
+/* ------------------------------------------------------------- schedules */
+
+static void bind_step(const ArgVal *a, nrt_schedule *s)
+{
+    s->step_size = (int)a[0].v[0];
+    s->gamma = a[1].v[0];
+}
+
+static void bind_cosine(const ArgVal *a, nrt_schedule *s)
+{
+    s->t_max = (int)a[0].v[0];
+    s->eta_min = a[1].v[0];
+}
+
+static void bind_plateau(const ArgVal *a, nrt_schedule *s)
+{
+    s->factor = a[0].v[0];
+    s->patience = (int)a[1].v[0];
+    s->threshold = a[2].v[0];
+    s->threshold_abs = !strcmp(a[3].s, "abs");
+    s->cooldown = (int)a[4].v[0];
+    s->min_lr = a[5].v[0];
+    s->eps = a[6].v[0];
+}
+
+/* Their kinds are netrt.h's NRT_SCHEDULES rows: the runtime's lr_NAME. */
+const ScheduleDef schedules[] = {
+    {{"step", "torch.optim.lr_scheduler.StepLR: lr *= gamma every size epochs",
+      {{"size", A_INT, NULL, 1, INT_MAX_ARG, "step_size", NULL},
+       {"gamma", A_NUM, "0.1", 0, BIG, NULL, NULL}}},
+     NRT_SCHED_STEP, bind_step, {"step_size", "gamma"}},
+    {{"cosine", "CosineAnnealingLR: from lr down to eta_min over t_max epochs",
+      {{"t_max", A_INT, NULL, 1, INT_MAX_ARG, "T_max", NULL},
+       {"eta_min", A_NUM, "0", 0, BIG, NULL, NULL}}},
+     NRT_SCHED_COSINE, bind_cosine, {"t_max", "eta_min"}},
+    {{"reduce_on_plateau", "ReduceLROnPlateau: lr *= factor when the validation loss stalls",
+      {{"factor", A_NUM, "0.1", 0, 0.999999999, NULL, NULL},
+       {"patience", A_INT, "10", 0, INT_MAX_ARG, NULL, NULL},
+       {"threshold", A_NUM, "0.0001", 0, BIG, NULL, NULL},
+       {"threshold_mode", A_WORD, "rel", 0, 0, NULL, "rel|abs"},
+       {"cooldown", A_INT, "0", 0, INT_MAX_ARG, NULL, NULL},
+       {"min_lr", A_NUM, "0", 0, BIG, NULL, NULL},
+       {"eps", A_NUM, "1e-08", 0, BIG, NULL, NULL}}},
+     NRT_SCHED_PLATEAU, bind_plateau,
+     {"factor", "patience", "threshold", "threshold_abs", "cooldown", "min_lr", "eps"}},
+    {{NULL, NULL, {{0}}}, 0, NULL, {NULL}}};
 
 #define TEXT_SOURCE_ARGS                                                  \
     {{"path", A_STR, NULL, 0, 0, NULL, NULL},                             \
@@ -455,9 +549,9 @@ const Sig target_sigs[] = {
     {"value", "size real numbers per sample", {{"size", A_INT, "1", 1, INT_MAX_ARG, NULL, NULL}}},
     {NULL, NULL, {{0}}}};
 
-const Sig *sig_find(const Sig *table, const char *name)
+const Sig *sig_find(const Sig *table, size_t stride, const char *name)
 {
-    for (; table->name; table++)
+    for (; table->name; table = sig_next(table, stride))
         if (!strcmp(table->name, name))
             return table;
     return NULL;
@@ -469,7 +563,7 @@ bool bind_init(Program *p, const Value *v, nrt_init *out)
         diag_error(p->diag, v->loc, "expected an initializer such as xavier_normal or normal(0, 0.01)");
         return false;
     }
-    const Sig *s = sig_find(init_sigs, v->text);
+    const Sig *s = sig_find(SIGS(init_sigs), v->text);
     if (!s) {
         const char *names[16];
         int n = 0;

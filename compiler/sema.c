@@ -61,17 +61,17 @@ static void unknown(Program *p, Loc loc, const char *what, const char *name,
 }
 
 /* Looks up call->text in a signature table, reporting unknown names. */
-static const Sig *find_sig(Program *p, const Sig *table, const Value *call,
+static const Sig *find_sig(Program *p, const Sig *table, size_t stride, const Value *call,
                            const char *what)
 {
-    const Sig *s = sig_find(table, call->text);
+    const Sig *s = sig_find(table, stride, call->text);
     if (s)
         return s;
     const char *names[16];
     char list[256] = "";
     int n = 0;
     size_t len = 0;
-    for (const Sig *t = table; t->name && n < 16; t++) {
+    for (const Sig *t = table; t->name && n < 16; t = sig_next(t, stride)) {
         names[n++] = t->name;
         len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", t->name);
     }
@@ -214,11 +214,11 @@ static void build_layers(Program *p, const Stmt *first, int nlayers,
         index++;
         n->op = op_find(s->call->text);
         if (!n->op) {
-            if (sig_find(loss_sigs, s->call->text)) {
+            if (sig_find(ENTRIES(losses), s->call->text)) {
                 diag_error(p->diag, s->call->loc, "'%s' is a loss, not a layer", s->call->text);
                 diag_note(p->diag, s->call->loc, "write 'loss %s'", s->call->text);
                 p->misplaced_loss = true;
-            } else if (sig_find(optim_sigs, s->call->text)) {
+            } else if (sig_find(ENTRIES(optimizers), s->call->text)) {
                 diag_error(p->diag, s->call->loc, "'%s' is an optimizer, not a layer", s->call->text);
                 diag_note(p->diag, s->call->loc, "write 'optimizer %s(...)'", s->call->text);
                 p->misplaced_optimizer = true;
@@ -264,13 +264,22 @@ static void build_layers(Program *p, const Stmt *first, int nlayers,
 
 /* ------------------------------------------------------ loss and target */
 
+/* The first loss for targets of kind: what a note suggests. */
+static const char *loss_for(int kind)
+{
+    for (const LossDef *l = losses; l->sig.name; l++)
+        if (l->target == kind)
+            return l->sig.name;
+    return "?";
+}
+
 static void check_loss(Program *p, const Seen *seen)
 {
     const Shape *out = &p->values[p->nvalues - 1].shape;
-    bool xent = !strcmp(p->loss->name, "cross_entropy");
+    const char *name = p->loss->sig.name;
     if (out->rank != 1) {
-        diag_error(p->diag, seen->loss->loc, "%s needs a flat model output, got %s",
-                   p->loss->name, shape_str(p->arena, out));
+        diag_error(p->diag, seen->loss->loc, "%s needs a flat model output, got %s", name,
+                   shape_str(p->arena, out));
         diag_note(p->diag, seen->loss->loc, "end the model with 'flatten' and a linear layer");
         return;
     }
@@ -278,17 +287,17 @@ static void check_loss(Program *p, const Seen *seen)
     if (seen->target && p->target_kind == 0)
         return; /* the target statement was wrong, and said so */
     if (!seen->target) {
-        p->target_kind = xent ? NRT_TARGET_CLASS : NRT_TARGET_VALUE;
+        p->target_kind = p->loss->target;
         p->n_out = (int)k;
         return;
     }
     const char *tname = p->target_kind == NRT_TARGET_CLASS ? "class" : "value";
-    if (xent && p->target_kind != NRT_TARGET_CLASS) {
-        diag_error(p->diag, seen->loss->loc, "cross_entropy needs class targets, but the target is value(%d)", p->n_out);
-        diag_note(p->diag, seen->target->loc, "declare 'target class(N)' or use 'loss mse'");
-    } else if (!xent && p->target_kind != NRT_TARGET_VALUE) {
-        diag_error(p->diag, seen->loss->loc, "mse needs value targets, but the target is class(%d)", p->n_out);
-        diag_note(p->diag, seen->target->loc, "declare 'target value(N)' or use 'loss cross_entropy'");
+    if (p->loss->target != p->target_kind) {
+        const bool cls = p->loss->target == NRT_TARGET_CLASS;
+        diag_error(p->diag, seen->loss->loc, "%s needs %s targets, but the target is %s(%d)", name,
+                   cls ? "class" : "value", tname, p->n_out);
+        diag_note(p->diag, seen->target->loc, "declare 'target %s' or use 'loss %s'",
+                  cls ? "class(N)" : "value(N)", loss_for(p->target_kind));
     } else if (k != p->n_out) {
         diag_error(p->diag, seen->loss->loc, "the model's output %s does not match the target %s(%d)",
                    shape_str(p->arena, out), tname, p->n_out);
@@ -300,49 +309,28 @@ static void check_loss(Program *p, const Seen *seen)
 
 static void check_optimizer(Program *p, const Stmt *s)
 {
-    const Sig *sig = find_sig(p, optim_sigs, s->call, "optimizer");
+    const OptimDef *def =
+        (const OptimDef *)find_sig(p, ENTRIES(optimizers), s->call, "optimizer");
     ArgVal a[MAX_ARGS];
-    if (!sig || !bind_args(p, sig, s->call, a))
+    if (!def || !bind_args(p, &def->sig, s->call, a))
         return;
-    nrt_optim *o = &p->optim;
-    o->lr = a[0].v[0];
-    if (!strcmp(sig->name, "sgd")) {
-        o->kind = NRT_SGD;
-        o->momentum = (float)a[1].v[0];
-        o->dampening = (float)a[2].v[0];
-        o->weight_decay = (float)a[3].v[0];
-        o->nesterov = a[4].v[0] != 0;
-        if (o->nesterov && (o->momentum <= 0 || o->dampening != 0)) {
-            diag_error(p->diag, s->call->loc, "nesterov momentum requires a momentum and zero dampening");
-            diag_note(p->diag, s->call->loc, "PyTorch refuses this too: give momentum > 0 and dampening=0");
-        }
-    } else {
-        o->kind = NRT_ADAM;
-        o->beta1 = (float)a[1].v[0];
-        o->beta2 = (float)a[1].v[1];
-        o->eps = (float)a[2].v[0];
-        o->weight_decay = (float)a[3].v[0];
-    }
+    p->optimizer = def;
+    p->optim = (nrt_optim){.kind = def->kind, .lr = a[0].v[0]};
+    def->bind(p, s->call, a, &p->optim);
 }
 
 /* ---------------------------------------------------------------- schedule */
 
 static void check_schedule(Program *p, const Stmt *s)
 {
-    const Sig *sig = find_sig(p, schedule_sigs, s->call, "schedule");
+    const ScheduleDef *def =
+        (const ScheduleDef *)find_sig(p, ENTRIES(schedules), s->call, "schedule");
     ArgVal a[MAX_ARGS];
-    if (!sig || !bind_args(p, sig, s->call, a))
+    if (!def || !bind_args(p, &def->sig, s->call, a))
         return;
-    nrt_schedule *c = &p->schedule;
-    if (!strcmp(sig->name, "step")) {
-        *c = (nrt_schedule){NRT_SCHED_STEP, .step_size = (int)a[0].v[0], .gamma = a[1].v[0]};
-    } else if (!strcmp(sig->name, "cosine")) {
-        *c = (nrt_schedule){NRT_SCHED_COSINE, .t_max = (int)a[0].v[0], .eta_min = a[1].v[0]};
-    } else {
-        *c = (nrt_schedule){NRT_SCHED_PLATEAU, .factor = a[0].v[0], .patience = (int)a[1].v[0],
-                            .threshold = a[2].v[0], .threshold_abs = !strcmp(a[3].s, "abs"),
-                            .cooldown = (int)a[4].v[0], .min_lr = a[5].v[0], .eps = a[6].v[0]};
-    }
+    p->schedule = (nrt_schedule){.kind = def->kind};
+    p->scheduler = def;
+    def->bind(a, &p->schedule);
 }
 
 /* ------------------------------------------------------------ data, device */
@@ -352,7 +340,7 @@ static void check_schedule(Program *p, const Stmt *s)
 static bool check_source(Program *p, const Value *call, nrt_source *src,
                          bool training)
 {
-    const Sig *sig = find_sig(p, source_sigs, call, "data source");
+    const Sig *sig = find_sig(p, SIGS(source_sigs), call, "data source");
     ArgVal a[MAX_ARGS];
     if (!sig || !bind_args(p, sig, call, a))
         return false;
@@ -527,7 +515,7 @@ static void check_transforms(Program *p, const Model *m)
     for (const Stmt *s = m->stmts; s; s = s->next) {
         if (s->kind != S_TRANSFORM)
             continue;
-        const Sig *sig = find_sig(p, transform_sigs, s->call, "transform");
+        const Sig *sig = find_sig(p, SIGS(transform_sigs), s->call, "transform");
         ArgVal a[MAX_ARGS];
         if (!sig || !bind_args(p, sig, s->call, a))
             continue;
@@ -663,7 +651,7 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
             break;
         case S_TARGET: {
             once(p, &seen.target, s);
-            const Sig *sig = find_sig(p, target_sigs, s->call, "target");
+            const Sig *sig = find_sig(p, SIGS(target_sigs), s->call, "target");
             ArgVal av[MAX_ARGS];
             if (sig && bind_args(p, sig, s->call, av)) {
                 p->target_kind = !strcmp(sig->name, "class") ? NRT_TARGET_CLASS : NRT_TARGET_VALUE;
@@ -676,10 +664,10 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
         case S_LOSS:
             once(p, &seen.loss, s);
             if (seen.loss == s) {
-                p->loss = find_sig(p, loss_sigs, s->call, "loss");
+                p->loss = (const LossDef *)find_sig(p, ENTRIES(losses), s->call, "loss");
                 p->loss_stmt = s;
                 ArgVal av[MAX_ARGS];
-                if (p->loss && !bind_args(p, p->loss, s->call, av))
+                if (p->loss && !bind_args(p, &p->loss->sig, s->call, av))
                     p->loss = NULL;
             }
             break;
@@ -781,8 +769,8 @@ void print_summary(FILE *out, const Program *p)
         fprintf(out, "  %-4d %-28s %-18s %12zu\n", n->index, label,
                 shape_str(p->arena, &p->values[n->out].shape), count);
     }
-    fprintf(out, "  loss %s, optimizer %s, target %s(%d)\n", p->loss->name,
-            p->optim.kind == NRT_SGD ? "sgd" : "adam",
+    fprintf(out, "  loss %s, optimizer %s, target %s(%d)\n", p->loss->sig.name,
+            p->optimizer->sig.name,
             p->target_kind == NRT_TARGET_CLASS ? "class" : "value", p->n_out);
     fprintf(out, "  total parameters: %zu (%.1f KiB as float32)\n", p->param_count,
             (double)p->param_count * 4 / 1024);

@@ -49,16 +49,6 @@ int nrt_lr_valid(double lr)
     return lr >= 0 && isfinite(lr);
 }
 
-int nrt_optim_slots(const nrt_optim *h)
-{
-    return h->kind == NRT_ADAM ? 2 : h->momentum != 0 ? 1 : 0;
-}
-
-static const char *slot_name(const nrt_optim *h, int slot)
-{
-    return h->kind == NRT_ADAM ? (slot ? "exp_avg_sq" : "exp_avg") : "momentum_buffer";
-}
-
 static char *file_path(const char *dir, nrt_error *err)
 {
     size_t n = strlen(dir) + sizeof NRT_CHECKPOINT_FILE + 1;
@@ -128,7 +118,7 @@ int nrt_checkpoint_save(const char *dir, const nrt_model *m, const nrt_optim *h,
                 nrt_errorf(err, "out of memory");
                 goto out;
             }
-            snprintf(name, len, "optimizer.%s.%s", p->name, slot_name(h, s - 1));
+            snprintf(name, len, "optimizer.%s.%s", p->name, nrt_optim_find(h->kind)->state[s - 1]);
             x->name = name;
             x->rank = p->rank;
             memcpy(x->dim, p->dim, sizeof x->dim);
@@ -139,7 +129,7 @@ int nrt_checkpoint_save(const char *dir, const nrt_model *m, const nrt_optim *h,
     put_str(&mt, "format", "pt");
     put_str(&mt, "netc_checkpoint", FORMAT);
     put_str(&mt, "netc_model", m->name);
-    put_str(&mt, "optimizer", h->kind == NRT_ADAM ? "adam" : "sgd");
+    put_str(&mt, "optimizer", nrt_optim_find(h->kind)->name);
     put(&mt, "epoch", "%" PRId64, c->epoch);
     put(&mt, "position", "%" PRIu64, c->position);
     put(&mt, "step", "%" PRIu64, c->step);
@@ -284,7 +274,7 @@ static int read_slots(Reader *r, const nrt_model *m, const nrt_optim *h, nrt_che
         for (int i = 0; i < m->n_params; i++) {
             const nrt_param *p = &m->params[i];
             char name[320];
-            snprintf(name, sizeof name, "optimizer.%s.%s", p->name, slot_name(h, s));
+            snprintf(name, sizeof name, "optimizer.%s.%s", p->name, nrt_optim_find(h->kind)->state[s]);
             const nrt_tensor *t = nrt_safetensors_find(r->f, name, NULL);
             if (!t || t->dtype != NRT_F32 || t->rank != p->rank ||
                 memcmp(t->dim, p->dim, sizeof(int64_t) * (size_t)p->rank))
@@ -314,7 +304,7 @@ int nrt_checkpoint_load(const char *dir, const nrt_model *m, const nrt_optim *h,
     const char *format = nrt_safetensors_meta(f, "netc_checkpoint");
     const char *model = nrt_safetensors_meta(f, "netc_model");
     const char *optim = nrt_safetensors_meta(f, "optimizer");
-    const char *want_optim = h->kind == NRT_ADAM ? "adam" : "sgd";
+    const char *want_optim = nrt_optim_find(h->kind)->name;
     if (!format) {
         nrt_errorf(err, "%s: not a netc checkpoint (its metadata has no netc_checkpoint)", path);
         goto out;

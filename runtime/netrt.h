@@ -28,12 +28,13 @@
 #include <string.h>
 
 #include "lowp.h"
+#include "optimizers.h"
 #include "philox.h"
 
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 17
+#define NETRT_ABI 18
 
 #ifdef __cplusplus
 extern "C" {
@@ -571,26 +572,31 @@ void nrt_round_lowp_scaled(int prec, float *p, size_t n, float s);
 
 /* ---------------------------------------------------------------- optim.c */
 
-enum nrt_optim_kind { NRT_SGD = 1, NRT_ADAM = 2 };
+/* enum nrt_optim_kind, nrt_optim (the hyperparameters) and each
+ * optimizer's update: optimizers.h.  An optimizer's row: its name as the
+ * model and checkpoints write it, torch.optim's class, the per-parameter
+ * state PyTorch keeps (state[0], state[1]; NULL: none). */
+typedef struct nrt_optim_def {
+    const char *name, *torch, *state[2];
+} nrt_optim_def;
 
-/* Hyperparameters, with PyTorch's names and meanings. */
-typedef struct nrt_optim {
-    int kind;
-    double lr;   /* as PyTorch keeps it; SGD's update uses it as a float */
-    float momentum, dampening, weight_decay; /* sgd (weight_decay: both) */
-    int nesterov;
-    float beta1, beta2, eps;                 /* adam */
-} nrt_optim;
+/* kind's row; NULL where this runtime has no such optimizer. */
+const nrt_optim_def *nrt_optim_find(int kind);
+/* How many of its states a run of h keeps (sgd without momentum: none);
+ * -1 for a kind nrt_optim_find does not know. */
+int nrt_optim_slots(const nrt_optim *h);
 
 /* An optimizer's state over one flat parameter buffer. */
 typedef struct nrt_optim_state {
     nrt_optim h;
     size_t n;
-    float *m; /* sgd: momentum buffer; adam: first moment */
-    float *v; /* adam: second moment */
+    float *m; /* the optimizer's first state (sgd: momentum buffer; adam: first moment) */
+    float *v; /* its second (adam: second moment) */
     int64_t step;
 } nrt_optim_state;
 
+/* -1 with the error said for an optimizer this runtime does not have, or
+ * out of memory. */
 int nrt_optim_init(nrt_optim_state *s, const nrt_optim *h, size_t n,
                    nrt_error *err);
 /* One update of param[0..n) with grad[0..n), exactly torch.optim's. */
@@ -608,14 +614,17 @@ int nrt_scaler_step(nrt_scaler *s, float *grad, size_t n);
 
 /* Learning-rate schedules, stepped once an epoch as PyTorch's are
  * (scheduler.step() after the epoch's validation), with PyTorch's
- * arithmetic: StepLR, CosineAnnealingLR (its recursive form) and
- * ReduceLROnPlateau. */
-enum nrt_schedule_kind {
-    NRT_SCHED_NONE = 0,
-    NRT_SCHED_STEP,      /* lr *= gamma every step_size epochs */
-    NRT_SCHED_COSINE,    /* cosine from the base lr to eta_min over t_max */
-    NRT_SCHED_PLATEAU    /* lr *= factor when the watched loss stalls */
-};
+ * arithmetic.  X(KIND, name, torch.optim.lr_scheduler's class): each
+ * one's next lr is schedule.c's lr_NAME, its arguments nrt_schedule's
+ * fields (the compiler's table of them: compiler/ops.c, schedules[]). */
+#define NRT_SCHEDULES(X)                                                   \
+    X(STEP, step, "StepLR")                       /* lr *= gamma every step_size epochs */ \
+    X(COSINE, cosine, "CosineAnnealingLR")        /* from the base lr to eta_min over t_max */ \
+    X(PLATEAU, reduce_on_plateau, "ReduceLROnPlateau") /* lr *= factor when the loss stalls */
+
+#define NRT_SCHED_ENUM_(K, name, cls) NRT_SCHED_##K,
+enum nrt_schedule_kind { NRT_SCHED_NONE = 0, NRT_SCHEDULES(NRT_SCHED_ENUM_) NRT_SCHED_KINDS };
+#undef NRT_SCHED_ENUM_
 
 typedef struct nrt_schedule {
     int kind;
@@ -641,6 +650,9 @@ typedef struct nrt_sched_state {
 } nrt_sched_state;
 
 void nrt_schedule_init(nrt_sched_state *st, double base_lr);
+/* A schedule's name as the model writes it ("step"); "none" for
+ * NRT_SCHED_NONE, NULL for a kind this runtime does not have. */
+const char *nrt_schedule_name(int kind);
 /* The end of an epoch whose watched loss (plateau: the validation loss)
  * was metric: moves the schedule on and returns the next epoch's lr. */
 double nrt_schedule_step(nrt_sched_state *st, const nrt_schedule *s, double metric);
@@ -1041,9 +1053,6 @@ typedef struct nrt_checkpoint {
                                the caller frees it */
 } nrt_checkpoint;
 
-/* The optimizer state tensors h keeps: 0 (sgd), 1 (sgd with momentum: m)
- * or 2 (adam: m and v). */
-int nrt_optim_slots(const nrt_optim *h);
 /* Writes c to DIR/checkpoint.safetensors, creating DIR, atomically: the
  * weights under the model's names (so --load reads a checkpoint too), the
  * optimizer's state as optimizer.NAME.exp_avg (and .exp_avg_sq, or

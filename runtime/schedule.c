@@ -20,9 +20,19 @@ void nrt_schedule_init(nrt_sched_state *st, double base_lr)
     *st = (nrt_sched_state){.base_lr = base_lr, .lr = base_lr, .best = INFINITY};
 }
 
-/* StepLR.get_lr */
-static double step_lr(const nrt_sched_state *st, const nrt_schedule *s)
+const char *nrt_schedule_name(int kind)
 {
+#define NAME(K, name, cls) [NRT_SCHED_##K] = #name,
+    static const char *const names[NRT_SCHED_KINDS] = {[NRT_SCHED_NONE] = "none",
+                                                      NRT_SCHEDULES(NAME)};
+#undef NAME
+    return kind >= 0 && kind < NRT_SCHED_KINDS ? names[kind] : NULL;
+}
+
+/* StepLR.get_lr */
+static double lr_step(nrt_sched_state *st, const nrt_schedule *s, double metric)
+{
+    (void)metric;
     if (st->epoch == 0 || st->epoch % s->step_size != 0)
         return st->lr;
     return st->lr * s->gamma;
@@ -30,8 +40,9 @@ static double step_lr(const nrt_sched_state *st, const nrt_schedule *s)
 
 /* CosineAnnealingLR.get_lr: the recursive form, which keeps going past
  * t_max (the lr climbs back up, and so on: a cosine of period 2 t_max). */
-static double cosine_lr(const nrt_sched_state *st, const nrt_schedule *s)
+static double lr_cosine(nrt_sched_state *st, const nrt_schedule *s, double metric)
 {
+    (void)metric;
     const double pi = 3.14159265358979323846, t = (double)s->t_max;
     const int64_t e = st->epoch;
     if (e == 0)
@@ -47,7 +58,7 @@ static double cosine_lr(const nrt_sched_state *st, const nrt_schedule *s)
  * threshold resets the count of bad epochs; more than patience of them in
  * a row multiply the lr by factor (not below min_lr, and not by less than
  * eps), after which cooldown epochs are not counted. */
-static double plateau_lr(nrt_sched_state *st, const nrt_schedule *s, double metric)
+static double lr_reduce_on_plateau(nrt_sched_state *st, const nrt_schedule *s, double metric)
 {
     const int better = s->threshold_abs ? metric < st->best - s->threshold
                                         : metric < st->best * (1 - s->threshold);
@@ -74,18 +85,13 @@ static double plateau_lr(nrt_sched_state *st, const nrt_schedule *s, double metr
 double nrt_schedule_step(nrt_sched_state *st, const nrt_schedule *s, double metric)
 {
     st->epoch++;
+#define STEP(K, name, cls)                   \
+    case NRT_SCHED_##K:                      \
+        st->lr = lr_##name(st, s, metric);   \
+        break;
     switch (s->kind) {
-    case NRT_SCHED_STEP:
-        st->lr = step_lr(st, s);
-        break;
-    case NRT_SCHED_COSINE:
-        st->lr = cosine_lr(st, s);
-        break;
-    case NRT_SCHED_PLATEAU:
-        st->lr = plateau_lr(st, s, metric);
-        break;
-    default:
-        break;
+        NRT_SCHEDULES(STEP)
     }
+#undef STEP
     return st->lr;
 }

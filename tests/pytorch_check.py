@@ -15,7 +15,7 @@ layouts, their running statistics and num_batches_tracked compared as
 weights are and used by the validation; rnn with tanh and relu, stacked,
 with and without biases, whose twin is an nn.RNN giving its last output),
 both losses, and sgd (plain; momentum with dampening; nesterov; weight decay)
-and adam (betas, eps, weight decay); plus the seed models
+adam (betas, eps, weight decay) and adamw (its default decay); plus the seed models
 boston_mlp (standardized table data), airline_rnn (csv with a header line,
 a sequence input), digits_cnn (csv, scale) and cifar10
 (CIFAR-10 binary records, random here) -- the program netc makes is checked
@@ -257,6 +257,10 @@ def adam(**kw):
     return lambda params: torch.optim.Adam(params, foreach=False, **kw)
 
 
+def adamw(**kw):
+    return lambda params: torch.optim.AdamW(params, foreach=False, **kw)
+
+
 class Spec:
     """One model: its .net text (or a seed model file), its PyTorch twin,
     optimizer, loss and data."""
@@ -468,7 +472,7 @@ model smooth_acts {
     linear(3)
 
     loss      cross_entropy
-    optimizer adam(lr=0.01)
+    optimizer adamw(lr=0.01)
     train     csv("train.csv") batch 16 epochs 2
 }
 """
@@ -652,7 +656,7 @@ SPECS = [
          twin=lambda: seq(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 12), nn.ELU(0.5),
                           nn.Linear(12, 12), nn.SiLU(), nn.ELU(), nn.Linear(12, 10),
                           nn.Softplus(beta=2.0, threshold=4.0), nn.Linear(10, 3)),
-         optim=adam(lr=0.01),
+         optim=adamw(lr=0.01),  # AdamW's default weight_decay, 0.01, on both sides
          data=synthetic_data((8,), 64, "class", 3, seed=14, ntest=24)),
     # fp32 only: torch 1.13's bf16 GELU with approximate='tanh' computes in
     # bf16 (45 % of its values differ from the fp32 formula rounded once,

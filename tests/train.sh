@@ -124,9 +124,9 @@ check "[ \"\$(strip '$WORK/full.jsonl' epoch)\" = \"\$(strip '$WORK/cut.jsonl' e
 check "cmp -s '$WORK/full.safetensors' '$WORK/cut.safetensors'" "stopped and resumed: other final weights"
 check "[ \"\$(field '$WORK/full.jsonl' test_loss)\" = \"\$(field '$WORK/cut.jsonl' test_loss)\" ]" "stopped and resumed: another test loss"
 
-# with batchnorm: its running statistics and batch count travel in the
-# checkpoint (the validation after the resume reads them, the final file
-# holds them)
+# with batchnorm and adamw: its running statistics and batch count travel
+# in the checkpoint (the validation after the resume reads them, the final
+# file holds them), and adamw's two states
 cat > "$WORK/ckbn.net" <<NET
 model ckbn {
     input  x[64]
@@ -136,7 +136,7 @@ model ckbn {
     relu
     linear(10)
     loss      cross_entropy
-    optimizer adam(lr=0.01)
+    optimizer adamw(lr=0.01)
     device    $DEV
     train     csv("$TRA", scale=0.0625) batch 64 epochs 2 seed 3
     valid     holdout(0.2)
@@ -146,6 +146,9 @@ compile "$WORK/ckbn.net" "$WORK/ckbn"
 runbn() { "$WORK/ckbn" --log-every 1 --quiet "$@"; }
 runbn --metrics "$WORK/bnfull.jsonl" --save "$WORK/bnfull.safetensors"
 runbn --metrics "$WORK/bncut.jsonl" --max-steps 30 --checkpoint "$WORK/bnckd"
+check "grep -aq '\"optimizer.0.weight.exp_avg_sq\"' '$WORK/bnckd/checkpoint.safetensors' &&
+       grep -aq '\"optimizer\":\"adamw\"' '$WORK/bnckd/checkpoint.safetensors'" \
+    "adamw's checkpoint: no optimizer.0.weight.exp_avg_sq, or not named adamw"
 runbn --metrics "$WORK/bncut.jsonl" --resume "$WORK/bnckd" --save "$WORK/bncut.safetensors"
 check "[ \"\$(strip '$WORK/bnfull.jsonl' step)\" = \"\$(strip '$WORK/bncut.jsonl' step)\" ]" \
     "batchnorm, stopped at step 30 and resumed: other step losses than a run never stopped"
@@ -194,6 +197,11 @@ expect "resume it without --batch" "$WORK/ck" --resume "$WORK/ckd" --batch 7
 expect "no-such/checkpoint.safetensors" "$WORK/ck" --resume "$WORK/no-such"
 expect "a checkpoint of model 'ck', not 'vt'" "$WORK/vt" --resume "$WORK/ckd"
 expect "give one" "$WORK/ck" --resume "$WORK/ckd" --load "$WORK/full.safetensors"
+# the same model with Adam's L2 decay for AdamW's: another optimizer
+sed 's/adamw(lr=0.01)/adam(lr=0.01, weight_decay=0.01)/' "$WORK/ckbn.net" > "$WORK/ckbn_adam.net"
+compile "$WORK/ckbn_adam.net" "$WORK/ckbn_adam"
+expect "a checkpoint of a run with adamw, but the model's optimizer is adam" \
+    "$WORK/ckbn_adam" --resume "$WORK/bnckd"
 # a checkpoint is a weights file too
 "$WORK/ck" --load "$WORK/ckd/checkpoint.safetensors" --max-steps 0 --save "$WORK/w.safetensors" --quiet
 st=$?

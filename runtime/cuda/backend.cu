@@ -913,7 +913,7 @@ static int alloc_net(Ctx *c, nrt_error *err)
     nrt_cuda_net *net = &c->net;
     const size_t cap = (size_t)net->cap, np = m->param_count;
     const int cls = m->target_kind == NRT_TARGET_CLASS;
-    const int need_m = c->h.kind == NRT_ADAM || c->h.momentum != 0;
+    const int slots = nrt_optim_slots(&c->h);
     /* a product reads the weights (their 16-bit copy made with their cast)
      * or one of these buffers: its operands' 16-bit copies are as long as
      * the longest */
@@ -934,8 +934,8 @@ static int alloc_net(Ctx *c, nrt_error *err)
         dalloc(c, &c->bx, cap * m->in_size, "the batch", err) ||
         (cls && dalloc(c, &c->blabel, cap, "the batch", err)) ||
         (!cls && dalloc(c, &c->by, cap * (size_t)m->n_out, "the batch", err)) ||
-        (need_m && dalloc(c, &c->opt_m, np, "the optimizer state", err)) ||
-        (c->h.kind == NRT_ADAM && dalloc(c, &c->opt_v, np, "the optimizer state", err)) ||
+        (slots > 0 && dalloc(c, &c->opt_m, np, "the optimizer state", err)) ||
+        (slots > 1 && dalloc(c, &c->opt_v, np, "the optimizer state", err)) ||
         (net->lowp && (dalloc(c, &net->wlp, np, "the bf16 weights", err) ||
                        dalloc(c, &net->xlp, cap * m->lowp_in_size, "the bf16 input", err) ||
                        dalloc(c, &net->half[0], half, "the products' 16-bit operands", err) ||
@@ -1048,7 +1048,7 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
         return nrt_errorf(err, "internal error: model '%s' has no CUDA passes", m->name);
     if (cfg->cap < 1)
         return nrt_errorf(err, "internal error: a batch capacity of %d", cfg->cap);
-    if (cfg->optim.kind != NRT_SGD && cfg->optim.kind != NRT_ADAM)
+    if (!nrt_optim_find(cfg->optim.kind))
         return nrt_errorf(err, "internal error: unknown optimizer kind %d", cfg->optim.kind);
     const int count = nrt_cuda_device_count(err);
     if (count < 0)

@@ -260,112 +260,44 @@ int nrt_cuda_copy_loss(cudaStream_t s, const float *from, float *loss, nrt_error
     return NRT_LAUNCHED("k_copy_loss", err);
 }
 
-/* The optimizers reproduce optim.c operation for operation in fp32.  The
- * explicitly rounded intrinsics (__fmul_rn, __fadd_rn, ...) are never
- * contracted into an FMA, which the cpu does not do either. */
-struct OptArgs {
-    double lr_exact;   /* Adam's lr / (1 - beta1^t) is in double, as PyTorch's */
-    float lr, wd, mom, damp, b1, b2, one_b1, one_b2, eps;
-    int nesterov;
-};
-
-/* optim.c's sgd without momentum: p -= lr * (grad + wd * p). */
-static __global__ void k_sgd(float *__restrict__ p, const float *__restrict__ g, size_t n,
-                             const int *skip, OptArgs a)
-{
-    if (skip && *skip)
-        return;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float pi = p[i];
-        const float gi = __fadd_rn(g[i], __fmul_rn(a.wd, pi));
-        p[i] = __fsub_rn(pi, __fmul_rn(a.lr, gi));
+/* The optimizers: a kernel for each, made from its update in
+ * optimizers.h, which optim.c's loop runs too (the same bits).  t, the
+ * update's number, is the updates done (on the device) + 1; none where
+ * skip, read on the device, is nonzero (fp16's overflow). */
+#define KERNEL(K, name, cls, s0, s1)                                                    \
+    static __global__ void k_##name(float *__restrict__ p, const float *__restrict__ g, \
+                                    float *__restrict__ m, float *__restrict__ v,       \
+                                    size_t n, const unsigned long long *__restrict__ step, \
+                                    const int *skip, nrt_optim h)                       \
+    {                                                                                   \
+        if (skip && *skip)                                                              \
+            return;                                                                     \
+        const nrt_optim_k k = nrt_optim_consts(&h, (double)(*step + 1));                \
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;           \
+             i += (size_t)gridDim.x * blockDim.x)                                       \
+            nrt_update_##name(&k, p, g, m, v, i);                                       \
     }
-}
+NRT_OPTIMIZERS(KERNEL)
+#undef KERNEL
 
-/* optim.c's sgd with momentum.  The cpu's "first" is s->step == 1 after
- * its increment: here, no update done yet. */
-static __global__ void k_sgd_momentum(float *__restrict__ p, const float *__restrict__ g,
-                                      float *__restrict__ buf, size_t n,
-                                      const unsigned long long *__restrict__ step,
-                                      const int *skip, OptArgs a)
-{
-    if (skip && *skip)
-        return;
-    const bool first = *step == 0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float pi = p[i];
-        const float gi = __fadd_rn(g[i], __fmul_rn(a.wd, pi));
-        const float b =
-            first ? gi : __fadd_rn(__fmul_rn(a.mom, buf[i]), __fmul_rn(a.damp, gi));
-        buf[i] = b;
-        const float d = a.nesterov ? __fadd_rn(gi, __fmul_rn(a.mom, b)) : b;
-        p[i] = __fsub_rn(pi, __fmul_rn(a.lr, d));
-    }
-}
-
-/* optim.c's adam; t = updates done + 1, the bias corrections in double as
- * there, then rounded to float as there. */
-static __global__ void k_adam(float *__restrict__ p, const float *__restrict__ g,
-                              float *__restrict__ m, float *__restrict__ v, size_t n,
-                              const unsigned long long *__restrict__ step, const int *skip,
-                              OptArgs a)
-{
-    if (skip && *skip)
-        return;
-    const double t = (double)(*step + 1);
-    const double bc1 = 1.0 - pow((double)a.b1, t);
-    const double bc2 = 1.0 - pow((double)a.b2, t);
-    const float step_size = __double2float_rn(__ddiv_rn(a.lr_exact, bc1));
-    const float bc2_sqrt = __double2float_rn(__dsqrt_rn(bc2));
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float pi = p[i];
-        const float gi = __fadd_rn(g[i], __fmul_rn(a.wd, pi));
-        const float mi = __fadd_rn(__fmul_rn(a.b1, m[i]), __fmul_rn(a.one_b1, gi));
-        const float vi =
-            __fadd_rn(__fmul_rn(a.b2, v[i]), __fmul_rn(__fmul_rn(a.one_b2, gi), gi));
-        m[i] = mi;
-        v[i] = vi;
-        const float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), a.eps);
-        p[i] = __fsub_rn(pi, __fmul_rn(step_size, __fdiv_rn(mi, den)));
-    }
-}
-
-/* One update of param[0..n); step counts the updates done before it.  m:
- * sgd's momentum buffer (momentum != 0) or adam's first moment; v: adam's
- * second moment.  None where skip, read on the device, is nonzero (fp16's
- * overflow). */
+/* One update of param[0..n); step counts the updates done before it.  m,
+ * v: the optimizer's states (optimizers.h), as nrt_optim_slots keeps them. */
 int nrt_cuda_optim(cudaStream_t s, int sms, const nrt_optim *h, float *param,
                    const float *grad, float *m, float *v, size_t n,
                    const unsigned long long *step, const int *skip, nrt_error *err)
 {
     if (n == 0)
         return 0;
-    OptArgs a;
-    a.lr_exact = h->lr;
-    a.lr = (float)h->lr;
-    a.wd = h->weight_decay;
-    a.mom = h->momentum;
-    a.damp = 1.0f - h->dampening; /* in float, as optim.c */
-    a.b1 = h->beta1;
-    a.b2 = h->beta2;
-    a.one_b1 = 1.0f - h->beta1;
-    a.one_b2 = 1.0f - h->beta2;
-    a.eps = h->eps;
-    a.nesterov = h->nesterov;
     const unsigned b = blocks_for(sms, n);
-    if (h->kind == NRT_ADAM) {
-        k_adam<<<b, THREADS, 0, s>>>(param, grad, m, v, n, step, skip, a);
-        return NRT_LAUNCHED("k_adam", err);
+#define LAUNCH(K, name, cls, s0, s1)                                        \
+    case NRT_##K:                                                           \
+        k_##name<<<b, THREADS, 0, s>>>(param, grad, m, v, n, step, skip, *h); \
+        return NRT_LAUNCHED("k_" #name, err);
+    switch (h->kind) {
+        NRT_OPTIMIZERS(LAUNCH)
     }
-    if (h->momentum != 0) {
-        k_sgd_momentum<<<b, THREADS, 0, s>>>(param, grad, m, n, step, skip, a);
-        return NRT_LAUNCHED("k_sgd_momentum", err);
-    }
-    k_sgd<<<b, THREADS, 0, s>>>(param, grad, n, skip, a);
-    return NRT_LAUNCHED("k_sgd", err);
+#undef LAUNCH
+    return nrt_errorf(err, "internal error: unknown optimizer kind %d", h->kind);
 }
 
 /* fp16's scaler, nrt_scaler_step's two halves (lowp.h's rules): the

@@ -1,10 +1,10 @@
 /*
- * test_optim.c — SGD and Adam against PyTorch's update formulas.
+ * test_optim.c — SGD, Adam and AdamW against PyTorch's update formulas.
  *
  * Two kinds of checks:
  *  1. Three steps from p = 1 with gradients 0.5, -0.25, 1.0, for every
  *     option, against values worked out by hand from the formulas of
- *     torch.optim.SGD and torch.optim.Adam (the comments show the first
+ *     torch.optim.SGD, Adam and AdamW (the comments show the first
  *     steps; the numbers were cross-checked in double precision).
  *  2. 100 steps on 1000 random parameters against a double-precision
  *     transcription of the same formulas: |error| <= 1e-5 + 1e-4 |p| (float
@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #if defined(__SSE__) || defined(__x86_64__)
 #include <xmmintrin.h>
@@ -44,12 +45,35 @@ static float run3(nrt_optim h)
     return p;
 }
 
-/* Double-precision reference, transcribed from torch/optim/sgd.py and adam.py. */
+static int same(const char *a, const char *b)
+{
+    return a == b || (a && b && !strcmp(a, b));
+}
+
+static void expect_row(int kind, const char *name, const char *torch, const char *s0,
+                       const char *s1)
+{
+    const nrt_optim_def *d = nrt_optim_find(kind);
+    checks++;
+    if (!d || !same(d->name, name) || !same(d->torch, torch) || !same(d->state[0], s0) ||
+        !same(d->state[1], s1)) {
+        fprintf(stderr, "FAIL: optimizer kind %d's row is not %s, %s, %s, %s\n", kind, name, torch,
+                s0, s1 ? s1 : "-");
+        failures++;
+    }
+}
+
+/* Double-precision reference, transcribed from torch/optim/sgd.py, adam.py
+ * and adamw.py. */
 static void reference(const nrt_optim *h, double *p, double *m, double *v, const double *g,
                       size_t n, int t)
 {
     for (size_t i = 0; i < n; i++) {
         double d = g[i] + h->weight_decay * p[i];
+        if (h->kind == NRT_ADAMW) { /* decoupled: p *= 1 - lr wd, g alone */
+            p[i] *= 1 - h->lr * h->weight_decay;
+            d = g[i];
+        }
         if (h->kind == NRT_SGD) {
             if (h->momentum != 0) {
                 m[i] = t == 1 ? d : h->momentum * m[i] + (1 - h->dampening) * d;
@@ -162,6 +186,43 @@ int main(void)
            run3((nrt_optim){NRT_ADAM, .lr = 0.1f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-3f,
                             .weight_decay = 0.1f}),
            0.7838348163161047, 1e-6);
+    /* AdamW, lr 0.1, weight decay 0.1: step 1: p = 1 (1 - 0.01) = 0.99, then
+     * Adam's step without the decay in g: p = 0.99 - 0.1 = 0.89; step 2:
+     * p = 0.89 * 0.99 - 0.1 * (0.02 / 0.19) / (sqrt(0.00031225 / 0.001999)
+     * + 1e-8) = 0.8544662987; step 3: 0.7801104767.  (Adam with weight_decay
+     * 0.1, the L2 form, ends at 0.7815043999: 1.8e-3 away.) */
+    const nrt_optim adamw = {NRT_ADAMW, .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f,
+                             .eps = 1e-8f, .weight_decay = 0.1f};
+    expect("adamw", run3(adamw), 0.7801104766702113, 1e-6);
+    expect("adamw without weight_decay is adam",
+           run3((nrt_optim){NRT_ADAMW, .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f,
+                            .eps = 1e-8f}),
+           0.8075551396770898, 1e-6);
+
+    /* a kind this runtime does not have is refused, not run as another */
+    nrt_optim_state none;
+    nrt_error err = {0};
+    checks += 3;
+    if (nrt_optim_find(NRT_OPTIM_KINDS) || nrt_optim_slots(&(nrt_optim){.kind = NRT_OPTIM_KINDS}) != -1 ||
+        nrt_optim_init(&none, &(nrt_optim){NRT_OPTIM_KINDS, .lr = 0.1}, 4, &err) != -1) {
+        fprintf(stderr, "FAIL: an unknown optimizer kind was accepted\n");
+        failures++;
+    }
+    /* and a schedule's */
+    checks += 2;
+    if (nrt_schedule_name(NRT_SCHED_KINDS) || nrt_schedule_name(-1)) {
+        fprintf(stderr, "FAIL: an unknown schedule kind was named\n");
+        failures++;
+    }
+    if (strcmp(nrt_schedule_name(NRT_SCHED_PLATEAU), "reduce_on_plateau") ||
+        strcmp(nrt_schedule_name(NRT_SCHED_NONE), "none")) {
+        fprintf(stderr, "FAIL: the schedules' names\n");
+        failures++;
+    }
+    /* the rows: checkpoint names as PyTorch's state_dict has them */
+    expect_row(NRT_SGD, "sgd", "SGD", "momentum_buffer", NULL);
+    expect_row(NRT_ADAM, "adam", "Adam", "exp_avg", "exp_avg_sq");
+    expect_row(NRT_ADAMW, "adamw", "AdamW", "exp_avg", "exp_avg_sq");
 
     random_walk("sgd", (nrt_optim){NRT_SGD, .lr = 0.05f});
     random_walk("sgd momentum", (nrt_optim){NRT_SGD, .lr = 0.05f, .momentum = 0.9f,
@@ -173,6 +234,8 @@ int main(void)
     random_walk("adam weight_decay", (nrt_optim){NRT_ADAM, .lr = 1e-2f, .beta1 = 0.85f,
                                                  .beta2 = 0.99f, .eps = 1e-6f,
                                                  .weight_decay = 0.05f});
+    random_walk("adamw", (nrt_optim){NRT_ADAMW, .lr = 1e-2f, .beta1 = 0.85f, .beta2 = 0.99f,
+                                     .eps = 1e-6f, .weight_decay = 0.05f});
     flush_subnormals();
     printf("test_optim: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
