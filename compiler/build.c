@@ -549,8 +549,15 @@ int build_objects(const BuildOptions *o, const char *cusrc, const char *csrc, co
 int build_program(const BuildOptions *o, const char *csrc, const char *obj, bool cuda,
                   const char *out)
 {
+    /* the linker writes a temporary file beside out (nrt_atomic), renamed
+     * over it once complete */
+    nrt_atomic w;
+    nrt_error err;
+    if (nrt_atomic_open(&w, out, &err) || nrt_atomic_close(&w, &err)) {
+        fprintf(stderr, "netc: error: %s\n", err.msg);
+        return -1;
+    }
     Arena *a = arena_new();
-    char *tmp = arena_printf(a, "%s.netc-%ld", out, (long)getpid());
     Cmd c = {.argc = 0};
     cc_cmd(a, &c, o, cuda);
     if (obj)
@@ -569,17 +576,16 @@ int build_program(const BuildOptions *o, const char *csrc, const char *obj, bool
         add_words(a, &c, NETC_MPI_LIBS);
     add_words(a, &c, NETC_LINK);
     add(&c, "-o");
-    add(&c, tmp);
-    build_temp(tmp);
+    add(&c, w.tmp);
+    build_temp(w.tmp);
     Job j;
     job(&j, &c, "the C compiler", CC_HINT, csrc, o->model);
     int rc = run(&j, 1, o->verbose);
-    if (rc == 0 && rename(tmp, out) != 0) {
-        fprintf(stderr, "netc: error: cannot write '%s': %s\n", out, strerror(errno));
+    if (rc == 0 && nrt_atomic_commit(&w, &err)) {
+        fprintf(stderr, "netc: error: %s\n", err.msg);
         rc = -1;
     }
-    if (rc != 0)
-        unlink(tmp);
+    nrt_atomic_abort(&w);
     arena_free(a);
     return rc;
 }

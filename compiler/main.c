@@ -192,80 +192,38 @@ static void emit_kind(FILE *f, const Program *p, const EmitOptions *o, Arena *a,
     }
 }
 
-/* The new file made from template tmpl (mkstemps: the last suffix_len
- * characters kept), open for writing; NULL with errno set, and nothing
- * left behind, on failure. */
-static FILE *open_unique(char *tmpl, int suffix_len)
+/* Says err, netc's way. */
+static int said(const nrt_error *err)
 {
-    int fd = mkstemps(tmpl, suffix_len);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f && fd >= 0) {
-        int saved = errno;
-        close(fd);
-        unlink(tmpl);
-        errno = saved;
-    }
-    return f;
-}
-
-/* A new temporary file beside path (path.netc-XXXXXX) in *tmp, open for
- * writing; NULL (with the error said) on failure. */
-static FILE *create_beside(Arena *a, const char *path, char **tmp)
-{
-    *tmp = arena_printf(a, "%s.netc-XXXXXX", path);
-    FILE *f = open_unique(*tmp, 0);
-    if (!f)
-        fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
-    return f;
-}
-
-/* Closes a file open_unique opened, made readable as any output; on a
- * write error the file (tmp) is removed and the error, naming path, said.
- * 0 or -1. */
-static int finish_file(FILE *f, const char *tmp, const char *path)
-{
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad || chmod(tmp, 0644) != 0) {
-        fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
-}
-
-/* Writes one output kind to a temporary file beside path, to be renamed
- * over it; NULL (with the error said) on failure. */
-static char *write_beside(const Program *p, const EmitOptions *o0, const char *path, Arena *a,
-                          int kind)
-{
-    EmitOptions o = *o0;
-    o.out_name = path;
-    char *tmp;
-    FILE *f = create_beside(a, path, &tmp);
-    if (!f)
-        return NULL;
-    emit_kind(f, p, &o, a, kind);
-    return finish_file(f, tmp, path) ? NULL : tmp;
+    fprintf(stderr, "netc: error: %s\n", err->msg);
+    return -1;
 }
 
 /* Writes the outputs kinds[i] to paths[i], all or none: each to a
- * temporary file first, renamed into place once all are complete. */
-static int write_files(const Program *p, const EmitOptions *o, Arena *a, int n,
+ * temporary file beside it (nrt_atomic), renamed into place once all are
+ * complete. */
+static int write_files(const Program *p, const EmitOptions *o0, Arena *a, int n,
                        const char *const *paths, const int *kinds)
 {
-    char *tmp[4] = {NULL};
+    nrt_atomic w[4] = {{0}};
+    nrt_error err;
     int rc = 0;
-    for (int i = 0; i < n && rc == 0; i++)
-        if (!(tmp[i] = write_beside(p, o, paths[i], a, kinds[i])))
-            rc = -1;
-    for (int i = 0; i < n && rc == 0; i++)
-        if (rename(tmp[i], paths[i]) != 0) {
-            fprintf(stderr, "netc: error: cannot write '%s': %s\n", paths[i], strerror(errno));
-            rc = -1;
+    for (int i = 0; i < n && rc == 0; i++) {
+        EmitOptions o = *o0;
+        o.out_name = paths[i];
+        if (nrt_atomic_open(&w[i], paths[i], &err)) {
+            rc = said(&err);
+            break;
         }
+        emit_kind(w[i].f, p, &o, a, kinds[i]);
+        if (nrt_atomic_close(&w[i], &err))
+            rc = said(&err);
+    }
+    for (int i = 0; i < n && rc == 0; i++)
+        if (nrt_atomic_commit(&w[i], &err))
+            rc = said(&err);
     for (int i = 0; i < n; i++)
-        if (tmp[i] && rc != 0)
-            unlink(tmp[i]);
+        nrt_atomic_abort(&w[i]);
     return rc;
 }
 
@@ -321,7 +279,12 @@ static char *write_temp(const Program *p, const EmitOptions *o0, Arena *a, const
     EmitOptions o = *o0;
     o.out_name = path + strlen(dir) + 1;
     emit_kind(f, p, &o, a, kind);
-    return finish_file(f, path, path) ? NULL : path;
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    return path;
 }
 
 /* Writes the program's sources into dir, named after the model, and
@@ -369,13 +332,14 @@ static void put_make_name(FILE *f, const char *s)
 
 /* Writes "targets: prereqs" (and with phony an empty rule for each
  * prerequisite) to path, atomically. */
-static int write_deps(Arena *a, const char *path, const char *const *targets, int ntargets,
+static int write_deps(const char *path, const char *const *targets, int ntargets,
                       const char *const *prereqs, int nprereqs, bool phony)
 {
-    char *tmp;
-    FILE *f = create_beside(a, path, &tmp);
-    if (!f)
-        return -1;
+    nrt_atomic w;
+    nrt_error err;
+    if (nrt_atomic_open(&w, path, &err))
+        return said(&err);
+    FILE *f = w.f;
     for (int i = 0; i < ntargets; i++) {
         fputs(i ? " " : "", f);
         put_make_name(f, targets[i]);
@@ -391,14 +355,7 @@ static int write_deps(Arena *a, const char *path, const char *const *targets, in
         put_make_name(f, prereqs[i]);
         fputs(":\n", f);
     }
-    if (finish_file(f, tmp, path))
-        return -1;
-    if (rename(tmp, path) != 0) {
-        fprintf(stderr, "netc: error: cannot write '%s': %s\n", path, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    return nrt_atomic_commit(&w, &err) ? said(&err) : 0;
 }
 
 /* An installed directory, moved with netc: when netc runs from elsewhere
@@ -653,7 +610,7 @@ deps:
             ntargets = 1;
         }
         const char *file = deps.file ? deps.file : arena_printf(arena, "%s.d", out);
-        if (write_deps(arena, file, targets, ntargets, prereqs, nprereqs, deps.phony))
+        if (write_deps(file, targets, ntargets, prereqs, nprereqs, deps.phony))
             status = 1;
     }
 done:

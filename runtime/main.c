@@ -1183,30 +1183,24 @@ static int predict(Run *r)
         return -1;
     preprocess(m, &r->stats, &d);
     float *out = malloc(sizeof(float) * (d.n ? d.n : 1) * (size_t)m->n_out);
-    char *tmp = path ? malloc(strlen(path) + 32) : NULL;
+    nrt_atomic w = {0}; /* with path: the file, written whole or not at all */
     FILE *f = stdout;
     int rc = -1;
-    if (!out || (path && !tmp)) {
+    if (!out) {
         nrt_errorf(&r->err, "out of memory");
         goto out;
     }
     if (r->be.predict(r->be.ctx, d.x, d.n, out, &r->err))
         goto out;
     if (path) {
-        snprintf(tmp, strlen(path) + 32, "%s.tmp.%ld", path, (long)getpid());
-        if (!(f = fopen(tmp, "w"))) {
-            nrt_errorf(&r->err, "%s: cannot write: %s", path, strerror(errno));
+        if (nrt_atomic_open(&w, path, &r->err))
             goto out;
-        }
+        f = w.f;
     }
     write_predictions(f, m, out, &d, paths);
     if (path) {
-        int bad = ferror(f);
-        if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
-            nrt_errorf(&r->err, "%s: write error: %s", path, strerror(errno));
-            remove(tmp);
+        if (nrt_atomic_commit(&w, &r->err))
             goto out;
-        }
         if (!r->o->quiet)
             fprintf(stderr, "%s: %zu predictions written to %s\n", r->prog, d.n, path);
     } else if (fflush(stdout) != 0) {
@@ -1215,7 +1209,7 @@ static int predict(Run *r)
     }
     rc = 0;
 out:
-    free(tmp);
+    nrt_atomic_abort(&w);
     free(out);
     for (size_t i = 0; paths && i < d.n; i++)
         free(paths[i]);

@@ -570,6 +570,26 @@ void nrt_round_lowp(int prec, float *p, size_t n);
 void nrt_round_lowp_to(int prec, float *dst, const float *src, size_t n);
 void nrt_round_lowp_scaled(int prec, float *p, size_t n, float s);
 
+/* --------------------------------------------------------------- atomic.c */
+
+/* A file written whole or not at all, beside its destination
+ * (PATH.tmp.PID.XXXXXX): nrt_atomic_open makes it, open for writing in
+ * w->f, with a plain fopen's mode; nrt_atomic_commit flushes, syncs and
+ * closes it and renames it over PATH.  Several files are made all or none
+ * by closing each (nrt_atomic_close) before committing any.  On an error
+ * (said in err as "PATH: cannot write: REASON") the temporary is removed;
+ * nrt_atomic_abort removes it too.  w->path is the caller's, kept. */
+typedef struct nrt_atomic {
+    FILE *f;
+    char *tmp;
+    const char *path;
+} nrt_atomic;
+
+int nrt_atomic_open(nrt_atomic *w, const char *path, nrt_error *err);
+int nrt_atomic_close(nrt_atomic *w, nrt_error *err);
+int nrt_atomic_commit(nrt_atomic *w, nrt_error *err);
+void nrt_atomic_abort(nrt_atomic *w);
+
 /* ---------------------------------------------------------------- optim.c */
 
 /* enum nrt_optim_kind, nrt_optim (the hyperparameters) and each

@@ -265,72 +265,6 @@ static int write_words(FILE *fp, const void *x, uint64_t count, size_t width)
     return 0;
 }
 
-/* Best effort: makes a rename in path's directory durable. */
-static void sync_parent_dir(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir;
-    if (!slash) {
-        dir = strdup(".");
-    } else if (slash == path) {
-        dir = strdup("/");
-    } else {
-        dir = malloc((size_t)(slash - path) + 1);
-        if (dir) {
-            memcpy(dir, path, (size_t)(slash - path));
-            dir[slash - path] = '\0';
-        }
-    }
-    if (!dir)
-        return;
-    int fd = open(dir, O_RDONLY);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
-/* Whether name is base.tmp.PID.XXXXXX (mkstemp's six letters or digits)
- * with PID a process gone from this machine: a temporary of a save of
- * base that was killed.  A process in its place, even an unrelated one
- * that was given its pid, keeps the file. */
-static int stale_temp(const char *name, const char *base)
-{
-    size_t n = strlen(base);
-    if (strncmp(name, base, n) || strncmp(name + n, ".tmp.", 5))
-        return 0;
-    const char *s = name + n + 5, *p = s;
-    while (isdigit((unsigned char)*p))
-        p++;
-    if (p == s || p - s > 9 || *p != '.' || strlen(p + 1) != 6)
-        return 0;
-    for (const char *x = p + 1; *x; x++)
-        if (!isalnum((unsigned char)*x))
-            return 0;
-    pid_t pid = (pid_t)strtol(s, NULL, 10);
-    return pid > 0 && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH;
-}
-
-/* Removes the stale temporaries of path's saves from its directory.  Best
- * effort: one left is no reason to fail a save. */
-static void remove_stale_temps(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : NULL;
-    if (slash && !dir)
-        return;
-    const char *base = slash ? slash + 1 : path;
-    DIR *d = *base ? opendir(slash ? dir : ".") : NULL;
-    if (d) {
-        for (struct dirent *e; (e = readdir(d)) != NULL;)
-            if (stale_temp(e->d_name, base))
-                (void)unlinkat(dirfd(d), e->d_name, 0);
-        closedir(d);
-    }
-    free(dir);
-}
-
 int nrt_safetensors_save(const char *path, const nrt_tensor *t, int n,
                          const char *const *meta, int nmeta, nrt_error *err)
 {
@@ -351,7 +285,6 @@ int nrt_safetensors_save(const char *path, const nrt_tensor *t, int n,
     }
     int rc = -1;
     struct sbuf h = {0};
-    char *tmp = NULL;
     uint64_t total = 0;
     for (int i = 0; i < n; i++) {
         const nrt_tensor *x = &t[i];
@@ -489,54 +422,23 @@ int nrt_safetensors_save(const char *path, const nrt_tensor *t, int n,
         len8[k] = (unsigned char)((uint64_t)h.n >> (8 * k));
 
     /* Write it all to a temporary file beside path, then rename. */
-    remove_stale_temps(path);
-    size_t tlen = strlen(path) + 32;
-    tmp = malloc(tlen);
-    if (!tmp) {
-        nrt_errorf(err, "%s: out of memory", path);
+    nrt_atomic w;
+    if (nrt_atomic_open(&w, path, err))
+        goto out;
+    errno = 0;
+    int bad = fwrite(len8, 1, 8, w.f) != 8 || fwrite(h.p, 1, h.n, w.f) != h.n;
+    for (int i = 0; i < n && !bad; i++)
+        bad = write_words(w.f, t[i].data, bytes[i] / dtype_size(t[i].dtype),
+                          dtype_size(t[i].dtype));
+    if (bad) {
+        nrt_errorf(err, "%s: cannot write: %s", path, strerror(errno ? errno : EIO));
+        nrt_atomic_abort(&w);
         goto out;
     }
-    snprintf(tmp, tlen, "%s.tmp.%ld.XXXXXX", path, (long)getpid());
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        nrt_errorf(err, "%s: %s", path, strerror(errno));
+    if (nrt_atomic_commit(&w, err))
         goto out;
-    }
-    /* mkstemp creates the file 0600; give it the mode a plain fopen would
-     * have (umask can only be read by setting it, so set it back). */
-    mode_t mask = umask(022);
-    umask(mask);
-    (void)fchmod(fd, (mode_t)0666 & ~mask);
-    FILE *fp = fdopen(fd, "wb");
-    int e = 0;
-    if (!fp) {
-        e = errno;
-        close(fd);
-    } else {
-        errno = 0;
-        int bad = fwrite(len8, 1, 8, fp) != 8 ||
-                  fwrite(h.p, 1, h.n, fp) != h.n;
-        for (int i = 0; i < n && !bad; i++)
-            bad = write_words(fp, t[i].data, bytes[i] / dtype_size(t[i].dtype),
-                              dtype_size(t[i].dtype));
-        if (bad || fflush(fp) != 0)
-            e = errno ? errno : EIO;
-        else if (fsync(fileno(fp)) != 0)
-            e = errno;
-        if (fclose(fp) != 0 && !e)
-            e = errno ? errno : EIO;
-        if (!e && rename(tmp, path) != 0)
-            e = errno;
-    }
-    if (e) {
-        unlink(tmp);
-        nrt_errorf(err, "%s: %s", path, strerror(e));
-        goto out;
-    }
-    sync_parent_dir(path);
     rc = 0;
 out:
-    free(tmp);
     free(h.p);
     free(bytes);
     free(names);

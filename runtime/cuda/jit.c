@@ -532,19 +532,6 @@ static int read_all(int fd, void *buf, size_t n)
     return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t n)
-{
-    for (size_t done = 0; done < n;) {
-        ssize_t k = write(fd, (const char *)buf + done, n - done);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return -1;
-        done += (size_t)k;
-    }
-    return 0;
-}
-
 enum { ENTRY_ABSENT, ENTRY_VALID, ENTRY_CORRUPT };
 
 /* Reads the entry at path, checking everything in it against kind and key.
@@ -627,11 +614,9 @@ static int make_dirs(const char *dir)
     return rc;
 }
 
-/* Stores image as the entry at path in dir.  The bytes go to a temporary
- * file beside it, renamed onto it once complete, so that readers see the
- * old entry or the new, never half of one.  No fsync: a crash may leave a
- * truncated entry, which reading catches and rebuilds.  Returns 0, or -1
- * with why it could not in why. */
+/* Stores image as the entry at path in dir, written whole or not at all
+ * (nrt_atomic): readers see the old entry or the new, never half of one.
+ * Returns 0, or -1 with why it could not in why. */
 static int write_entry(const char *dir, const char *path, int kind,
                        const unsigned char key[16], const void *image,
                        size_t size, char *why, size_t cap)
@@ -640,18 +625,10 @@ static int write_entry(const char *dir, const char *path, int kind,
         textf(why, cap, "cannot create cache directory %s: %s", dir, strerror(errno));
         return -1;
     }
-    size_t len = strlen(path);
-    char *tmp = malloc(len + sizeof ".tmp.XXXXXX");
-    if (!tmp) {
-        textf(why, cap, "out of memory");
-        return -1;
-    }
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        textf(why, cap, "cache directory %s is not writable: %s", dir, strerror(errno));
-        free(tmp);
+    nrt_atomic w;
+    nrt_error err;
+    if (nrt_atomic_open(&w, path, &err)) {
+        textf(why, cap, "cache directory %s is not writable (%s)", dir, err.msg);
         return -1;
     }
     unsigned char h[JIT_HEADER];
@@ -661,21 +638,17 @@ static int write_entry(const char *dir, const char *path, int kind,
     put_u64(h + 16, size);
     put_u64(h + 24, checksum(image, size));
     memcpy(h + 32, key, 16);
-    int ok = write_all(fd, h, JIT_HEADER) == 0 && write_all(fd, image, size) == 0;
-    if (!ok)
-        textf(why, cap, "cannot write %s: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && ok) {
-        textf(why, cap, "cannot write %s: %s", tmp, strerror(errno));
-        ok = 0;
+    errno = 0;
+    if (fwrite(h, 1, JIT_HEADER, w.f) != JIT_HEADER || fwrite(image, 1, size, w.f) != size) {
+        textf(why, cap, "cannot write %s: %s", path, strerror(errno ? errno : EIO));
+        nrt_atomic_abort(&w);
+        return -1;
     }
-    if (ok && rename(tmp, path) != 0) {
-        textf(why, cap, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        ok = 0;
+    if (nrt_atomic_commit(&w, &err)) {
+        textf(why, cap, "%s", err.msg);
+        return -1;
     }
-    if (!ok)
-        unlink(tmp);
-    free(tmp);
-    return ok ? 0 : -1;
+    return 0;
 }
 
 /* -------------------------------------------------------------- compile */

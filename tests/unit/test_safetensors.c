@@ -351,7 +351,7 @@ static void test_save_errors(void)
     char missing[300];
     snprintf(missing, sizeof missing, "%s/no/such/dir/w.safetensors", dir);
     CHECK(nrt_safetensors_save(missing, tens, 1, NULL, 0, &err) == -1);
-    snprintf(want, sizeof want, "%s: No such file or directory", missing);
+    snprintf(want, sizeof want, "%s: cannot write: No such file or directory", missing);
     if (!CHECK(strcmp(err.msg, want) == 0))
         fprintf(stderr, "  got: %s\n", err.msg);
     struct stat st;
@@ -362,7 +362,7 @@ static void test_save_errors(void)
     CHECK(mkdir(at("sub/target"), 0777) == 0);
     CHECK(nrt_safetensors_save(at("sub/target"), tens, 1, NULL, 0, &err)
           == -1);
-    snprintf(want, sizeof want, "%s: %s", at("sub/target"),
+    snprintf(want, sizeof want, "%s: cannot write: %s", at("sub/target"),
              strerror(EISDIR));
     if (!CHECK(strcmp(err.msg, want) == 0))
         fprintf(stderr, "  got: %s\n", err.msg);
