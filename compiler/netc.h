@@ -267,8 +267,19 @@ static inline const Sig *sig_next(const Sig *s, size_t stride)
 {
     return (const Sig *)((const char *)s + stride);
 }
-extern const Sig source_sigs[], init_sigs[],
+extern const Sig init_sigs[],
     target_sigs[], transform_sigs[];
+
+/* A data source: its arguments (the first is the path, or a part's
+ * fraction), how the others set nrt_source, and whether it is a part of
+ * the training data rather than a file (holdout: valid and test only).
+ * The runtime reads nrt_source.kind, the name (data.c, images.c). */
+typedef struct SourceDef {
+    Sig sig;
+    void (*bind)(const ArgVal *a, nrt_source *src);
+    bool part;
+} SourceDef;
+extern const SourceDef sources[];
 
 /* A loss: its arguments, the target it compares the model's output with
  * (NRT_TARGET_CLASS or NRT_TARGET_VALUE: the data's), and forward()'s

@@ -515,21 +515,52 @@ const ScheduleDef schedules[] = {
      {"scale", A_NUM, "1", -BIG, BIG, NULL, NULL},                        \
      {"standardize", A_BOOL, "false", 0, 1, NULL, NULL}}
 
-const Sig source_sigs[] = {
-    {"csv", "comma-separated numbers, one sample a line", TEXT_SOURCE_ARGS},
-    {"table", "whitespace-separated numbers, one sample a line", TEXT_SOURCE_ARGS},
-    {"cifar10", "CIFAR-10 binary batches: a file, or a directory of data_batch_*.bin",
-     {{"path", A_STR, NULL, 0, 0, NULL, NULL},
-      {"scale", A_NUM, "1", -BIG, BIG, NULL, NULL}}},
-    {"mnist", "MNIST's IDX files: a directory, or the images file",
-     {{"path", A_STR, NULL, 0, 0, NULL, NULL},
-      {"scale", A_NUM, "1", -BIG, BIG, NULL, NULL}}},
-    {"images", "a CSV list of image files: path,label rows (PNG, JPEG, ...)",
-     {{"path", A_STR, NULL, 0, 0, NULL, NULL},
-      {"root", A_STR, "", 0, 0, NULL, NULL}}},
-    {"holdout", "(valid and test only) this fraction of the training data, held out",
-     {{"fraction", A_NUM, NULL, 0, 1, NULL, NULL}}},
-    {NULL, NULL, {{0}}}};
+/* ---------------------------------------------------------- data sources */
+
+/* Each binds its arguments but the first, the path (or holdout's
+ * fraction), which check_source reads. */
+static void bind_text(const ArgVal *a, nrt_source *src)
+{
+    src->label = (int)a[1].v[0];
+    src->header = (int)a[2].v[0];
+    src->scale = (float)a[3].v[0];
+    src->standardize = a[4].v[0] != 0;
+}
+
+static void bind_scaled(const ArgVal *a, nrt_source *src)
+{
+    src->scale = (float)a[1].v[0];
+}
+
+static void bind_images(const ArgVal *a, nrt_source *src)
+{
+    src->root = a[1].given && a[1].s[0] ? a[1].s : NULL;
+}
+
+static void bind_holdout(const ArgVal *a, nrt_source *src)
+{
+    src->fraction = a[0].v[0];
+}
+
+/* The runtime reads each by its name: data.c's loaders, images.c, or
+ * (holdout) a part of the training set. */
+const SourceDef sources[] = {
+    {{"csv", "comma-separated numbers, one sample a line", TEXT_SOURCE_ARGS}, bind_text, false},
+    {{"table", "whitespace-separated numbers, one sample a line", TEXT_SOURCE_ARGS}, bind_text,
+     false},
+    {{"cifar10", "CIFAR-10 binary batches: a file, or a directory of data_batch_*.bin",
+      {{"path", A_STR, NULL, 0, 0, NULL, NULL}, {"scale", A_NUM, "1", -BIG, BIG, NULL, NULL}}},
+     bind_scaled, false},
+    {{"mnist", "MNIST's IDX files: a directory, or the images file",
+      {{"path", A_STR, NULL, 0, 0, NULL, NULL}, {"scale", A_NUM, "1", -BIG, BIG, NULL, NULL}}},
+     bind_scaled, false},
+    {{"images", "a CSV list of image files: path,label rows (PNG, JPEG, ...)",
+      {{"path", A_STR, NULL, 0, 0, NULL, NULL}, {"root", A_STR, "", 0, 0, NULL, NULL}}},
+     bind_images, false},
+    {{"holdout", "(valid and test only) this fraction of the training data, held out",
+      {{"fraction", A_NUM, NULL, 0, 1, NULL, NULL}}},
+     bind_holdout, true},
+    {{NULL, NULL, {{0}}}, NULL, false}};
 
 /* torchvision's transforms of images(...) data, done in this order. */
 const Sig transform_sigs[] = {

@@ -340,39 +340,30 @@ static void check_schedule(Program *p, const Stmt *s)
 static bool check_source(Program *p, const Value *call, nrt_source *src,
                          bool training)
 {
-    const Sig *sig = find_sig(p, SIGS(source_sigs), call, "data source");
+    const SourceDef *def = (const SourceDef *)find_sig(p, ENTRIES(sources), call, "data source");
     ArgVal a[MAX_ARGS];
-    if (!sig || !bind_args(p, sig, call, a))
+    if (!def || !bind_args(p, &def->sig, call, a))
         return false;
-    if (!strcmp(sig->name, "holdout")) {
+    src->kind = def->sig.name;
+    if (def->part) {
         if (training) {
-            diag_error(p->diag, call->loc, "holdout(...) is a part of the training data; "
-                       "training needs a file");
-            diag_note(p->diag, call->loc, "'valid holdout(F)' or 'test holdout(F)' hold a part out");
+            diag_error(p->diag, call->loc, "%s(...) is a part of the training data; "
+                       "training needs a file", def->sig.name);
+            diag_note(p->diag, call->loc, "'valid %s(F)' or 'test %s(F)' hold a part out",
+                      def->sig.name, def->sig.name);
             return false;
         }
         if (a[0].v[0] <= 0 || a[0].v[0] >= 1) {
             diag_error(p->diag, a[0].loc, "the held-out fraction must be between 0 and 1 (exclusive)");
             return false;
         }
-        src->kind = sig->name;
-        src->fraction = a[0].v[0];
+        def->bind(a, src);
         return true;
     }
-    src->kind = sig->name;
     src->path = a[0].s;
     src->label = -1;
     src->scale = 1;
-    if (!strcmp(sig->name, "cifar10") || !strcmp(sig->name, "mnist")) {
-        src->scale = (float)a[1].v[0];
-    } else if (!strcmp(sig->name, "images")) {
-        src->root = a[1].given && a[1].s[0] ? a[1].s : NULL;
-    } else {
-        src->label = (int)a[1].v[0];
-        src->header = (int)a[2].v[0];
-        src->scale = (float)a[3].v[0];
-        src->standardize = a[4].v[0] != 0;
-    }
+    def->bind(a, src);
     if (!src->path[0]) {
         diag_error(p->diag, call->loc, "the data path is empty");
         return false;

@@ -1099,6 +1099,61 @@ static int load_mnist(const nrt_source *src, int target_kind, size_t dim,
     return rc;
 }
 
+/* ---------------------------------------------------------- the loaders */
+
+/* What the model wants of a source's data. */
+typedef struct Want {
+    int target_kind;
+    size_t dim;
+    int ncls, test;
+    float scale;
+} Want;
+
+static int load_csv(const nrt_source *s, const Want *w, nrt_dataset *d, nrt_error *err)
+{
+    return load_text(s, 1, w->target_kind, w->dim, w->ncls, w->scale, d, err);
+}
+
+static int load_table(const nrt_source *s, const Want *w, nrt_dataset *d, nrt_error *err)
+{
+    return load_text(s, 0, w->target_kind, w->dim, w->ncls, w->scale, d, err);
+}
+
+static int load_cifar10(const nrt_source *s, const Want *w, nrt_dataset *d, nrt_error *err)
+{
+    return load_cifar(s, w->target_kind, w->dim, w->ncls, w->test, w->scale, d, err);
+}
+
+static int load_idx(const nrt_source *s, const Want *w, nrt_dataset *d, nrt_error *err)
+{
+    return load_mnist(s, w->target_kind, w->dim, w->ncls, w->test, w->scale, d, err);
+}
+
+/* The sources read here, by the model's names for them (the compiler's
+ * table: compiler/ops.c, sources[]; images(...) is images.c's, holdout(...)
+ * a part of another).  text: it may hold no targets (--predict's input). */
+typedef struct Loader {
+    const char *name;
+    int (*load)(const nrt_source *s, const Want *w, nrt_dataset *d, nrt_error *err);
+    int text;
+} Loader;
+
+static const Loader loaders[] = {
+    {"csv", load_csv, 1},
+    {"table", load_table, 1},
+    {"cifar10", load_cifar10, 0},
+    {"mnist", load_idx, 0},
+};
+
+#define NLOADERS (sizeof loaders / sizeof *loaders)
+
+static const Loader *loader_of(const char *kind)
+{
+    for (size_t i = 0; i < NLOADERS; i++)
+        if (!strcmp(loaders[i].name, kind))
+            return &loaders[i];
+    return NULL;
+}
 /* ------------------------------------------------------------ interface */
 
 int nrt_dataset_load(const nrt_source *src, int target_kind, size_t dim,
@@ -1107,9 +1162,17 @@ int nrt_dataset_load(const nrt_source *src, int target_kind, size_t dim,
     memset(out, 0, sizeof *out);
     if (!src || !src->kind || !src->path)
         return nrt_errorf(err, "no data source given");
-    int text = strcmp(src->kind, "csv") == 0 || strcmp(src->kind, "table") == 0;
+    const Loader *ld = loader_of(src->kind);
+    if (!ld) {
+        char names[128] = "";
+        for (size_t i = 0, k = 0; i < NLOADERS; i++)
+            k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? ", " : "",
+                                  loaders[i].name);
+        return nrt_errorf(err, "%s: unknown data kind '%s' (expected one of %s)", src->path,
+                          src->kind, names);
+    }
     if (target_kind != NRT_TARGET_CLASS && target_kind != NRT_TARGET_VALUE &&
-        !(target_kind == NRT_TARGET_NONE && text))
+        !(target_kind == NRT_TARGET_NONE && ld->text))
         return nrt_errorf(err, "%s: unknown target kind %d", src->path,
                           target_kind);
     if (dim == 0)
@@ -1126,17 +1189,8 @@ int nrt_dataset_load(const nrt_source *src, int target_kind, size_t dim,
     d.dim = dim;
     d.ydim = target_kind == NRT_TARGET_VALUE ? (size_t)ncls : 0;
 
-    int rc;
-    if (text)
-        rc = load_text(src, src->kind[0] == 'c', target_kind, dim, ncls,
-                       scale, &d, err);
-    else if (strcmp(src->kind, "cifar10") == 0)
-        rc = load_cifar(src, target_kind, dim, ncls, test, scale, &d, err);
-    else if (strcmp(src->kind, "mnist") == 0)
-        rc = load_mnist(src, target_kind, dim, ncls, test, scale, &d, err);
-    else
-        rc = nrt_errorf(err, "%s: unknown data kind '%s' (expected csv, "
-                        "table, cifar10 or mnist)", src->path, src->kind);
+    const Want w = {target_kind, dim, ncls, test, scale};
+    int rc = ld->load(src, &w, &d, err);
     if (rc != 0) {
         nrt_dataset_free(&d);
         return -1;

@@ -476,8 +476,8 @@ static void test_text_errors(void)
         const char *path = temp_text("1,2,0\n");
         nrt_source s = text_source("json", path, -1, 0);
         char want[1024];
-        snprintf(want, sizeof want, "%s: unknown data kind 'json' (expected "
-                 "csv, table, cifar10 or mnist)", path);
+        snprintf(want, sizeof want, "%s: unknown data kind 'json' (expected one of "
+                 "csv, table, cifar10, mnist)", path);
         expect_error_src(__LINE__, &s, NRT_TARGET_CLASS, 2, 3, 0, want);
         s.kind = "csv";
         snprintf(want, sizeof want, "%s: unknown target kind 7", path);
