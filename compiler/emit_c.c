@@ -3,7 +3,7 @@
  *
  * Each layer becomes two functions, NAME_INDEX_fwd and NAME_INDEX_bwd
  * (conv2d_0_fwd, linear_fc1_bwd), with a comment quoting the model line and
- * the shapes; their bodies come from the op table (ops.c) with every shape
+ * the shapes; their bodies come from the op table (ops.c, ops/) with every shape
  * written in as a constant, so only the batch size is left to run time.
  * Then forward() and backward() call them in order, with the buffers of the
  * memory plan, and driver.c adds the model descriptor and main().

@@ -18,10 +18,13 @@
  *               C API of a library (--emit=lib)
  *   build.c     the C compiler run on the result, without a shell
  *
- * ops.c holds the table of every op: its arguments and defaults, shape rule
- * and the C it emits forward and backward.  Adding a layer touches that
- * table and nothing else.  diag.c prints errors in GNU format with the line
- * and a caret.  Memory comes from one arena per compilation (arena_*) and
+ * Each layer op is an OpDef in a file of its family under ops/ (its
+ * arguments and defaults, shape rule, and the C and CUDA it emits forward
+ * and backward), listed in ops.c's table; ops.h is what they share.  The
+ * rest a model names (initializers, losses, optimizers, schedules, data
+ * sources) are registry.c's entries; args.c binds every call's arguments
+ * to its signature.  diag.c prints errors in GNU format with the line and
+ * a caret.  Memory comes from one arena per compilation (arena_*) and
  * is released at once at the end, so passes never free.
  *
  * This header is split in sections, one per file.
@@ -151,7 +154,7 @@ typedef struct Model {
  * Errors are reported through d (d->errors counts them). */
 Model *parse_model(Diag *d, Arena *a);
 
-/* ------------------------------------------------------------------- ops.c */
+/* ----------------------------- ops.c, ops/, args.c, registry.c: the tables */
 
 typedef struct Node Node;
 typedef struct Emit Emit;
@@ -256,7 +259,7 @@ enum { LAYOUT_KEEP = 0, LAYOUT_NC = 1, LAYOUT_CN = 2 };
 const OpDef *op_find(const char *name);
 /* The closest of names[0..n) to s when it looks like a typo of it, or NULL. */
 const char *suggest(const char *s, const char *const *names, int n);
-const OpDef *op_table(int *n);
+const OpDef *const *op_table(int *n);
 /* The entry of table named name, or NULL.  A table is an array of Sigs,
  * or of a registry's entries that start with their Sig, stride bytes
  * apart, ended by a NULL name: SIGS(table) or ENTRIES(table) says both. */
@@ -267,8 +270,15 @@ static inline const Sig *sig_next(const Sig *s, size_t stride)
 {
     return (const Sig *)((const char *)s + stride);
 }
-extern const Sig init_sigs[],
-    target_sigs[], transform_sigs[];
+extern const Sig target_sigs[], transform_sigs[];
+
+/* An initializer: its arguments (a and b of nrt_init) and the runtime's
+ * kind (init.c). */
+typedef struct InitDef {
+    Sig sig;
+    int kind;
+} InitDef;
+extern const InitDef inits[];
 
 /* A data source: its arguments (the first is the path, or a part's
  * fraction), how the others set nrt_source, and whether it is a part of

@@ -193,12 +193,12 @@ static void build_layers(Program *p, const Stmt *first, int nlayers,
     p->values[0].shape = p->input;
     p->nvalues = 1;
     int nops;
-    const OpDef *table = op_table(&nops);
+    const OpDef *const *table = op_table(&nops);
     const char *names[32];
     char list[512] = "";
     size_t len = 0;
     for (int i = 0; i < nops && i < 32; i++) {
-        names[i] = table[i].sig.name;
+        names[i] = table[i]->sig.name;
         len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", names[i]);
     }
 

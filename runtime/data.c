@@ -1130,7 +1130,7 @@ static int load_idx(const nrt_source *s, const Want *w, nrt_dataset *d, nrt_erro
 }
 
 /* The sources read here, by the model's names for them (the compiler's
- * table: compiler/ops.c, sources[]; images(...) is images.c's, holdout(...)
+ * table: compiler/registry.c, sources[]; images(...) is images.c's, holdout(...)
  * a part of another).  text: it may hold no targets (--predict's input). */
 typedef struct Loader {
     const char *name;

@@ -636,7 +636,7 @@ int nrt_scaler_step(nrt_scaler *s, float *grad, size_t n);
  * (scheduler.step() after the epoch's validation), with PyTorch's
  * arithmetic.  X(KIND, name, torch.optim.lr_scheduler's class): each
  * one's next lr is schedule.c's lr_NAME, its arguments nrt_schedule's
- * fields (the compiler's table of them: compiler/ops.c, schedules[]). */
+ * fields (the compiler's table of them: compiler/registry.c, schedules[]). */
 #define NRT_SCHEDULES(X)                                                   \
     X(STEP, step, "StepLR")                       /* lr *= gamma every step_size epochs */ \
     X(COSINE, cosine, "CosineAnnealingLR")        /* from the base lr to eta_min over t_max */ \

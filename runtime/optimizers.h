@@ -5,7 +5,7 @@
  * run keeps and the update of one parameter.  The cpu's loop (optim.c)
  * and the GPU's kernel (device.cu) are made from them, so the two
  * backends update the same values to the same bits; the compiler's table
- * of arguments (compiler/ops.c, optimizers[]) is the rest.
+ * of arguments (compiler/registry.c, optimizers[]) is the rest.
  *
  * The formulas are PyTorch's, step for step (torch/optim/sgd.py, adam.py
  * and adamw.py, the single-tensor path), so that a model trained here and
@@ -31,7 +31,7 @@
  * contracted either.
  *
  * Adding an optimizer: its row, nrt_slots_NAME and nrt_update_NAME here;
- * its arguments and how they set nrt_optim in compiler/ops.c; a test of
+ * its arguments and how they set nrt_optim in compiler/registry.c; a test of
  * its formula (tests/unit/test_optim.c) and against PyTorch
  * (tests/pytorch_check.py); its line in README.md.  A row without its
  * functions does not compile.

@@ -1,0 +1,86 @@
+/*
+ * ops.h — what the layer ops share (compiler/ops.c) and define
+ * (compiler/ops/, a file an op family, each holding its ops' arguments,
+ * shape rules, the C of their forward and backward passes and their CUDA,
+ * and their OpDefs); the table of them is ops.c's.  Adding a layer: its file (or an
+ * entry in its family's), its line in ops.c's table, and where it needs
+ * one a kernel in the runtime.
+ *
+ * Emitted code conventions.  A forward pass function sees
+ *     int n;            the batch size (the only thing known at run time)
+ *     const float *x;   the input  [n, in shape] (or [C, n, H, W]: see the
+ *                       layouts in fuse.c)
+ *     float *y;         the output, likewise
+ *     const float *W, *b;   the weight and bias, if the op has them (other
+ *                           parameters by their state_dict suffix, with
+ *                           weight and bias shortened: W_ih_l0, b_hh_l0)
+ * and a backward pass function sees x, y, W (not b) and
+ *     float *dy;        d loss / d y; the pass may overwrite it
+ *     float *dx;        d loss / d x to be written, or NULL when not needed
+ *     float *dW, *db;   d loss / d W and d b, to be overwritten (dW_ih_l0, ...)
+ * plus what the node keeps for backward (aux_size floats per sample, named
+ * by OpDef.aux_name: `mask`, `xp`) and `arg` (int32, iaux_size per
+ * sample); an op takes its scratch from net->scratch itself.
+ */
+#ifndef NETC_OPS_H
+#define NETC_OPS_H
+
+#include "netc.h"
+
+#define INT_MAX_ARG 16777216.0 /* 2^24: the largest size a model may name */
+#define BIG 1e30
+#define SIZE(nm) {nm, A_INT, NULL, 1, INT_MAX_ARG, NULL, NULL}
+#define INITS {"weight_init", A_INIT, "", 0, 0, NULL, NULL}, \
+              {"bias_init", A_INIT, "", 0, 0, NULL, NULL}
+#define NOARGS {{0}}
+
+/* ------------------------------------------------------------ the ops */
+
+extern const OpDef op_linear, op_conv2d, op_maxpool2d, op_avgpool2d, op_relu, op_leaky_relu,
+    op_tanh, op_sigmoid, op_gelu, op_silu, op_elu, op_softplus, op_flatten, op_dropout,
+    op_batchnorm1d, op_batchnorm2d, op_rnn;
+
+/* ---------------------------------------------------- shape helpers */
+
+const Shape *in_shape(Program *p, const Node *n);
+Shape *out_shape(Program *p, Node *n);
+/* the first number of argument i */
+double arg(const Node *n, int i);
+/* true if n's input is an image [C, H, W], else false with the error said */
+bool need_image(Program *p, Node *n);
+/* PyTorch's output size: floor((in + 2 pad - kernel) / stride) + 1; false
+ * (the error said) where the kernel is larger than the padded input */
+bool window(Program *p, Node *n, int64_t in, int k, int s, int pad, const char *what,
+            int64_t *out);
+/* the shape rule of an op whose output is shaped as its input */
+bool same_shape(Program *p, Node *n);
+
+/* ------------------------------------------------- emission helpers */
+
+int64_t value_size(const Emit *e, const Node *n);
+/* 1 when n's input is laid out channel first, else 0 */
+int input_cn(const Emit *e, const Node *n);
+const char *act_grad(Arena *a, const Node *n, const Act *act, const char *dy, const char *x,
+                     const char *y);
+const char *epilogue(Emit *e, const Node *n, bool bias);
+const char *lowp_flag(const Emit *e);
+const char *lowp_expr(Emit *e, const char *expr);
+void emit_par_for(Emit *e, int64_t size, const char *values);
+void emit_each(Emit *e, int64_t size);
+void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
+                   const char *bias_at);
+void emit_act_grad(Emit *e, const Node *n, int64_t size);
+
+/* ------------------------------------------------------ CUDA helpers */
+
+const char *param_names(Emit *e, const char *params, const char *prefix);
+void cu_each(Emit *e, const Node *n, const char *what, const char *count, const char *params,
+             const char *const *body, int nbody);
+const char *cu_lowp(Emit *e, const char *params);
+void cu_epilogue(Emit *e, const Node *n, const char *count, const char *bias_index, bool np);
+const char *batch_count(Emit *e, long long size);
+void cu_act_grad(Emit *e, const Node *n, const char *count);
+const char *cu_call(Emit *e, const Node *n, const char *what, int bounds, const char *params,
+                    const char *call);
+
+#endif /* NETC_OPS_H */
