@@ -25,6 +25,7 @@ static const char *type_name(ArgType t)
     case A_STR: return "a string in double quotes";
     case A_INIT: return "an initializer";
     case A_WORD: return "one of";
+    case A_NAME: return "the name of an earlier layer";
     }
     return "?";
 }
@@ -222,6 +223,16 @@ static bool bind_one(Program *p, const Sig *s, const ArgSpec *as,
         return true;
     case A_INIT:
         return bind_init(p, v, &out->init);
+    case A_NAME: /* which layer it names: the op's shape rule looks it up */
+        if (v->kind != V_IDENT) {
+            diag_error(p->diag, v->loc, "argument '%s' of %s must be the name of an earlier layer",
+                       as->name, s->name);
+            diag_note(p->diag, v->loc, "name a layer by writing 'NAME = ' before it, e.g. "
+                      "'h = relu', then '%s(h)'", s->name);
+            return false;
+        }
+        out->s = v->text;
+        return true;
     case A_WORD: {
         const char *words[MAX_ARGS];
         int nwords = 0;

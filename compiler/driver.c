@@ -173,6 +173,8 @@ void emit_driver(Emit *e, bool cuda)
     emitf(e, ".act_size = %lld,", (long long)p->act_size);
     emitf(e, ".iact_size = %lld,", (long long)p->iact_size);
     emitf(e, ".grad_size = %lld,", (long long)p->grad_size);
+    if (p->grad_buffers > 2)
+        emitf(e, ".grad_buffers = %d,", p->grad_buffers);
     emitf(e, ".scratch_size = %lld,", (long long)p->scratch_size);
     emitf(e, ".optim = %s,", optim_init(e->arena, p));
     emitf(e, ".device = %s,", c_string(e->arena, p->device));

@@ -234,7 +234,8 @@ static void emit_node(Emit *e, const Node *n)
     emitf(e, "static void %s(nrt_net *net, int n, const float *x, float *y)", pass_name(e, n, "fwd"));
     emitf(e, "{");
     e->indent++;
-    bool uses_net = n->nparams || n->nbufs || n->aux_size || n->iaux_size || n->scratch;
+    bool uses_net =
+        n->nparams || n->nbufs || n->aux_size || n->iaux_size || n->scratch || n->in2 >= 0;
     if (!uses_net)
         emitf(e, "(void)net;");
     emit_pass_locals(e, n, false);
@@ -256,6 +257,7 @@ static void emit_node(Emit *e, const Node *n)
         emitf(e, "(void)y;");
     emit_pass_locals(e, n, true);
     n->op->emit_bwd(e, n);
+    emit_grad_part(e, n);
     e->indent--;
     emitf(e, "}");
     emit_at(e, 0);
@@ -268,13 +270,19 @@ const Node *last_visible(const Node *n)
     return n->fused ? n->fused : n;
 }
 
+const char *value_memory(Emit *e, int v)
+{
+    return arena_printf(e->arena, "net->act + (size_t)net->cap * %lld",
+                        (long long)e->p->values[ir_root(e->p, v)].offset);
+}
+
 void emit_value_locals(Emit *e)
 {
     const Program *p = e->p;
     for (int v = 1; v < p->nvalues; v++)
         if (p->values[v].alias < 0)
-            emitf(e, "float *a%d = net->act + (size_t)net->cap * %lld; /* %s */", v,
-                  (long long)p->values[v].offset, shape_str(e->arena, &p->values[v].shape));
+            emitf(e, "float *a%d = %s; /* %s */", v, value_memory(e, v),
+                  shape_str(e->arena, &p->values[v].shape));
 }
 
 /* "if (cond) dst[0..count) = src rounded to the run's precision;" (src
@@ -372,8 +380,10 @@ void emit_pass_calls(Emit *e, bool bwd)
         int out = last_visible(n)->out;
         const char *in = casts_input(e, n) ? "cast" : value_expr(e, n->in);
         if (bwd) {
+            const char *dx = n->dx_buf >= 0 ? arena_printf(e->arena, "net->gbuf[%d]", n->dx_buf)
+                                            : grad_expr(e, n->in);
             emitf(e, "%s%s(net, n, %s, %s, %s, %s%s", open, pass_name(e, n, "bwd"),
-                  in, value_expr(e, out), grad_expr(e, out), grad_expr(e, n->in), close);
+                  in, value_expr(e, out), grad_expr(e, out), dx, close);
             emit_lowp_bwd(e, n);
             /* on a GPU, several ranks start summing them while backward goes on */
             if (e->cuda && n->nparams > 0 && p->params[n->param0].offset < final) {

@@ -92,6 +92,7 @@ static void emit_host_node(Emit *e, const Node *n)
     emitf(e, "(void)net, (void)n, (void)x, (void)y, (void)dy, (void)dx, (void)err;");
     emit_pass_locals(e, n, true);
     n->op->cu_bwd(e, n);
+    emit_grad_part(e, n);
     emitf(e, "return 0;");
     e->indent--;
     emitf(e, "}");
@@ -151,6 +152,7 @@ static void walk(Emit *e)
             emit_layer_comment(e->kern, n);
             n->op->cu_fwd(e, n);
             n->op->cu_bwd(e, n);
+            emit_grad_part(e, n);
         } else {
             emit_host_node(e, n);
         }

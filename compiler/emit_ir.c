@@ -50,7 +50,8 @@ static void emit_values(Emit *e)
                             : n->absorbed ? arena_printf(e->arena, "g%d, in its epilogue", g)
                                           : arena_printf(e->arena, "g%d", g);
         const char *what = n->op->is_view && g >= 0 ? "; a transpose from channel first" : "";
-        emitf(e, "  %-28s = %s %%%d", value_name(e, n->out), source_line(p, n->stmt), n->in);
+        emitf(e, "  %-28s = %s %%%d%s", value_name(e, n->out), source_line(p, n->stmt), n->in,
+              n->in2 >= 0 ? arena_printf(e->arena, ", %%%d", n->in2) : "");
         emitf(e, "  %-28s   layer %d, line %d, %s%s", "", n->index, n->stmt->loc.first_line, where,
               what);
         for (int k = 0; k < n->nparams; k++) {
@@ -149,11 +150,25 @@ static void emit_plan(Emit *e)
             emitf(e, "    %-18s [%lld, %lld)", arena_printf(e->arena, "layer %d arg", n->index),
                   (long long)n->iaux_offset, (long long)(n->iaux_offset + n->iaux_size));
     }
-    emitf(e, "  gradients    2 buffers of %lld, used in turn; activations, views and",
-          (long long)p->grad_size);
-    emitf(e, "               dropout write d x over d y");
+    if (p->grad_buffers > 2)
+        emitf(e, "  gradients    %d buffers of %lld; a value read twice keeps its own while the",
+              p->grad_buffers, (long long)p->grad_size);
+    else
+        emitf(e, "  gradients    2 buffers of %lld, used in turn; activations, views and",
+              (long long)p->grad_size);
+    emitf(e, "               %s", p->grad_buffers > 2 ? "layers between use the others; "
+                                                         "activations, views, dropout and add"
+                                                       : "dropout write d x over d y");
+    if (p->grad_buffers > 2)
+        emitf(e, "               write d x over d y");
     for (int v = p->nvalues - 1; v >= 1; v--)
         emitf(e, "    %-18s gbuf[%d]", arena_printf(e->arena, "d%%%d", v), p->values[v].grad_buf);
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        if (n->dx_buf >= 0)
+            emitf(e, "    %-18s layer %d's part of d%%%d in gbuf[%d], then added", "", n->index,
+                  n->in, n->dx_buf);
+    }
     emitf(e, "    %-18s net->dinput, when asked for", "d%0");
     emitf(e, "  scratch      %lld, reused by every layer's pass", (long long)p->scratch_size);
 }
@@ -231,6 +246,9 @@ void emit_dot(FILE *out, const Program *p, const EmitOptions *o, Arena *a)
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
         emitf(&e, "v%d -> v%d [label=%s];", n->in, n->out, dot_string(a, value_name(&e, n->in)));
+        if (n->in2 >= 0)
+            emitf(&e, "v%d -> v%d [label=%s, style=dashed];", n->in2, n->out,
+                  dot_string(a, value_name(&e, n->in2)));
     }
     emitf(&e, "v%d -> loss [label=%s];", last, dot_string(a, value_name(&e, last)));
     e.indent--;

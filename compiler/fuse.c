@@ -16,17 +16,39 @@
  * value they come from.  What a node keeps for its backward pass (aux)
  * follows: first what both backends use (dropout's mask), then what only
  * the cpu's passes do (conv2d's padded input), so that the GPU allocates
- * the buffer up to cuda_act_size.  Gradients need only two buffers: each backward
- * pass reads d y from one and writes d x to the other, except elementwise
- * ops and views, which work in place.
+ * the buffer up to cuda_act_size.
+ *
+ * Gradients: walking backward, each value's gradient takes a buffer when
+ * the backward pass of its last reader writes it, and gives it back when
+ * its producer's backward pass has read it; elementwise ops and views
+ * write d x over d y, in d y's buffer.  A sequence so uses two buffers in
+ * turn.  A value read twice (a layer's output that an add reads again)
+ * keeps its buffer while the layers between run backward in the others,
+ * and the second part of its gradient is written elsewhere, then added
+ * (Node.dx_buf, Node.skip_acc).
  */
 #include "netc.h"
 
-static void fuse(Program *p)
+/* How many nodes read each value. */
+static int *count_readers(Program *p)
+{
+    int *readers = arena_alloc(p->arena, sizeof *readers * (size_t)p->nvalues);
+    for (int i = 0; i < p->nnodes; i++) {
+        readers[p->nodes[i].in]++;
+        if (p->nodes[i].in2 >= 0)
+            readers[p->nodes[i].in2]++;
+    }
+    return readers;
+}
+
+/* (a layer's output read again, by an add, is kept as it is: no
+ * activation folds into it) */
+static void fuse(Program *p, const int *readers)
 {
     for (int i = 0; i + 1 < p->nnodes; i++) {
         Node *n = &p->nodes[i], *next = &p->nodes[i + 1];
-        if (n->op->takes_epilogue && next->op->act && !(next->op->act->needs & NEEDS_X)) {
+        if (n->op->takes_epilogue && next->op->act && !(next->op->act->needs & NEEDS_X) &&
+            readers[n->out] == 1) {
             n->fused = next;
             next->absorbed = true;
             p->values[next->out].alias = n->out;
@@ -57,10 +79,91 @@ static bool in_place(const Program *p, const Node *n)
     return ir_is_view(p, n) || n->op->act || n->op->elementwise;
 }
 
+/* Which value's gradient each buffer holds (-1: free), and how many
+ * buffers have been used. */
+typedef struct Holders {
+    int value[NRT_GBUF_MAX];
+    int used;
+} Holders;
+
+enum { PART = -2 }; /* a holder: a part of a gradient, added where it goes */
+
+/* The lowest free buffer, now holding v; -1 (the error said) if none is. */
+static int take(Program *p, const Node *n, Holders *h, int v)
+{
+    for (int b = 0; b < NRT_GBUF_MAX; b++)
+        if (h->value[b] == -1) {
+            h->value[b] = v;
+            if (b + 1 > h->used)
+                h->used = b + 1;
+            return b;
+        }
+    diag_error(p->diag, n->stmt->loc, "more than %d gradients alive at once here: too many "
+               "branches for this netc", NRT_GBUF_MAX);
+    return -1;
+}
+
+static void plan_gradients(Program *p)
+{
+    Holders h = {.used = 2};
+    for (int b = 0; b < NRT_GBUF_MAX; b++)
+        h.value[b] = -1;
+    for (int v = 0; v < p->nvalues; v++)
+        p->values[v].grad_buf = -1;
+    p->values[p->nvalues - 1].grad_buf = 0;
+    h.value[0] = p->nvalues - 1;
+    for (int k = 0; k < p->nbwd; k++) {
+        Node *n = &p->nodes[p->bwd[k]];
+        const int b = p->values[n->out].grad_buf, u = n->in;
+        const bool inplace = n->absorbed || in_place(p, n);
+        if (p->values[n->out].size > p->grad_size)
+            p->grad_size = p->values[n->out].size;
+        if (n->in2 >= 0) { /* add's d s = d y, before its d x (the pass's order) */
+            IrValue *s = &p->values[n->in2];
+            n->skip_acc = s->grad_buf >= 0;
+            if (!n->skip_acc && (s->grad_buf = take(p, n, &h, n->in2)) < 0)
+                return;
+        }
+        n->dx_buf = -1;
+        if (ir_root(p, u) == 0) {
+            /* net->dinput (the number is what --emit=ir shows) */
+            p->values[u].grad_buf = inplace ? b : take(p, n, &h, PART);
+            if (!inplace && p->values[u].grad_buf >= 0)
+                h.value[p->values[u].grad_buf] = -1;
+        } else if (p->values[u].grad_buf < 0) { /* the first part of d u */
+            if (inplace)
+                h.value[b] = u;
+            else if ((p->values[u].grad_buf = take(p, n, &h, u)) < 0)
+                return;
+            if (inplace)
+                p->values[u].grad_buf = b;
+        } else if (!ir_emits_passes(p, n)) {
+            diag_error(p->diag, n->stmt->loc, "a value read again after %s is not supported yet",
+                       n->op->sig.name);
+            return;
+        } else { /* a later part: written in d y's buffer or another, then added */
+            n->dx_buf = inplace ? b : take(p, n, &h, PART);
+            if (n->dx_buf < 0)
+                return;
+            h.value[n->dx_buf] = -1;
+        }
+        if (h.value[b] == n->out)
+            h.value[b] = -1;
+    }
+    p->grad_buffers = h.used;
+}
+
 void fuse_and_plan(Program *p)
 {
-    fuse(p);
+    const int *readers = count_readers(p);
+    fuse(p, readers);
     choose_layouts(p);
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        if (n->in2 >= 0 && p->values[n->in2].cn != p->values[n->in].cn)
+            diag_error(p->diag, n->stmt->loc, "%s of values in two layouts ([C, n, H, W] and "
+                       "[n, C, H, W]) is not supported yet", n->op->sig.name);
+    }
 
     int64_t off = 0, ioff = 0;
     for (int v = 1; v < p->nvalues; v++) {
@@ -92,13 +195,5 @@ void fuse_and_plan(Program *p)
     p->act_size = off;
     p->iact_size = ioff;
 
-    /* gradients, walking backward from the loss */
-    p->values[p->nvalues - 1].grad_buf = 0;
-    for (int k = 0; k < p->nbwd; k++) {
-        const Node *n = &p->nodes[p->bwd[k]];
-        int b = p->values[n->out].grad_buf;
-        p->values[n->in].grad_buf = n->absorbed || in_place(p, n) ? b : 1 - b;
-        if (p->values[n->out].size > p->grad_size)
-            p->grad_size = p->values[n->out].size;
-    }
+    plan_gradients(p);
 }

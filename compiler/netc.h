@@ -169,7 +169,8 @@ typedef enum ArgType {
     A_NUMS,   /* a number or a tuple of up to 3: normalize's mean, std */
     A_STR,    /* "text" */
     A_INIT,   /* an initializer: xavier_normal, normal(0, 0.01), … */
-    A_WORD    /* one of a set of identifiers (ArgSpec.words) */
+    A_WORD,   /* one of a set of identifiers (ArgSpec.words) */
+    A_NAME    /* the name of an earlier layer: its output (add's) */
 } ArgType;
 
 typedef struct ArgSpec {
@@ -380,6 +381,11 @@ struct Node {
     int index;          /* position in nn.Sequential */
     ArgVal args[MAX_ARGS];
     int in, out;        /* value ids */
+    int in2;            /* a second input (add's named one), or -1 */
+    int dx_buf;         /* the memory plan's: -1, backward writes d in where d in
+                           lives; else into gbuf[dx_buf], then adds it there
+                           (in has other readers whose backward came first) */
+    bool skip_acc;      /* add: d in2 is added to (not copied into) its buffer */
     int param0, nparams;/* its parameters in the program's table */
     int buf0, nbufs;    /* its buffers in the program's table */
     const Node *fused;  /* activation fused into this node's epilogue */
@@ -427,6 +433,7 @@ struct Program {
     bool misplaced_loss, misplaced_optimizer; /* 'mse' written as a layer */
     /* memory plan (fuse.c) */
     int64_t act_size, iact_size, grad_size, scratch_size;
+    int grad_buffers;   /* how many gradient buffers backward uses (2 or more) */
     int64_t cuda_act_size; /* the GPU's: act_size less the cpu-only aux */
     /* backward order (autodiff.c): node indices, last layer first */
     int *bwd;
@@ -528,6 +535,10 @@ const char *c_double(Arena *a, double v);
 /* The C expression of value v's memory, or of its gradient's. */
 const char *value_expr(Emit *e, int v);
 const char *grad_expr(Emit *e, int v);
+/* The end of n's backward pass where its d x is a part of d x (ops.c). */
+void emit_grad_part(Emit *e, const Node *n);
+/* Value v's memory as a pass reaches it (through net->act). */
+const char *value_memory(Emit *e, int v);
 /* Shared with emit_cuda.c: a pass's function name (linear_0_fwd), the
  * comment above a layer's passes, the locals its passes start with (W, b,
  * dW, db, mask, arg), the node whose output a fused node writes, and one

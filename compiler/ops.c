@@ -288,13 +288,36 @@ const char *cu_call(Emit *e, const Node *n, const char *what, int bounds,
     return cu_kernel(e, n, what, bounds, params, body, 1);
 }
 
+/* At the end of n's backward pass, where its d x is a later part of the
+ * gradient of x (x has other readers, whose backward came first: the
+ * memory plan's Node.dx_buf): d x added to what is there, each part and
+ * the sum rounded in a bf16 run (autograd sums two bf16 gradients). */
+void emit_grad_part(Emit *e, const Node *n)
+{
+    if (n->dx_buf < 0)
+        return;
+    const int64_t size = e->p->values[n->in].size;
+    const char *sum = lowp_expr(e, arena_printf(e->arena, "d_in[i] + %s", lowp_expr(e, "dx[i]")));
+    emitf(e, "/* d x is a part of d %%%d: added to the rest, in %s */", n->in,
+          grad_expr(e, n->in));
+    emitf(e, "float *d_in = %s;", grad_expr(e, n->in));
+    if (e->cuda) {
+        const char *body[1] = {arena_printf(e->arena, "d_in[i] = %s;", sum)};
+        cu_each(e, n, "bwd_sum", batch_count(e, (long long)size),
+                cu_lowp(e, "const float *dx, float *d_in"), body, 1);
+        return;
+    }
+    emit_each(e, size);
+    emitf(e, "    d_in[i] = %s;", sum);
+}
+
 /* ------------------------------------------------------------ the table */
 
 /* In the order the language reference and "did you mean" list them. */
 static const OpDef *const ops[] = {
     &op_linear, &op_conv2d, &op_maxpool2d, &op_avgpool2d, &op_relu, &op_leaky_relu, &op_tanh,
     &op_sigmoid, &op_gelu, &op_silu, &op_elu, &op_softplus, &op_flatten, &op_dropout,
-    &op_batchnorm1d, &op_batchnorm2d, &op_rnn,
+    &op_batchnorm1d, &op_batchnorm2d, &op_rnn, &op_add,
 };
 
 const OpDef *const *op_table(int *n)

@@ -237,6 +237,7 @@ static void build_layers(Program *p, const Stmt *first, int nlayers,
         if (!ok)
             continue; /* no shapes after an error: they would only cascade */
         n->in = p->nvalues - 1;
+        n->in2 = -1;
         n->out = p->nvalues++;
         p->values[n->out].alias = -1;
         if (!n->op->shape(p, n)) {
@@ -419,7 +420,9 @@ static void plan_precision(Program *p)
         const Node *n = &p->nodes[i];
         if (n->op->product && p->first_product < 0)
             p->first_product = i;
-        p->values[n->out].lowp = n->op->product || p->values[n->in].lowp;
+        /* (a sum of a bf16 value and an fp32 one is fp32, as PyTorch's) */
+        p->values[n->out].lowp = n->op->product || (p->values[n->in].lowp &&
+                                                    (n->in2 < 0 || p->values[n->in2].lowp));
     }
 }
 

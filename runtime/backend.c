@@ -24,8 +24,8 @@ void nrt_net_free(nrt_net *net)
     free(net->buffers);
     free(net->act);
     free(net->iact);
-    free(net->gbuf[0]);
-    free(net->gbuf[1]);
+    for (int i = 0; i < NRT_GBUF_MAX; i++)
+        free(net->gbuf[i]);
     free(net->scratch);
     free(net->dinput);
     free(net->wlp);
@@ -89,8 +89,8 @@ int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err)
     net->buffers = alloc_floats(m->buffer_bytes, 1, &ok);
     net->act = alloc_floats(c * m->act_size, sizeof(float), &ok);
     net->iact = alloc_floats(c * m->iact_size, sizeof(int32_t), &ok);
-    net->gbuf[0] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
-    net->gbuf[1] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
+    for (int i = 0; i < nrt_grad_buffers(m); i++)
+        net->gbuf[i] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
     net->scratch = alloc_floats(c * m->scratch_size, sizeof(float), &ok);
     net->dnnl = nrt_dnnl_new(); /* NULL: each pass makes its own */
     if (!ok) {

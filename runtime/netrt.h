@@ -748,6 +748,9 @@ typedef struct nrt_buffer {
 /* Sets each buffer of the flat area to its initial value. */
 void nrt_init_buffers(const nrt_buffer *b, int n, void *area);
 
+/* The most gradient buffers a model's backward pass may use. */
+#define NRT_GBUF_MAX 8
+
 /* A training run's state, shared by the runtime and the generated code.
  * Buffers are sized for `cap` samples a batch. */
 typedef struct nrt_net {
@@ -758,7 +761,9 @@ typedef struct nrt_net {
     unsigned char *buffers; /* flat buffers (model->buffer_bytes) */
     float *act;        /* activations: value v of sample i of the batch
                           lies at act + cap * v_offset + i * v_size */
-    float *gbuf[2];    /* gradient ping-pong buffers, cap * gsize each */
+    float *gbuf[NRT_GBUF_MAX]; /* gradient buffers, cap * grad_size each: two
+                          used in turn, more where a value has several
+                          readers (model->grad_buffers) */
     float *scratch;    /* per-layer scratch, cap * scratch_size floats */
     int32_t *iact;     /* integer activations (maxpool argmax) */
     float *dinput;     /* if not NULL, backward writes d loss / d input */
@@ -1006,6 +1011,7 @@ typedef struct nrt_model {
     size_t act_size;         /* floats of activations per sample */
     size_t iact_size;        /* int32 activations per sample */
     size_t grad_size;        /* floats of one gradient buffer per sample */
+    int grad_buffers;        /* gradient buffers backward uses (0: 2) */
     size_t scratch_size;     /* floats of scratch per sample */
     nrt_optim optim;
     const char *device;      /* "cpu", "cuda", "cuda:N", "auto" */
@@ -1032,6 +1038,12 @@ typedef struct nrt_model {
      * (rounds into the net's xlp); 0: the model has no product */
     size_t lowp_in_size;
 } nrt_model;
+
+/* The gradient buffers m's backward uses. */
+static inline int nrt_grad_buffers(const nrt_model *m)
+{
+    return m->grad_buffers > 2 ? m->grad_buffers : 2;
+}
 
 /* ----------------------------------------------------------- checkpoint.c */
 

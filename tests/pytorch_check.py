@@ -14,8 +14,9 @@ batchnorm1d and batchnorm2d, with and without weight and bias, in both
 layouts, their running statistics and num_batches_tracked compared as
 weights are and used by the validation; rnn with tanh and relu, stacked,
 with and without biases, whose twin is an nn.RNN giving its last output),
-both losses, and sgd (plain; momentum with dampening; nesterov; weight decay)
-adam (betas, eps, weight decay) and adamw (its default decay); plus the seed models
+residual adds (add(NAME): a value read by several layers), both losses,
+sgd (plain; momentum with dampening; nesterov; weight decay), adam (betas,
+eps, weight decay) and adamw (its default decay); plus the seed models
 boston_mlp (standardized table data), airline_rnn (csv with a header line,
 a sequence input), digits_cnn (csv, scale) and cifar10
 (CIFAR-10 binary records, random here) -- the program netc makes is checked
@@ -235,6 +236,35 @@ def seq(*items):
         name, mod = it if isinstance(it, tuple) else (str(i), it)
         od[name] = mod
     return nn.Sequential(od)
+
+
+class Add:
+    """In a Graph: netc's add(NAME), the layer before's output plus NAME's."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+class Graph(nn.Module):
+    """netc's layers in order, each reading the output of the one before,
+    an Add also an earlier one's (by name): a model with residuals, its
+    modules named as seq names them (an Add takes an index too)."""
+
+    def __init__(self, *items):
+        super().__init__()
+        self.plan = []
+        for i, it in enumerate(items):
+            name, mod = it if isinstance(it, tuple) else (str(i), it)
+            if not isinstance(mod, Add):
+                self.add_module(name, mod)
+            self.plan.append((name, mod))
+
+    def forward(self, x):
+        outs = {}
+        for name, mod in self.plan:
+            x = x + outs[mod.name] if isinstance(mod, Add) else mod(x)
+            outs[name] = x
+        return x
 
 
 class LastState(nn.RNN):
@@ -496,6 +526,35 @@ model gelu_tanh {
 }
 """
 
+RESIDUAL = """\
+# add(NAME): h (a relu fused into its convolution) read by the next
+# convolution and two adds, c (a convolution's output) by a relu and an
+# add, d added to itself
+model residual {
+    input  x[2, 6, 6]
+    target class(3)
+
+    conv2d(4, kernel=3, padding=1)
+    h = relu
+    c = conv2d(4, kernel=3, padding=1)
+    relu
+    add(h)
+    add(c)
+    tanh
+    add(h)
+    maxpool2d(2)
+    flatten
+    d = linear(8)
+    add(d)
+    relu
+    linear(3)
+
+    loss      cross_entropy
+    optimizer sgd(lr=0.05, momentum=0.9)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
 CNN_ADAM = """\
 # strided, padded, bias-free and rectangular convolutions (the second one
 # strided and padded, so that its input gradient goes through col2im with
@@ -667,6 +726,18 @@ SPECS = [
                           nn.Tanh(), nn.GELU(approximate="tanh"), nn.Linear(8, 3)),
          optim=sgd(lr=0.1, momentum=0.9),
          data=synthetic_data((6,), 64, "class", 3, seed=15, ntest=24)),
+    Spec("residual", net=RESIDUAL, loss="cross_entropy",
+         twin=lambda: Graph(nn.Conv2d(2, 4, 3, padding=1), ("h", nn.ReLU()),
+                            ("c", nn.Conv2d(4, 4, 3, padding=1)), nn.ReLU(), Add("h"), Add("c"),
+                            nn.Tanh(), Add("h"), nn.MaxPool2d(2), nn.Flatten(),
+                            ("d", nn.Linear(36, 8)), Add("d"), nn.ReLU(), nn.Linear(8, 3)),
+         optim=sgd(lr=0.05, momentum=0.9),
+         data=synthetic_data((2, 6, 6), 72, "class", 3, seed=16, ntest=24),
+         # bf16: the first step within 1.1e-7, then momentum carries the
+         # differences of PyTorch's own bf16 weight gradients (see
+         # BF16_RTOL) through two convolutions and four sums: 2.6e-3 by
+         # step 10, 4e-2 by step 20
+         bf16_steps=10),
     Spec("cnn_adam", net=CNN_ADAM, loss="cross_entropy", bad_files=True,
          twin=lambda: seq(nn.Conv2d(2, 4, 3, stride=2, padding=1, bias=False),
                           nn.LeakyReLU(0.1), nn.MaxPool2d(3, stride=2, padding=1),

@@ -907,6 +907,15 @@ static int setup_blas(Ctx *c, nrt_error *err)
                : 0;
 }
 
+static int alloc_gbufs(Ctx *c, nrt_error *err)
+{
+    const size_t count = (size_t)c->net.cap * c->m->grad_size;
+    for (int i = 0; i < nrt_grad_buffers(c->m); i++)
+        if (dalloc(c, &c->net.gbuf[i], count, "the gradient buffers", err))
+            return -1;
+    return 0;
+}
+
 static int alloc_net(Ctx *c, nrt_error *err)
 {
     const nrt_model *m = c->m;
@@ -926,8 +935,7 @@ static int alloc_net(Ctx *c, nrt_error *err)
         dalloc(c, &net->grad, np + 1, "the gradients", err) || /* + a rank's loss */
         dalloc(c, &net->buffers, m->buffer_bytes, "the buffers", err) ||
         dalloc(c, &net->act, cap * m->cuda->act_size, "the activations", err) ||
-        dalloc(c, &net->gbuf[0], cap * m->grad_size, "the gradient buffers", err) ||
-        dalloc(c, &net->gbuf[1], cap * m->grad_size, "the gradient buffers", err) ||
+        alloc_gbufs(c, err) ||
         dalloc(c, &net->scratch, cap * m->scratch_size, "the scratch buffer", err) ||
         dalloc(c, &net->iact, cap * m->iact_size, "the integer activations", err) ||
         dalloc(c, (char **)&net->workspace, m->cuda->workspace, "the workspace", err) ||

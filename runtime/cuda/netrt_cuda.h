@@ -88,7 +88,7 @@ struct nrt_cuda_net {
     float *grad;           /* flat gradients, same layout */
     unsigned char *buffers;/* flat buffers, model->buffer_bytes (batchnorm's) */
     float *act;            /* value v of sample i: act + cap * offset + i * size */
-    float *gbuf[2];        /* gradient ping-pong buffers, cap * grad_size each */
+    float *gbuf[NRT_GBUF_MAX]; /* gradient buffers, cap * grad_size each (nrt_net's) */
     float *scratch;        /* cap * scratch_size floats */
     int32_t *iact;         /* cap * iact_size int32s (maxpool argmax) */
     /* The batch of the current forward pass, set by the runtime. */

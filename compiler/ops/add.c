@@ -1,0 +1,113 @@
+/*
+ * ops/add.c — add(NAME): the residual sum y = x + s, x the output of the
+ * layer before and s that of the earlier layer named NAME (`h = relu`
+ * names one), as a ResNet block adds its input to its last convolution's
+ * output.  The two have the same shape (no broadcasting yet).
+ *
+ * Backward: d x = d y, in place (add reads and writes no other memory for
+ * it); s gets d y as well: copied into its gradient's buffer, or added to
+ * it where a later reader of s gave it a part first (the memory plan,
+ * fuse.c, says which: Node.skip_acc), the sum rounded in a bf16 run as
+ * autograd's sum of two bf16 gradients is.
+ */
+#include "ops.h"
+
+#include <string.h>
+
+enum { ADD_NAME };
+
+static bool add_shape(Program *p, Node *n)
+{
+    const ArgVal *a = &n->args[ADD_NAME];
+    const Node *from = NULL;
+    for (int i = 0; i < p->nnodes; i++) /* the layers before this one */
+        if (p->nodes[i].stmt->name && !strcmp(p->nodes[i].stmt->name, a->s))
+            from = &p->nodes[i];
+    if (!from) {
+        const char *names[64];
+        int k = 0;
+        for (int i = 0; i < p->nnodes && k < 64; i++)
+            if (p->nodes[i].stmt->name)
+                names[k++] = p->nodes[i].stmt->name;
+        diag_error(p->diag, a->loc, "no layer named '%s' before this one", a->s);
+        const char *near = suggest(a->s, names, k);
+        const Stmt *later = n->stmt->next;
+        while (later && !(later->kind == S_LAYER && later->name && !strcmp(later->name, a->s)))
+            later = later->next;
+        if (later)
+            diag_note(p->diag, later->name_loc, "'%s' is a later layer: add reads one before it",
+                      a->s);
+        else if (p->input_name && !strcmp(a->s, p->input_name))
+            diag_note(p->diag, a->loc, "add reads a layer's output, not yet the model's input: "
+                      "name the first layer and add that");
+        else if (near)
+            diag_note(p->diag, a->loc, "did you mean '%s'?", near);
+        else
+            diag_note(p->diag, a->loc, "name the layer whose output to add by writing "
+                      "'%s = ' before it", a->s);
+        return false;
+    }
+    const Shape *x = in_shape(p, n), *s = &p->values[from->out].shape;
+    if (x->rank != s->rank || memcmp(x->d, s->d, sizeof(int64_t) * (size_t)x->rank)) {
+        diag_error(p->diag, n->stmt->call->loc, "add of %s (the layer before) and %s ('%s'): "
+                   "the shapes differ", shape_str(p->arena, x), shape_str(p->arena, s), a->s);
+        diag_note(p->diag, from->stmt->loc, "'%s' is here, %s", a->s, shape_str(p->arena, s));
+        return false;
+    }
+    n->in2 = from->out;
+    *out_shape(p, n) = *x;
+    return true;
+}
+
+/* The memory of s, the named layer's output, inside a pass. */
+static void emit_s(Emit *e, const Node *n, const char *decl)
+{
+    emitf(e, "%s = %s; /* '%s' */", decl, value_memory(e, n->in2), n->args[ADD_NAME].s);
+}
+
+/* d s's buffer, and the statement giving it d y (copied, or added) */
+static const char *ds_update(Emit *e, const Node *n)
+{
+    if (!n->skip_acc)
+        return "ds[i] = dy[i];";
+    return arena_printf(e->arena, "ds[i] = %s;", lowp_expr(e, "ds[i] + dy[i]"));
+}
+
+static void add_fwd(Emit *e, const Node *n)
+{
+    emit_s(e, n, "const float *s");
+    emit_each(e, value_size(e, n));
+    emitf(e, "    y[i] = x[i] + s[i];");
+}
+
+static void add_bwd(Emit *e, const Node *n)
+{
+    emitf(e, "(void)dx; /* d x = d y, the same buffer */");
+    emitf(e, "float *ds = %s; /* d '%s'%s */", grad_expr(e, n->in2), n->args[ADD_NAME].s,
+          n->skip_acc ? ", added to what its later reader gave" : "");
+    emit_each(e, value_size(e, n));
+    emitf(e, "    %s", ds_update(e, n));
+}
+
+static void add_cu_fwd(Emit *e, const Node *n)
+{
+    emit_s(e, n, "const float *s");
+    const char *body[1] = {"y[i] = x[i] + s[i];"};
+    cu_each(e, n, "fwd", batch_count(e, (long long)value_size(e, n)),
+            "const float *x, const float *s, float *y", body, 1);
+}
+
+static void add_cu_bwd(Emit *e, const Node *n)
+{
+    emitf(e, "float *ds = %s; /* d '%s' */", grad_expr(e, n->in2), n->args[ADD_NAME].s);
+    const char *body[1] = {ds_update(e, n)};
+    const char *params = n->skip_acc ? cu_lowp(e, "const float *dy, float *ds")
+                                     : "const float *dy, float *ds";
+    cu_each(e, n, "bwd", batch_count(e, (long long)value_size(e, n)), params, body, 1);
+}
+
+const OpDef op_add = {
+    .sig = {"add", "x + NAME: the layer before's output plus an earlier layer's (a residual)",
+            {{"name", A_NAME, NULL, 0, 0, NULL, NULL}}},
+    .shape = add_shape, .emit_fwd = add_fwd, .emit_bwd = add_bwd, .elementwise = true,
+    .layout = LAYOUT_KEEP, .cu_fwd = add_cu_fwd, .cu_bwd = add_cu_bwd};
