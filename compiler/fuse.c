@@ -160,9 +160,21 @@ void fuse_and_plan(Program *p)
     choose_layouts(p);
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
-        if (n->in2 >= 0 && p->values[n->in2].cn != p->values[n->in].cn)
-            diag_error(p->diag, n->stmt->loc, "%s of values in two layouts ([C, n, H, W] and "
-                       "[n, C, H, W]) is not supported yet", n->op->sig.name);
+        if (n->in2 < 0)
+            continue;
+        if (ir_root(p, n->in2) == 0) {
+            diag_error(p->diag, n->stmt->loc, "%s of the model's input (a flatten of it shares "
+                       "its memory) is not supported yet", n->op->sig.name);
+            diag_note(p->diag, n->stmt->loc, "add the output of a layer that computes "
+                      "something from the input instead");
+        } else if (p->values[n->in2].cn != p->values[n->in].cn) {
+            diag_error(p->diag, n->stmt->loc, "%s of two values laid out differently in "
+                       "memory (a convolution's output and what follows it are channel first, "
+                       "what comes before is sample first) is not supported yet",
+                       n->op->sig.name);
+            diag_note(p->diag, n->stmt->loc, "add values that both come after a convolution, "
+                      "or both before any");
+        }
     }
 
     int64_t off = 0, ioff = 0;

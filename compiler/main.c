@@ -506,6 +506,10 @@ int main(int argc, char **argv)
         m = parse_model(&d, arena);
     if (m && d.errors == 0)
         p = sema_check(&d, arena, m);
+    if (p && d.errors == 0) { /* the memory plan refuses what it cannot place */
+        autodiff(p);
+        fuse_and_plan(p);
+    }
     diag_flush(&d);
     if (!p || d.errors) {
         if (d.errors > 1)
@@ -517,8 +521,6 @@ int main(int argc, char **argv)
         status = 0;
         goto done;
     }
-    autodiff(p);
-    fuse_and_plan(p);
 
     /* CUDA when this netc was built with it, unless --no-cuda, NETC_CUDA=no
      * (the test suite's cpu tests) or the model's device is cpu */
