@@ -48,7 +48,7 @@ static void fuse(Program *p, const int *readers)
     for (int i = 0; i + 1 < p->nnodes; i++) {
         Node *n = &p->nodes[i], *next = &p->nodes[i + 1];
         if (n->op->takes_epilogue && next->op->act && !(next->op->act->needs & NEEDS_X) &&
-            readers[n->out] == 1) {
+            next->in == n->out && readers[n->out] == 1) {
             n->fused = next;
             next->absorbed = true;
             p->values[next->out].alias = n->out;

@@ -116,7 +116,7 @@ struct Value {
 typedef enum StmtKind {
     S_INPUT,     /* input NAME[d, ...] */
     S_TARGET,    /* target class(N) | value(N) */
-    S_LAYER,     /* [NAME =] op(args) */
+    S_LAYER,     /* [NAME =] op(args) [from NAME] */
     S_LOSS,      /* loss op */
     S_OPTIMIZER, /* optimizer op(args) */
     S_DEVICE,    /* device cpu | cuda | cuda:N | auto */
@@ -134,6 +134,8 @@ typedef struct Stmt {
     Loc loc;            /* the whole statement */
     const char *name;   /* S_INPUT, named S_LAYER, S_DEVICE, S_INIT kind */
     Loc name_loc;
+    const char *from;   /* S_LAYER: the earlier layer it reads, or NULL: the one before */
+    Loc from_loc;
     Value *call;        /* the op or source as a V_CALL */
     Value **dims;       /* S_INPUT */
     int ndims;
@@ -464,6 +466,9 @@ int64_t shape_size(const Shape *s);
 /* Checks the model and infers shapes; fills a Program (graph IR included).
  * Returns NULL if any error was reported. */
 Program *sema_check(Diag *d, Arena *a, const Model *m);
+/* The value layer n reads by the name of an earlier layer; -1, the error
+ * said at loc (what: "add reads"), where no layer before n has that name. */
+int named_value(Program *p, const Node *n, const char *name, Loc loc, const char *what);
 /* The --check summary: each layer, its output shape and parameter count. */
 void print_summary(FILE *out, const Program *p);
 

@@ -156,7 +156,7 @@ static Arg arg(const char *key, Loc key_loc, Value *v)
 %token MODEL "'model'" INPUT "'input'" TARGET "'target'" LOSS "'loss'"
 %token OPTIMIZER "'optimizer'" DEVICE "'device'" TRAIN "'train'"
 %token TEST "'test'" INIT "'init'" VALID "'valid'" SCHEDULE "'schedule'"
-%token TRANSFORM "'transform'" PRECISION "'precision'"
+%token TRANSFORM "'transform'" PRECISION "'precision'" FROM "'from'"
 
 %type <val> value call
 %type <stmt> stmt layer
@@ -218,6 +218,10 @@ stmt
 layer
     : call              { $$ = stmt(ps, S_LAYER, @$); $$->call = $1; }
     | IDENT '=' call    { $$ = stmt(ps, S_LAYER, @$); $$->call = $3; $$->name = $1; $$->name_loc = @1; }
+    | call FROM IDENT   { $$ = stmt(ps, S_LAYER, @$); $$->call = $1; $$->from = $3; $$->from_loc = @3; }
+    | IDENT '=' call FROM IDENT
+                        { $$ = stmt(ps, S_LAYER, @$); $$->call = $3; $$->name = $1; $$->name_loc = @1;
+                          $$->from = $5; $$->from_loc = @5; }
     ;
 
 call
@@ -291,6 +295,12 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner,
     bool close_brace = false;
     for (int i = 0; i < n; i++)
         close_brace |= !strcmp(yysymbol_name(expected[i]), "'}'");
+    /* a layer's optional `from NAME` is not what its line lacks */
+    int others = 0;
+    for (int i = 0; i < n; i++)
+        if (n == 1 || strcmp(yysymbol_name(expected[i]), "'from'"))
+            expected[others++] = expected[i];
+    n = others;
     for (int pass = close_brace; pass < 2; pass++) {
         const char *noise = pass == 0 ? "newline" : "end of file";
         int kept = 0;

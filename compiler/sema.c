@@ -185,6 +185,34 @@ static bool check_name(Program *p, const Stmt *s, int index)
     return true;
 }
 
+int named_value(Program *p, const Node *n, const char *name, Loc loc, const char *what)
+{
+    const char *names[64];
+    int k = 0;
+    for (int i = 0; i < p->nnodes; i++) { /* the layers before n */
+        const char *ni = p->nodes[i].stmt->name;
+        if (ni && !strcmp(ni, name))
+            return p->nodes[i].out;
+        if (ni && k < 64)
+            names[k++] = ni;
+    }
+    diag_error(p->diag, loc, "no layer named '%s' before this one", name);
+    const char *near = suggest(name, names, k);
+    const Stmt *later = n->stmt->next;
+    while (later && !(later->kind == S_LAYER && later->name && !strcmp(later->name, name)))
+        later = later->next;
+    if (later)
+        diag_note(p->diag, later->name_loc, "'%s' is a later layer: %s one before it", name, what);
+    else if (p->input_name && !strcmp(name, p->input_name))
+        diag_note(p->diag, loc, "%s a layer's output, not yet the model's input: name the first "
+                  "layer and use that", what);
+    else if (near)
+        diag_note(p->diag, loc, "did you mean '%s'?", near);
+    else
+        diag_note(p->diag, loc, "name the layer to read by writing '%s = ' before it", name);
+    return -1;
+}
+
 static void build_layers(Program *p, const Stmt *first, int nlayers,
                          const Inits *inits, int ninits)
 {
@@ -236,8 +264,13 @@ static void build_layers(Program *p, const Stmt *first, int nlayers,
         }
         if (!ok)
             continue; /* no shapes after an error: they would only cascade */
-        n->in = p->nvalues - 1;
+        n->in = s->from ? named_value(p, n, s->from, s->from_loc, "a layer reads")
+                        : p->nvalues - 1;
         n->in2 = -1;
+        if (n->in < 0) {
+            ok = false;
+            continue;
+        }
         n->out = p->nvalues++;
         p->values[n->out].alias = -1;
         if (!n->op->shape(p, n)) {
@@ -413,11 +446,38 @@ static void check_precision(Program *p, const Stmt *s)
  * the result rounded).  The values before the first product are fp32, and
  * so are the layers' passes there; the first product casts its input (a
  * copy, the fp32 value kept for the passes before it). */
+/* Every layer's output is read: by a later layer or the loss. */
+static void check_all_read(Program *p)
+{
+    bool *read = arena_alloc(p->arena, sizeof *read * (size_t)p->nvalues);
+    for (int i = 0; i < p->nnodes; i++) {
+        read[p->nodes[i].in] = true;
+        if (p->nodes[i].in2 >= 0)
+            read[p->nodes[i].in2] = true;
+    }
+    for (int i = 0; i + 1 < p->nnodes; i++) {
+        const Node *n = &p->nodes[i], *next = &p->nodes[i + 1];
+        if (read[n->out])
+            continue;
+        diag_error(p->diag, n->stmt->loc, "nothing reads this layer's output");
+        diag_note(p->diag, next->stmt->from_loc, "the next layer reads '%s' instead: name this "
+                  "one and add it, or leave it out", next->stmt->from);
+    }
+}
+
 static void plan_precision(Program *p)
 {
     p->first_product = -1;
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
+        if (n->op->product && p->first_product >= 0 && !p->values[n->in].lowp) {
+            /* its input would need a cast of its own, as the first's has */
+            diag_error(p->diag, n->stmt->loc, "in a bf16 run this layer's input would be fp32 "
+                       "(made from a value from before the first matrix product), and only the "
+                       "first product casts its input: not supported yet");
+            diag_note(p->diag, p->nodes[p->first_product].stmt->loc,
+                      "the first product (linear, conv2d, rnn) is here");
+        }
         if (n->op->product && p->first_product < 0)
             p->first_product = i;
         /* (a sum of a bf16 value and an fp32 one is fp32, as PyTorch's) */
@@ -737,6 +797,7 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
     if (p->loss)
         check_loss(p, &seen);
     check_data_shapes(p, &seen);
+    check_all_read(p);
     if (d->errors)
         return NULL;
     plan_precision(p);

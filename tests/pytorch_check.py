@@ -14,7 +14,8 @@ batchnorm1d and batchnorm2d, with and without weight and bias, in both
 layouts, their running statistics and num_batches_tracked compared as
 weights are and used by the validation; rnn with tanh and relu, stacked,
 with and without biases, whose twin is an nn.RNN giving its last output),
-residual adds (add(NAME): a value read by several layers), both losses,
+residual adds and branches (add(NAME), LAYER from NAME: a value read by
+several layers), both losses,
 sgd (plain; momentum with dampening; nesterov; weight decay), adam (betas,
 eps, weight decay) and adamw (its default decay); plus the seed models
 boston_mlp (standardized table data), airline_rnn (csv with a header line,
@@ -245,23 +246,34 @@ class Add:
         self.name = name
 
 
+class From:
+    """In a Graph: a layer written `LAYER from NAME`, reading NAME's output."""
+
+    def __init__(self, name, module):
+        self.name, self.module = name, module
+
+
 class Graph(nn.Module):
-    """netc's layers in order, each reading the output of the one before,
-    an Add also an earlier one's (by name): a model with residuals, its
-    modules named as seq names them (an Add takes an index too)."""
+    """netc's layers in order, each reading the output of the one before (a
+    From an earlier one's), an Add also an earlier one's (by name): a model
+    with residuals and branches, its modules named as seq names them (an
+    Add takes an index too)."""
 
     def __init__(self, *items):
         super().__init__()
         self.plan = []
         for i, it in enumerate(items):
             name, mod = it if isinstance(it, tuple) else (str(i), it)
+            src = mod.name if isinstance(mod, From) else None
+            mod = mod.module if isinstance(mod, From) else mod
             if not isinstance(mod, Add):
                 self.add_module(name, mod)
-            self.plan.append((name, mod))
+            self.plan.append((name, mod, src))
 
     def forward(self, x):
         outs = {}
-        for name, mod in self.plan:
+        for name, mod, src in self.plan:
+            x = outs[src] if src else x
             x = x + outs[mod.name] if isinstance(mod, Add) else mod(x)
             outs[name] = x
         return x
@@ -555,6 +567,35 @@ model residual {
 }
 """
 
+BRANCHES = """\
+# from NAME: a ResNet downsampling block (option B: the block's input
+# projected by a strided 1x1 convolution), then two linear branches from
+# one value, added
+model branches {
+    input  x[2, 6, 6]
+    target class(3)
+
+    conv2d(4, kernel=3, padding=1)
+    a = relu
+    conv2d(6, kernel=3, stride=2, padding=1)
+    relu
+    m = conv2d(6, kernel=3, padding=1)
+    conv2d(6, kernel=1, stride=2) from a
+    add(m)
+    relu
+    flatten
+    f = tanh
+    b = linear(5)
+    linear(5) from f
+    add(b)
+    linear(3)
+
+    loss      cross_entropy
+    optimizer sgd(lr=0.05, momentum=0.9)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
 CNN_ADAM = """\
 # strided, padded, bias-free and rectangular convolutions (the second one
 # strided and padded, so that its input gradient goes through col2im with
@@ -738,6 +779,15 @@ SPECS = [
          # BF16_RTOL) through two convolutions and four sums: 2.6e-3 by
          # step 10, 4e-2 by step 20
          bf16_steps=10),
+    Spec("branches", net=BRANCHES, loss="cross_entropy",
+         twin=lambda: Graph(nn.Conv2d(2, 4, 3, padding=1), ("a", nn.ReLU()),
+                            nn.Conv2d(4, 6, 3, stride=2, padding=1), nn.ReLU(),
+                            ("m", nn.Conv2d(6, 6, 3, padding=1)),
+                            From("a", nn.Conv2d(4, 6, 1, stride=2)), Add("m"), nn.ReLU(),
+                            nn.Flatten(), ("f", nn.Tanh()), ("b", nn.Linear(54, 5)),
+                            From("f", nn.Linear(54, 5)), Add("b"), nn.Linear(5, 3)),
+         optim=sgd(lr=0.05, momentum=0.9),
+         data=synthetic_data((2, 6, 6), 72, "class", 3, seed=17, ntest=24)),
     Spec("cnn_adam", net=CNN_ADAM, loss="cross_entropy", bad_files=True,
          twin=lambda: seq(nn.Conv2d(2, 4, 3, stride=2, padding=1, bias=False),
                           nn.LeakyReLU(0.1), nn.MaxPool2d(3, stride=2, padding=1),

@@ -19,42 +19,21 @@ enum { ADD_NAME };
 static bool add_shape(Program *p, Node *n)
 {
     const ArgVal *a = &n->args[ADD_NAME];
-    const Node *from = NULL;
-    for (int i = 0; i < p->nnodes; i++) /* the layers before this one */
-        if (p->nodes[i].stmt->name && !strcmp(p->nodes[i].stmt->name, a->s))
-            from = &p->nodes[i];
-    if (!from) {
-        const char *names[64];
-        int k = 0;
-        for (int i = 0; i < p->nnodes && k < 64; i++)
-            if (p->nodes[i].stmt->name)
-                names[k++] = p->nodes[i].stmt->name;
-        diag_error(p->diag, a->loc, "no layer named '%s' before this one", a->s);
-        const char *near = suggest(a->s, names, k);
-        const Stmt *later = n->stmt->next;
-        while (later && !(later->kind == S_LAYER && later->name && !strcmp(later->name, a->s)))
-            later = later->next;
-        if (later)
-            diag_note(p->diag, later->name_loc, "'%s' is a later layer: add reads one before it",
-                      a->s);
-        else if (p->input_name && !strcmp(a->s, p->input_name))
-            diag_note(p->diag, a->loc, "add reads a layer's output, not yet the model's input: "
-                      "name the first layer and add that");
-        else if (near)
-            diag_note(p->diag, a->loc, "did you mean '%s'?", near);
-        else
-            diag_note(p->diag, a->loc, "name the layer whose output to add by writing "
-                      "'%s = ' before it", a->s);
+    const int v = named_value(p, n, a->s, a->loc, "add reads");
+    if (v < 0)
         return false;
-    }
-    const Shape *x = in_shape(p, n), *s = &p->values[from->out].shape;
+    const Shape *x = in_shape(p, n), *s = &p->values[v].shape;
     if (x->rank != s->rank || memcmp(x->d, s->d, sizeof(int64_t) * (size_t)x->rank)) {
-        diag_error(p->diag, n->stmt->call->loc, "add of %s (the layer before) and %s ('%s'): "
-                   "the shapes differ", shape_str(p->arena, x), shape_str(p->arena, s), a->s);
-        diag_note(p->diag, from->stmt->loc, "'%s' is here, %s", a->s, shape_str(p->arena, s));
+        diag_error(p->diag, n->stmt->call->loc, "add of %s (%s) and %s ('%s'): the shapes differ",
+                   shape_str(p->arena, x), n->stmt->from ? "its input" : "the layer before",
+                   shape_str(p->arena, s), a->s);
+        for (int i = 0; i < p->nnodes; i++)
+            if (p->nodes[i].out == v)
+                diag_note(p->diag, p->nodes[i].stmt->loc, "'%s' is here, %s", a->s,
+                          shape_str(p->arena, s));
         return false;
     }
-    n->in2 = from->out;
+    n->in2 = v;
     *out_shape(p, n) = *x;
     return true;
 }

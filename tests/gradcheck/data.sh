@@ -46,6 +46,7 @@ gradcheck_data() {
     rnn_one_step) random_csv "$_n" 4 value 2 12 > "$2" ;;
     smooth_acts) random_csv "$_n" 6 class 3 13 > "$2" ;;
     residual) random_csv "$_n" 72 class 3 16 > "$2" ;;
+    branches) random_csv "$_n" 72 class 3 17 > "$2" ;;
     *) echo "gradcheck_data: no data for $1" >&2; return 1 ;;
     esac
 }
