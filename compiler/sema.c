@@ -819,8 +819,13 @@ void print_summary(FILE *out, const Program *p)
         size_t count = 0;
         for (int k = 0; k < n->nparams; k++)
             count += p->params[n->param0 + k].size;
-        const char *label = n->stmt->name ? arena_printf(p->arena, "%s (%s)", n->name, n->op->sig.name)
-                                          : n->op->sig.name;
+        /* what it reads besides the layer before: add(NAME), from NAME */
+        const char *op = n->in2 >= 0 ? arena_printf(p->arena, "%s(%s)", n->op->sig.name,
+                                                    n->args[0].s)
+                                     : n->op->sig.name;
+        if (n->stmt->from)
+            op = arena_printf(p->arena, "%s from %s", op, n->stmt->from);
+        const char *label = n->stmt->name ? arena_printf(p->arena, "%s (%s)", n->name, op) : op;
         fprintf(out, "  %-4d %-28s %-18s %12zu\n", n->index, label,
                 shape_str(p->arena, &p->values[n->out].shape), count);
     }
