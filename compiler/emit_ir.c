@@ -150,17 +150,16 @@ static void emit_plan(Emit *e)
             emitf(e, "    %-18s [%lld, %lld)", arena_printf(e->arena, "layer %d arg", n->index),
                   (long long)n->iaux_offset, (long long)(n->iaux_offset + n->iaux_size));
     }
-    if (p->grad_buffers > 2)
+    if (p->grad_buffers > 2) {
         emitf(e, "  gradients    %d buffers of %lld; a value read twice keeps its own while the",
               p->grad_buffers, (long long)p->grad_size);
-    else
+        emitf(e, "               layers between use the others; activations, views, dropout and add");
+        emitf(e, "               write d x over d y");
+    } else {
         emitf(e, "  gradients    2 buffers of %lld, used in turn; activations, views and",
               (long long)p->grad_size);
-    emitf(e, "               %s", p->grad_buffers > 2 ? "layers between use the others; "
-                                                         "activations, views, dropout and add"
-                                                       : "dropout write d x over d y");
-    if (p->grad_buffers > 2)
-        emitf(e, "               write d x over d y");
+        emitf(e, "               dropout write d x over d y");
+    }
     for (int v = p->nvalues - 1; v >= 1; v--)
         emitf(e, "    %-18s gbuf[%d]", arena_printf(e->arena, "d%%%d", v), p->values[v].grad_buf);
     for (int i = 0; i < p->nnodes; i++) {

@@ -29,18 +29,6 @@
  */
 #include "netc.h"
 
-/* How many nodes read each value. */
-static int *count_readers(Program *p)
-{
-    int *readers = arena_alloc(p->arena, sizeof *readers * (size_t)p->nvalues);
-    for (int i = 0; i < p->nnodes; i++) {
-        readers[p->nodes[i].in]++;
-        if (p->nodes[i].in2 >= 0)
-            readers[p->nodes[i].in2]++;
-    }
-    return readers;
-}
-
 /* (a layer's output read again, by an add, is kept as it is: no
  * activation folds into it) */
 static void fuse(Program *p, const int *readers)
@@ -131,12 +119,11 @@ static void plan_gradients(Program *p)
             if (!inplace && p->values[u].grad_buf >= 0)
                 h.value[p->values[u].grad_buf] = -1;
         } else if (p->values[u].grad_buf < 0) { /* the first part of d u */
-            if (inplace)
-                h.value[b] = u;
-            else if ((p->values[u].grad_buf = take(p, n, &h, u)) < 0)
-                return;
-            if (inplace)
+            if (inplace) {
                 p->values[u].grad_buf = b;
+                h.value[b] = u;
+            } else if ((p->values[u].grad_buf = take(p, n, &h, u)) < 0)
+                return;
         } else if (!ir_emits_passes(p, n)) {
             diag_error(p->diag, n->stmt->loc, "a value read again after %s is not supported yet",
                        n->op->sig.name);
@@ -155,8 +142,7 @@ static void plan_gradients(Program *p)
 
 void fuse_and_plan(Program *p)
 {
-    const int *readers = count_readers(p);
-    fuse(p, readers);
+    fuse(p, ir_readers(p));
     choose_layouts(p);
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];

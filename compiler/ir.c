@@ -118,6 +118,17 @@ int ir_root(const Program *p, int v)
     return v;
 }
 
+int *ir_readers(const Program *p)
+{
+    int *readers = arena_alloc(p->arena, sizeof *readers * (size_t)p->nvalues);
+    for (int i = 0; i < p->nnodes; i++) {
+        readers[p->nodes[i].in]++;
+        if (p->nodes[i].in2 >= 0)
+            readers[p->nodes[i].in2]++;
+    }
+    return readers;
+}
+
 bool ir_is_view(const Program *p, const Node *n)
 {
     return n->op->is_view && !p->values[n->in].cn;

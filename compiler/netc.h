@@ -449,6 +449,8 @@ int ir_add_param(Program *p, Node *n, const char *suffix, int rank,
  * parameters; returns its index in p->buffers. */
 int ir_add_buffer(Program *p, Node *n, const char *suffix, int dtype, int rank,
                   const int64_t *dim, float init);
+/* How many nodes read each value (in or in2), for values[0..nvalues). */
+int *ir_readers(const Program *p);
 /* Whether n moves no data: a flatten of an [n, C, H, W] value. */
 bool ir_is_view(const Program *p, const Node *n);
 /* The value whose memory v lives in (following views and fusions). */

@@ -449,15 +449,10 @@ static void check_precision(Program *p, const Stmt *s)
 /* Every layer's output is read: by a later layer or the loss. */
 static void check_all_read(Program *p)
 {
-    bool *read = arena_alloc(p->arena, sizeof *read * (size_t)p->nvalues);
-    for (int i = 0; i < p->nnodes; i++) {
-        read[p->nodes[i].in] = true;
-        if (p->nodes[i].in2 >= 0)
-            read[p->nodes[i].in2] = true;
-    }
+    const int *readers = ir_readers(p);
     for (int i = 0; i + 1 < p->nnodes; i++) {
         const Node *n = &p->nodes[i], *next = &p->nodes[i + 1];
-        if (read[n->out])
+        if (readers[n->out])
             continue;
         diag_error(p->diag, n->stmt->loc, "nothing reads this layer's output");
         diag_note(p->diag, next->stmt->from_loc, "the next layer reads '%s' instead: name this "

@@ -94,6 +94,7 @@ int nrt_checkpoint_save(const char *dir, const nrt_model *m, const nrt_optim *h,
 {
     if (nrt_make_dirs(dir, err))
         return -1;
+    const nrt_optim_def *def = nrt_optim_find(h->kind);
     const int slots = nrt_optim_slots(h), n = m->n_params * (1 + slots) + m->n_buffers;
     nrt_tensor *t = calloc((size_t)n + 1, sizeof *t);
     char **names = calloc((size_t)n + 1, sizeof *names);
@@ -118,7 +119,7 @@ int nrt_checkpoint_save(const char *dir, const nrt_model *m, const nrt_optim *h,
                 nrt_errorf(err, "out of memory");
                 goto out;
             }
-            snprintf(name, len, "optimizer.%s.%s", p->name, nrt_optim_find(h->kind)->state[s - 1]);
+            snprintf(name, len, "optimizer.%s.%s", p->name, def->state[s - 1]);
             x->name = name;
             x->rank = p->rank;
             memcpy(x->dim, p->dim, sizeof x->dim);
@@ -129,7 +130,7 @@ int nrt_checkpoint_save(const char *dir, const nrt_model *m, const nrt_optim *h,
     put_str(&mt, "format", "pt");
     put_str(&mt, "netc_checkpoint", FORMAT);
     put_str(&mt, "netc_model", m->name);
-    put_str(&mt, "optimizer", nrt_optim_find(h->kind)->name);
+    put_str(&mt, "optimizer", def->name);
     put(&mt, "epoch", "%" PRId64, c->epoch);
     put(&mt, "position", "%" PRIu64, c->position);
     put(&mt, "step", "%" PRIu64, c->step);
@@ -268,13 +269,14 @@ static int get_paths(Reader *r, nrt_checkpoint *c)
 /* The optimizer's tensors, each the shape of its parameter. */
 static int read_slots(Reader *r, const nrt_model *m, const nrt_optim *h, nrt_checkpoint *c)
 {
+    const nrt_optim_def *def = nrt_optim_find(h->kind);
     const int slots = nrt_optim_slots(h);
     for (int s = 0; s < slots; s++) {
         float *buf = s == 0 ? c->m : c->v;
         for (int i = 0; i < m->n_params; i++) {
             const nrt_param *p = &m->params[i];
             char name[320];
-            snprintf(name, sizeof name, "optimizer.%s.%s", p->name, nrt_optim_find(h->kind)->state[s]);
+            snprintf(name, sizeof name, "optimizer.%s.%s", p->name, def->state[s]);
             const nrt_tensor *t = nrt_safetensors_find(r->f, name, NULL);
             if (!t || t->dtype != NRT_F32 || t->rank != p->rank ||
                 memcmp(t->dim, p->dim, sizeof(int64_t) * (size_t)p->rank))

@@ -1573,11 +1573,14 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
         fail(prog, "compiled for netrt ABI %d, linked with ABI %d", m->abi, NETRT_ABI);
         return 1;
     }
-    if (!nrt_optim_find(m->optim.kind) || !nrt_schedule_name(m->schedule.kind)) {
-        const int optim = !nrt_optim_find(m->optim.kind);
-        fail(prog, "%s kind %d: netrt %s has no such %s; rebuild with its netc",
-             optim ? "optimizer" : "schedule", optim ? m->optim.kind : m->schedule.kind,
-             NETRT_VERSION, optim ? "optimizer" : "schedule");
+    if (!nrt_optim_find(m->optim.kind)) {
+        fail(prog, "optimizer kind %d: netrt %s has no such optimizer; rebuild with its netc",
+             m->optim.kind, NETRT_VERSION);
+        return 1;
+    }
+    if (!nrt_schedule_name(m->schedule.kind)) {
+        fail(prog, "schedule kind %d: netrt %s has no such schedule; rebuild with its netc",
+             m->schedule.kind, NETRT_VERSION);
         return 1;
     }
     Options o;
