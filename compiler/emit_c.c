@@ -308,7 +308,7 @@ static void emit_round_value(Emit *e, const char *expr, int v)
 
 /* Whether n is the model's first product: its input is cast (rounded
  * into net->xlp) in a bf16 run. */
-static bool casts_input(const Emit *e, const Node *n)
+bool casts_input(const Emit *e, const Node *n)
 {
     return n - e->p->nodes == e->p->first_product;
 }
@@ -355,7 +355,8 @@ void emit_lowp_dlast(Emit *e)
 static void emit_lowp_bwd(Emit *e, const Node *n)
 {
     const Program *p = e->p;
-    if ((p->values[n->in].lowp || casts_input(e, n)) && ir_root(p, n->in) != 0)
+    /* (a part of a gradient is rounded where it is added: emit_grad_part) */
+    if ((p->values[n->in].lowp || casts_input(e, n)) && ir_root(p, n->in) != 0 && n->dx_buf < 0)
         emit_round_value(e, grad_expr(e, n->in), n->in);
     if (n->op->product && n->nparams > 0) {
         const Param *first = &p->params[n->param0], *last = &p->params[n->param0 + n->nparams - 1];

@@ -542,6 +542,8 @@ const char *c_double(Arena *a, double v);
 /* The C expression of value v's memory, or of its gradient's. */
 const char *value_expr(Emit *e, int v);
 const char *grad_expr(Emit *e, int v);
+/* Whether n is the first product, which casts its input in a bf16 run. */
+bool casts_input(const Emit *e, const Node *n);
 /* The end of n's backward pass where its d x is a part of d x (ops.c). */
 void emit_grad_part(Emit *e, const Node *n);
 /* Value v's memory as a pass reaches it (through net->act). */

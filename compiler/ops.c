@@ -290,21 +290,28 @@ const char *cu_call(Emit *e, const Node *n, const char *what, int bounds,
 
 /* At the end of n's backward pass, where its d x is a later part of the
  * gradient of x (x has other readers, whose backward came first: the
- * memory plan's Node.dx_buf): d x added to what is there, each part and
- * the sum rounded in a bf16 run (autograd sums two bf16 gradients). */
+ * memory plan's Node.dx_buf): d x added to what is there.  In a bf16 run
+ * the part is rounded where it is a bf16 gradient (x bf16, or the first
+ * product's cast of it), the sum where x is bf16 (autograd sums two bf16
+ * gradients in bf16, fp32 ones in fp32). */
 void emit_grad_part(Emit *e, const Node *n)
 {
     if (n->dx_buf < 0)
         return;
-    const int64_t size = e->p->values[n->in].size;
-    const char *sum = lowp_expr(e, arena_printf(e->arena, "d_in[i] + %s", lowp_expr(e, "dx[i]")));
+    const IrValue *x = &e->p->values[n->in];
+    const char *part = x->lowp || casts_input(e, n) ? lowp_expr(e, "dx[i]") : "dx[i]";
+    const char *sum = arena_printf(e->arena, "d_in[i] + %s", part);
+    if (x->lowp)
+        sum = lowp_expr(e, sum);
+    const int64_t size = x->size;
     emitf(e, "/* d x is a part of d %%%d: added to the rest, in %s */", n->in,
           grad_expr(e, n->in));
     emitf(e, "float *d_in = %s;", grad_expr(e, n->in));
     if (e->cuda) {
         const char *body[1] = {arena_printf(e->arena, "d_in[i] = %s;", sum)};
+        const char *params = "const float *dx, float *d_in";
         cu_each(e, n, "bwd_sum", batch_count(e, (long long)size),
-                cu_lowp(e, "const float *dx, float *d_in"), body, 1);
+                strstr(sum, "lowp") ? cu_lowp(e, params) : params, body, 1);
         return;
     }
     emit_each(e, size);

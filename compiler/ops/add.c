@@ -44,12 +44,19 @@ static void emit_s(Emit *e, const Node *n, const char *decl)
     emitf(e, "%s = %s; /* '%s' */", decl, value_memory(e, n->in2), n->args[ADD_NAME].s);
 }
 
-/* d s's buffer, and the statement giving it d y (copied, or added) */
+/* The statement giving d s d y: copied, or added (the sum rounded in a
+ * bf16 run where s is bf16); whether it rounds. */
+static bool ds_rounds(const Emit *e, const Node *n)
+{
+    return n->skip_acc && e->p->values[n->in2].lowp;
+}
+
 static const char *ds_update(Emit *e, const Node *n)
 {
     if (!n->skip_acc)
         return "ds[i] = dy[i];";
-    return arena_printf(e->arena, "ds[i] = %s;", lowp_expr(e, "ds[i] + dy[i]"));
+    return arena_printf(e->arena, "ds[i] = %s;",
+                        ds_rounds(e, n) ? lowp_expr(e, "ds[i] + dy[i]") : "ds[i] + dy[i]");
 }
 
 static void add_fwd(Emit *e, const Node *n)
@@ -80,8 +87,8 @@ static void add_cu_bwd(Emit *e, const Node *n)
 {
     emitf(e, "float *ds = %s; /* d '%s' */", grad_expr(e, n->in2), n->args[ADD_NAME].s);
     const char *body[1] = {ds_update(e, n)};
-    const char *params = n->skip_acc ? cu_lowp(e, "const float *dy, float *ds")
-                                     : "const float *dy, float *ds";
+    const char *params = ds_rounds(e, n) ? cu_lowp(e, "const float *dy, float *ds")
+                                         : "const float *dy, float *ds";
     cu_each(e, n, "bwd", batch_count(e, (long long)value_size(e, n)), params, body, 1);
 }
 
