@@ -19,7 +19,7 @@
 #   PYTHON        a Python with another torch, for the extra eager column
 #                 (default: /usr/bin/python3; set empty: no such column)
 #   THREADS       thread counts to run, space separated (default: "1 2")
-#   MODELS        models to run (default: all eight)
+#   MODELS        models to run (default: all ten)
 #   REPEAT        runs of each side per model and thread count, alternating
 #                 netc and PyTorch; the table shows the median (default: 3)
 #   SCALE         multiply every epoch count by this integer (default: 1)
@@ -35,7 +35,7 @@ TORCH_MODES=${TORCH_MODES:-"eager compile"}
 COMPILE_MODE=${COMPILE_MODE:-default}
 PYTHON=${PYTHON-/usr/bin/python3}
 THREADS=${THREADS:-"1 2"}
-MODELS=${MODELS:-"boston_linear boston_mlp digits_mlp digits_cnn cifar10 cnn101 digits_cnn_bn airline_rnn"}
+MODELS=${MODELS:-"boston_linear boston_mlp digits_mlp digits_cnn cifar10 cnn101 digits_cnn_bn airline_rnn digits_resnet resnet20"}
 REPEAT=${REPEAT:-3}
 SCALE=${SCALE:-1}
 RUN_TIMEOUT=${RUN_TIMEOUT:-1200}
@@ -77,25 +77,29 @@ epochs() {
     case $1 in
     boston_linear | boston_mlp) n=1000 t=40 ;;
     digits_mlp) n=40 t=6 ;;
-    digits_cnn | digits_cnn_bn) n=6 t=6 ;;
+    digits_cnn | digits_cnn_bn | digits_resnet) n=6 t=6 ;;
     airline_rnn) n=400 t=40 ;;
     cifar10 | cnn101) n=6 t=6 ;;
+    resnet20) n=3 t=3 ;;
     *) echo "run.sh: unknown model $1" >&2; exit 1 ;;
     esac
     echo $((n * SCALE)) $((t * SCALE))
 }
 
 # Synthetic data in the CIFAR-10 binary format (there is no real CIFAR here):
-# cifar10 trains on 640 records = 10 batches of 64, cnn101 on 320 = 10 of 32.
+# cifar10 trains on 640 records = 10 batches of 64, cnn101 on 320 = 10 of 32,
+# resnet20 on 1280 = 10 of 128.
 "$TORCH_PYTHON" "$here/make_cifar.py" "$work/c10_train.bin" --records 640 --classes 10 --seed 1
 "$TORCH_PYTHON" "$here/make_cifar.py" "$work/c10_test.bin" --records 64 --classes 10 --seed 2
 "$TORCH_PYTHON" "$here/make_cifar.py" "$work/c101_train.bin" --records 320 --classes 101 --seed 3
 "$TORCH_PYTHON" "$here/make_cifar.py" "$work/c101_test.bin" --records 32 --classes 101 --seed 4
+"$TORCH_PYTHON" "$here/make_cifar.py" "$work/c10r_train.bin" --records 1280 --classes 10 --seed 5
 
 data_flags() { # the generated program's data flags for a model, into the array dflags
     case $1 in
     cifar10) dflags=(--data "$work/c10_train.bin" --test-data "$work/c10_test.bin") ;;
     cnn101) dflags=(--data "$work/c101_train.bin" --test-data "$work/c101_test.bin") ;;
+    resnet20) dflags=(--data "$work/c10r_train.bin" --test-data "$work/c10_test.bin") ;;
     *) dflags=() ;;
     esac
 }
@@ -106,6 +110,7 @@ torch_data() { # the training file the PyTorch side reads
     airline_rnn) echo data/airline_train.csv ;;
     cifar10) echo "$work/c10_train.bin" ;;
     cnn101) echo "$work/c101_train.bin" ;;
+    resnet20) echo "$work/c10r_train.bin" ;;
     esac
 }
 

@@ -143,9 +143,65 @@ def airline_rnn():
     return net, nn.MSELoss(), torch.optim.Adam(net.parameters(), lr=0.003), 16
 
 
+class BasicBlock(nn.Module):
+    """A ResNet basic block: two 3x3 convolutions with batchnorm, the input
+    added back; at stride 2 the input through a strided 1x1 convolution and
+    batchnorm (option B): models/resnet20.net's blocks basic and down."""
+
+    def __init__(self, cin, planes, stride=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.shortcut = nn.Identity() if stride == 1 else nn.Sequential(
+            nn.Conv2d(cin, planes, 1, stride=stride, bias=False), nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.shortcut(x) + self.bn2(self.conv2(out)))
+
+
+class ResNet(nn.Module):
+    def __init__(self, stem, stages, head):
+        super().__init__()
+        self.stem, self.stages, self.head = stem, stages, head
+
+    def forward(self, x):
+        return self.head(self.stages(self.stem(x)))
+
+
+def resnet20():
+    # conv2d(16, k3, p1, no bias) batchnorm2d relu; 3 stages of 3 basic
+    # blocks (16, 32, 64 channels; the first of stages 2 and 3 at stride 2
+    # with a projected shortcut); avgpool2d(8) flatten linear(10);
+    # cross_entropy; sgd(lr=0.1, momentum=0.9, weight_decay=5e-4) (the
+    # cosine schedule steps once an epoch, outside the timed loop); batch 128
+    def stage(cin, planes, stride):
+        return [BasicBlock(cin, planes, stride), BasicBlock(planes, planes),
+                BasicBlock(planes, planes)]
+    net = ResNet(nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16),
+                               nn.ReLU()),
+                 nn.Sequential(*stage(16, 16, 1), *stage(16, 32, 2), *stage(32, 64, 2)),
+                 nn.Sequential(nn.AvgPool2d(8), nn.Flatten(), nn.Linear(64, 10)))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    return net, nn.CrossEntropyLoss(), opt, 128
+
+
+def digits_resnet():
+    # conv2d(16, k3, p1, no bias) batchnorm2d relu; two basic blocks of 16
+    # channels; maxpool2d(2) flatten linear(10); cross_entropy;
+    # adam(lr=1e-3); batch 32
+    net = ResNet(nn.Sequential(nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16),
+                               nn.ReLU()),
+                 nn.Sequential(BasicBlock(16, 16), BasicBlock(16, 16)),
+                 nn.Sequential(nn.MaxPool2d(2), nn.Flatten(), nn.Linear(16 * 4 * 4, 10)))
+    return net, nn.CrossEntropyLoss(), torch.optim.Adam(net.parameters(), lr=1e-3), 32
+
+
 MODELS = {f.__name__: f for f in
           (boston_linear, boston_mlp, digits_mlp, digits_cnn, cifar10, cnn101, digits_cnn_bn,
-           airline_rnn)}
+           airline_rnn, digits_resnet, resnet20)}
 
 
 # ------------------------------------------------------------------ data
@@ -186,7 +242,7 @@ def load(model, path):
     if model.startswith("boston"):
         return load_boston(path)
     if model.startswith("digits"):
-        return load_digits(path, model in ("digits_cnn", "digits_cnn_bn"))
+        return load_digits(path, model in ("digits_cnn", "digits_cnn_bn", "digits_resnet"))
     if model.startswith("airline"):
         return load_airline(path)
     return load_cifar(path)

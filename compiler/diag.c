@@ -12,7 +12,9 @@
  * Passes report and go on, so one run shows every error it can find; the
  * driver writes no output when d->errors is not zero.  Errors are held and
  * printed in the order of their lines by diag_flush, each with its notes,
- * since the passes find them in an order of their own.
+ * since the passes find them in an order of their own.  An error found
+ * again (the same line, the same words: a mistake in a block used N times)
+ * is reported once.
  */
 #include "netc.h"
 
@@ -159,22 +161,23 @@ static void out_of_memory(void)
     exit(1);
 }
 
+/* Whether a report begins with the line `text` (len bytes, its '\n'
+ * included) already: the same error found again, in another use of the
+ * block it is written in. */
+static bool reported(const Diag *d, const char *text, size_t len)
+{
+    for (int i = 0; i < d->nreports; i++)
+        if (d->reports[i].len >= len && !memcmp(d->reports[i].text, text, len))
+            return true;
+    return false;
+}
+
 /* Appends the formatted message (and for errors the source line) to the
- * current report, or to a new one. */
-static void add(Diag *d, bool new_report, int line, Loc loc, bool located,
+ * current report, or to a new one; a report made before (and its notes)
+ * is left out.  Returns whether the message was kept. */
+static bool add(Diag *d, bool new_report, int line, Loc loc, bool located,
                 const char *kind, const char *fmt, va_list ap)
 {
-    if (new_report || d->nreports == 0) {
-        if (d->nreports == d->cap) {
-            d->cap = d->cap ? 2 * d->cap : 16;
-            d->reports = realloc(d->reports, sizeof *d->reports * (size_t)d->cap);
-            if (!d->reports)
-                out_of_memory();
-        }
-        d->reports[d->nreports] = (Report){line, d->nreports, NULL, 0};
-        d->nreports++;
-    }
-    Report *r = &d->reports[d->nreports - 1];
     char *buf = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&buf, &len);
@@ -186,10 +189,30 @@ static void add(Diag *d, bool new_report, int line, Loc loc, bool located,
         fprintf(m, "%s: %s: ", d->file, kind);
     vfprintf(m, fmt, ap);
     fputc('\n', m);
+    if (fflush(m) != 0)
+        out_of_memory();
+    if (new_report)
+        d->muted = reported(d, buf, len);
+    if (d->muted) {
+        fclose(m);
+        free(buf);
+        return false;
+    }
     if (new_report && located)
         show_line(d, m, loc);
     if (fclose(m) != 0)
         out_of_memory();
+    if (new_report || d->nreports == 0) {
+        if (d->nreports == d->cap) {
+            d->cap = d->cap ? 2 * d->cap : 16;
+            d->reports = realloc(d->reports, sizeof *d->reports * (size_t)d->cap);
+            if (!d->reports)
+                out_of_memory();
+        }
+        d->reports[d->nreports] = (Report){line, d->nreports, NULL, 0};
+        d->nreports++;
+    }
+    Report *r = &d->reports[d->nreports - 1];
     char *text = realloc(r->text, r->len + len + 1);
     if (!text)
         out_of_memory();
@@ -197,15 +220,16 @@ static void add(Diag *d, bool new_report, int line, Loc loc, bool located,
     r->text = text;
     r->len += len;
     free(buf);
+    return true;
 }
 
 void diag_error(Diag *d, Loc loc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    add(d, true, loc.first_line, loc, true, "error", fmt, ap);
+    bool kept = add(d, true, loc.first_line, loc, true, "error", fmt, ap);
     va_end(ap);
-    if (++d->errors >= MAX_ERRORS) {
+    if (kept && ++d->errors >= MAX_ERRORS) {
         diag_flush(d);
         fprintf(d->out, "%s: too many errors; stopping\n", d->file);
         exit(1);
@@ -233,9 +257,9 @@ void diag_file_error(Diag *d, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     Loc none = {0, 0, 0, 0};
-    add(d, true, 0, none, false, "error", fmt, ap);
+    if (add(d, true, 0, none, false, "error", fmt, ap))
+        d->errors++;
     va_end(ap);
-    d->errors++;
 }
 
 static int by_line(const void *a, const void *b)

@@ -131,7 +131,7 @@ const char *grad_expr(Emit *e, int v)
 
 const char *pass_name(Emit *e, const Node *n, const char *pass)
 {
-    return arena_printf(e->arena, "%s_%s_%s", n->op->sig.name, n->name, pass);
+    return arena_printf(e->arena, "%s_%s_%s", n->op->sig.name, n->cname, pass);
 }
 
 /* The model line a node comes from, without leading blanks or comment. */

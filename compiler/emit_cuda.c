@@ -37,7 +37,7 @@ struct KernelList {
 const char *cu_kernel(Emit *e, const Node *n, const char *what, int bounds, const char *params,
                       const char *const *body, int nbody)
 {
-    const char *name = n ? arena_printf(e->arena, "%s_%s_%s", n->op->sig.name, n->name, what)
+    const char *name = n ? arena_printf(e->arena, "%s_%s_%s", n->op->sig.name, n->cname, what)
                          : arena_strdup(e->arena, what);
     Emit *k = e->kern;
     if (k) {

@@ -498,12 +498,14 @@ int main(int argc, char **argv)
     if (!src)
         return 1;
     Arena *arena = arena_new();
-    Diag d = {model_path, src, len, 0, stderr, NULL, 0, 0};
+    Diag d = {model_path, src, len, 0, stderr, NULL, 0, 0, false};
     int status = 1;
     Model *m = NULL;
     Program *p = NULL;
     if (diag_check_utf8(&d))
         m = parse_model(&d, arena);
+    if (m && d.errors == 0)
+        expand_blocks(&d, arena, m);
     if (m && d.errors == 0)
         p = sema_check(&d, arena, m);
     if (p && d.errors == 0) { /* the memory plan refuses what it cannot place */

@@ -6,6 +6,8 @@
  *
  *   lexer.l     bytes → tokens with locations
  *   parser.y    tokens → AST (Model, Stmt, Value), recovering from errors
+ *   expand.c    blocks and sequences → one list of layers, each with the
+ *               path that names its parameters ("layer1.0.conv1")
  *   sema.c      AST → checked Program: arguments bound to the op tables,
  *               shapes inferred, parameters laid out in one flat buffer
  *   ir.c        Program → graph IR: nodes over values, in execution order
@@ -70,6 +72,7 @@ typedef struct Diag {
     FILE *out;          /* stderr */
     Report *reports;    /* held until diag_flush, to print in line order */
     int nreports, cap;
+    bool muted;         /* the last error was a repeat: its notes are left out */
 } Diag;
 
 void diag_error(Diag *d, Loc loc, const char *fmt, ...)
@@ -116,7 +119,8 @@ struct Value {
 typedef enum StmtKind {
     S_INPUT,     /* input NAME[d, ...] */
     S_TARGET,    /* target class(N) | value(N) */
-    S_LAYER,     /* [NAME =] op(args) [from NAME] */
+    S_LAYER,     /* [NAME =] op(args) [from NAME], or a block or sequence:
+                    [NAME =] item, item * N, ... [from NAME] */
     S_LOSS,      /* loss op */
     S_OPTIMIZER, /* optimizer op(args) */
     S_DEVICE,    /* device cpu | cuda | cuda:N | auto */
@@ -128,6 +132,9 @@ typedef enum StmtKind {
     S_TRANSFORM, /* transform op(args): one of the image data's transforms */
     S_PRECISION  /* precision bf16 | fp16 | fp32 */
 } StmtKind;
+
+typedef struct Item Item;
+typedef struct Use Use;
 
 typedef struct Stmt {
     StmtKind kind;
@@ -143,18 +150,59 @@ typedef struct Stmt {
     int nopts;
     int device_index;   /* S_DEVICE: N of cuda:N, -1 if none, -2 if not a whole number */
     const char *device_text; /* S_DEVICE: "cuda:N" as written */
+    Item *items;        /* S_LAYER as written: a sequence (NULL: one op or block) */
+    int nitems;
+    /* after expand.c: */
+    const char *path;   /* S_LAYER: the full name, its parameters' prefix */
+    const Use *use;     /* the block or sequence it came from; NULL: the model's */
     struct Stmt *next;
 } Stmt;
+
+/* An item of a sequence: `call` or `call * count`. */
+struct Item {
+    Value *call;
+    Value *count;       /* NULL: once */
+};
+
+/* `block NAME(params) { layers }`: layers written once, used as a layer. */
+typedef struct BlockDef {
+    const char *name;
+    Loc loc;
+    Arg *params;        /* a name, or name = default */
+    int nparams;
+    Stmt *body;
+    struct BlockDef *next;
+} BlockDef;
+
+/* A use of a block or a sequence, made by expand.c: its layers have it as
+ * Stmt.use (the innermost) and their paths start with its name. */
+struct Use {
+    const char *name;   /* its path: "layer1", "layer1.0" */
+    const Stmt *stmt;   /* the statement of the use, as written */
+    const BlockDef *block; /* NULL: a sequence */
+    const Use *outer;   /* the use it is in; NULL: the model's level */
+    const Stmt *first, *last; /* its first and last layer, expanded */
+    int index;          /* in 0..Model.nuses */
+};
 
 typedef struct Model {
     const char *name;
     Loc loc;
     Stmt *stmts;
+    BlockDef *blocks;   /* in the order of the file */
+    Use **uses;         /* expand.c's, in the order they start */
+    int nuses;
 } Model;
 
 /* Parses the file held by d; returns NULL when nothing usable was parsed.
  * Errors are reported through d (d->errors counts them). */
 Model *parse_model(Diag *d, Arena *a);
+
+/* ---------------------------------------------------------------- expand.c */
+
+/* Replaces each use of a block and each sequence by the layers they stand
+ * for, and gives every layer its path.  Errors go through d. */
+void expand_blocks(Diag *d, Arena *a, Model *m);
 
 /* ----------------------------- ops.c, ops/, args.c, registry.c: the tables */
 
@@ -379,7 +427,8 @@ typedef struct IrValue {
 struct Node {
     const OpDef *op;
     const Stmt *stmt;   /* where it came from */
-    const char *name;   /* state_dict prefix: "0", "3", "fc1" */
+    const char *name;   /* state_dict prefix: "0", "3", "fc1", "layer1.0.conv1" */
+    const char *cname;  /* the name in C identifiers: "layer1_0_conv1" */
     int index;          /* position in nn.Sequential */
     ArgVal args[MAX_ARGS];
     int in, out;        /* value ids */
@@ -409,6 +458,8 @@ struct Program {
     int n_out;
     Node *nodes;        /* layers in order */
     int nnodes;
+    int *use_in, *use_out; /* each use's (Model.uses) input and output value, -1
+                              until its first and last layers are built */
     IrValue *values;    /* values[0] is the input; node i writes values[i+1] */
     int nvalues;
     Param *params;

@@ -1,14 +1,22 @@
 /*
  * parser.y — the model language's grammar; builds the AST of netc.h.
  *
- * A pure bison parser with locations.  A model file holds one block:
+ * A pure bison parser with locations.  A model file holds blocks of
+ * layers, then the model:
  *
+ *   block basic(planes) {              # layers written once ...
+ *       conv2d(planes, kernel=3, padding=1)
+ *       ...
+ *   }
  *   model NAME {
  *       input  image[1, 8, 8]          # one statement a line
  *       conv2d(16, kernel=3)           # a layer: [name =] op(args)
+ *       layer1 = basic(16) * 2         # ... used as a layer, or a sequence
  *       ...
  *   }
  *
+ * 'block' is a keyword only where a block may start, so a layer may still
+ * be called block. *
  * The grammar knows only the shapes of statements; which ops exist and what
  * arguments they take is the business of ops.c and sema.c.  On a syntax
  * error the parser skips to the end of the line and goes on, so one run
@@ -43,11 +51,18 @@ typedef struct ArgList {
     int n, cap;
 } ArgList;
 
+/* The items of a layer statement, while it is being parsed. */
+struct ItemList {
+    Item *v;
+    int n, cap;
+};
+
 struct ParseState {
     Diag *diag;
     Arena *arena;
     Model *model;
     Stmt *first, *last;
+    BlockDef *blocks_last;
     Loc brace;        /* the model block's '{' */
     bool in_block;
     bool no_model;    /* the file held no tokens but newlines */
@@ -134,6 +149,55 @@ static void add(struct ParseState *ps, Stmt *s)
     ps->last = s;
 }
 
+/* A layer statement: one op or block as a plain call, else a sequence. */
+static Stmt *layer(struct ParseState *ps, Loc loc, struct ItemList l)
+{
+    Stmt *s = stmt(ps, S_LAYER, loc);
+    s->call = l.v[0].call;
+    if (l.n > 1 || l.v[0].count) {
+        s->items = l.v;
+        s->nitems = l.n;
+    }
+    return s;
+}
+
+static void push_item(struct ParseState *ps, struct ItemList *l, Value *call, Value *count)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 4;
+        Item *v = arena_alloc(ps->arena, sizeof *v * (size_t)cap);
+        if (l->n)
+            memcpy(v, l->v, sizeof *v * (size_t)l->n);
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = (Item){call, count};
+}
+
+/* `block NAME(params) { ... }`: the statements parsed since the last
+ * block are its body. */
+static void define(struct ParseState *ps, const char *word, Loc word_loc, Value *head)
+{
+    ps->in_block = false;
+    Stmt *body = ps->first;
+    ps->first = ps->last = NULL;
+    if (strcmp(word, "block")) {
+        diag_error(ps->diag, word_loc, "expected 'model' or 'block' before '%s'", word);
+        return;
+    }
+    BlockDef *b = arena_alloc(ps->arena, sizeof *b);
+    b->name = head->text;
+    b->loc = head->loc;
+    b->params = head->args;
+    b->nparams = head->nargs;
+    b->body = body;
+    if (ps->blocks_last)
+        ps->blocks_last->next = b;
+    else
+        ps->model->blocks = b;
+    ps->blocks_last = b;
+}
+
 static Arg arg(const char *key, Loc key_loc, Value *v)
 {
     Arg a = {key, key_loc, v};
@@ -147,6 +211,7 @@ static Arg arg(const char *key, Loc key_loc, Value *v)
     Value *val;
     Stmt *stmt;
     ArgList args;
+    struct ItemList items;
 }
 
 %token NL "newline"
@@ -161,12 +226,23 @@ static Arg arg(const char *key, Loc key_loc, Value *v)
 %type <val> value call
 %type <stmt> stmt layer
 %type <args> args arglist tuple dims kvs train_opts
+%type <items> items
 
 %%
 
 file
-    : nls model nls
-    | nls   { ps->no_model = true; }
+    : nls blocks model nls
+    | nls blocks    { ps->no_model = true; }
+    ;
+
+blocks
+    : %empty
+    | blocks block nls
+    ;
+
+block
+    : IDENT call nls open stmts '}'         { define(ps, $1, @1, $2); }
+    | IDENT call nls open stmts stmt '}'    { add(ps, $6); define(ps, $1, @1, $2); }
     ;
 
 nls
@@ -216,17 +292,25 @@ stmt
     ;
 
 layer
-    : call              { $$ = stmt(ps, S_LAYER, @$); $$->call = $1; }
-    | IDENT '=' call    { $$ = stmt(ps, S_LAYER, @$); $$->call = $3; $$->name = $1; $$->name_loc = @1; }
-    | call FROM IDENT   { $$ = stmt(ps, S_LAYER, @$); $$->call = $1; $$->from = $3; $$->from_loc = @3; }
-    | IDENT '=' call FROM IDENT
-                        { $$ = stmt(ps, S_LAYER, @$); $$->call = $3; $$->name = $1; $$->name_loc = @1;
+    : items             { $$ = layer(ps, @$, $1); }
+    | IDENT '=' items   { $$ = layer(ps, @$, $3); $$->name = $1; $$->name_loc = @1; }
+    | items FROM IDENT  { $$ = layer(ps, @$, $1); $$->from = $3; $$->from_loc = @3; }
+    | IDENT '=' items FROM IDENT
+                        { $$ = layer(ps, @$, $3); $$->name = $1; $$->name_loc = @1;
                           $$->from = $5; $$->from_loc = @5; }
     ;
 
 call
     : IDENT                 { ArgList none = {0}; $$ = call(ps, $1, @1, none); }
     | IDENT '(' args ')'    { $$ = call(ps, $1, @$, $3); }
+    ;
+
+items
+    : call              { $$.v = NULL; $$.n = $$.cap = 0; push_item(ps, &$$, $1, NULL); }
+    | call '*' value    { $$.v = NULL; $$.n = $$.cap = 0; push_item(ps, &$$, $1, $3); }
+    | items ',' call    { $$ = $1; push_item(ps, &$$, $3, NULL); }
+    | items ',' call '*' value
+                        { $$ = $1; push_item(ps, &$$, $3, $5); }
     ;
 
 args
@@ -295,11 +379,21 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner,
     bool close_brace = false;
     for (int i = 0; i < n; i++)
         close_brace |= !strcmp(yysymbol_name(expected[i]), "'}'");
-    /* a layer's optional `from NAME` is not what its line lacks */
+    /* what may follow a layer's call (`from NAME`, more items, a count) is
+     * not what its line lacks; nor is a block where 'model' is expected */
+    bool after_call = false, model = false;
+    for (int i = 0; i < n; i++) {
+        after_call |= !strcmp(yysymbol_name(expected[i]), "'from'");
+        model |= !strcmp(yysymbol_name(expected[i]), "'model'");
+    }
     int others = 0;
-    for (int i = 0; i < n; i++)
-        if (n == 1 || strcmp(yysymbol_name(expected[i]), "'from'"))
+    for (int i = 0; i < n; i++) {
+        const char *name = yysymbol_name(expected[i]);
+        bool optional = after_call && (!strcmp(name, "'from'") || !strcmp(name, "','") ||
+                                       !strcmp(name, "'*'"));
+        if (n == 1 || !(optional || (model && !strcmp(name, "identifier"))))
             expected[others++] = expected[i];
+    }
     n = others;
     for (int pass = close_brace; pass < 2; pass++) {
         const char *noise = pass == 0 ? "newline" : "end of file";

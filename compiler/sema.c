@@ -176,30 +176,74 @@ static bool check_name(Program *p, const Stmt *s, int index)
         return true;
     for (int i = 0; i < index; i++) {
         const Stmt *t = p->nodes[i].stmt;
-        if (t->name && !strcmp(t->name, s->name)) {
+        if (t->name && !strcmp(t->path, s->path)) {
             diag_error(p->diag, s->name_loc, "a second layer named '%s'", s->name);
             diag_note(p->diag, t->name_loc, "the first is here");
+            return false;
+        }
+    }
+    for (int i = 0; i < p->model->nuses; i++) {
+        const Use *u = p->model->uses[i];
+        if (u->stmt->name && !strcmp(u->name, s->path) && u->stmt != s) {
+            diag_error(p->diag, s->name_loc, "a second layer named '%s'", s->name);
+            diag_note(p->diag, u->stmt->name_loc, "the first is here");
             return false;
         }
     }
     return true;
 }
 
-int named_value(Program *p, const Node *n, const char *name, Loc loc, const char *what)
+/* The block a layer is written in (its innermost use of a block), or
+ * NULL: the model's level.  Names are read in that scope. */
+static const Use *block_scope(const Use *u)
 {
+    while (u && !u->block)
+        u = u->outer;
+    return u;
+}
+
+/* The value `name` written in scope (a use of a block, or NULL) gives: a
+ * layer's, or the last of a block's or a sequence's, built before; -1 if
+ * none. */
+static int lookup(const Program *p, const Use *scope, const char *name)
+{
+    if (scope && !strcmp(name, "in"))
+        return p->use_in[scope->index];
+    const char *path = scope ? arena_printf(p->arena, "%s.%s", scope->name, name) : name;
+    for (int i = 0; i < p->nnodes; i++)
+        if (p->nodes[i].stmt->name && !strcmp(p->nodes[i].stmt->path, path))
+            return p->nodes[i].out;
+    for (int i = 0; i < p->model->nuses; i++) {
+        const Use *u = p->model->uses[i];
+        if (u->stmt->name && p->use_out[i] >= 0 && !strcmp(u->name, path))
+            return p->use_out[i];
+    }
+    return -1;
+}
+
+/* The value `name` gives, written in the statement `at` (whose scope is
+ * that of use `in`), or -1 with an error saying why not. */
+static int resolve(Program *p, const Use *in, const Stmt *at, const char *name, Loc loc,
+                   const char *what)
+{
+    const Use *scope = block_scope(in);
+    int v = lookup(p, scope, name);
+    if (v >= 0)
+        return v;
     const char *names[64];
     int k = 0;
-    for (int i = 0; i < p->nnodes; i++) { /* the layers before n */
-        const char *ni = p->nodes[i].stmt->name;
-        if (ni && !strcmp(ni, name))
-            return p->nodes[i].out;
-        if (ni && k < 64)
-            names[k++] = ni;
+    for (int i = 0; i < p->nnodes && k < 64; i++) { /* the layers before, in this scope */
+        const Stmt *t = p->nodes[i].stmt;
+        if (t->name && block_scope(t->use) == scope)
+            names[k++] = t->name;
     }
+    if (scope && k < 64)
+        names[k++] = "in";
     diag_error(p->diag, loc, "no layer named '%s' before this one", name);
     const char *near = suggest(name, names, k);
-    const Stmt *later = n->stmt->next;
-    while (later && !(later->kind == S_LAYER && later->name && !strcmp(later->name, name)))
+    const char *path = scope ? arena_printf(p->arena, "%s.%s", scope->name, name) : name;
+    const Stmt *later = at->next;
+    while (later && !(later->kind == S_LAYER && later->name && !strcmp(later->path, path)))
         later = later->next;
     if (later)
         diag_note(p->diag, later->name_loc, "'%s' is a later layer: %s one before it", name, what);
@@ -208,9 +252,115 @@ int named_value(Program *p, const Node *n, const char *name, Loc loc, const char
                   "layer and use that", what);
     else if (near)
         diag_note(p->diag, loc, "did you mean '%s'?", near);
+    else if (!scope && !strcmp(name, "in"))
+        diag_note(p->diag, loc, "'in' is a block's input, inside a block");
     else
         diag_note(p->diag, loc, "name the layer to read by writing '%s = ' before it", name);
     return -1;
+}
+
+int named_value(Program *p, const Node *n, const char *name, Loc loc, const char *what)
+{
+    return resolve(p, n->stmt->use, n->stmt, name, loc, what);
+}
+
+/* The value the layer of s reads: its `from`, else the input of the uses
+ * that start with it (which are given theirs here, outermost first), else
+ * the value before. */
+static int input_of(Program *p, const Stmt *s)
+{
+    const Use *chain[64];
+    int k = 0;
+    for (const Use *u = s->use; u && u->first == s && k < 64; u = u->outer)
+        chain[k++] = u;
+    while (k-- > 0) {
+        const Use *u = chain[k];
+        int in = u->outer && u->outer->first == s ? p->use_in[u->outer->index] : p->nvalues - 1;
+        if (u->stmt->from)
+            in = resolve(p, u->outer, s, u->stmt->from, u->stmt->from_loc, "a layer reads");
+        if (in < 0)
+            return -1;
+        p->use_in[u->index] = in;
+    }
+    if (s->from)
+        return resolve(p, s->use, s, s->from, s->from_loc, "a layer reads");
+    return s->use && s->use->first == s ? p->use_in[s->use->index] : p->nvalues - 1;
+}
+
+/* The uses that end with s (the layer of node n) give n's output. */
+static void close_uses(Program *p, const Stmt *s, const Node *n)
+{
+    for (const Use *u = s->use; u && u->last == s; u = u->outer)
+        p->use_out[u->index] = n->out;
+}
+
+/* After an error in a layer of a block: which use of it this was. */
+static void note_uses(Program *p, const Stmt *s)
+{
+    for (const Use *u = block_scope(s->use); u; u = block_scope(u->outer))
+        diag_note(p->diag, u->stmt->loc, "in '%s', a use of block '%s'", u->name, u->block->name);
+}
+
+/* The name in C identifiers: the path with '_' for '.', made unique. */
+static const char *c_name(Program *p, const Node *n)
+{
+    char *c = arena_strdup(p->arena, n->name);
+    for (char *q = c; *q; q++)
+        if (*q == '.')
+            *q = '_';
+    for (int i = 0; i < p->nnodes; i++)
+        if (!strcmp(p->nodes[i].cname, c))
+            return arena_printf(p->arena, "%s_%d", c, n->index);
+    return c;
+}
+
+/* Node n for layer s, its shape inferred; false on an error. */
+static bool build_layer(Program *p, Node *n, const Stmt *s, bool shapes, const Inits *inits,
+                        int ninits, const char *const *names, int nops, const char *list)
+{
+    n->stmt = s;
+    n->name = s->path;
+    n->cname = c_name(p, n);
+    n->op = op_find(s->call->text);
+    if (!n->op) {
+        if (sig_find(ENTRIES(losses), s->call->text)) {
+            diag_error(p->diag, s->call->loc, "'%s' is a loss, not a layer", s->call->text);
+            diag_note(p->diag, s->call->loc, "write 'loss %s'", s->call->text);
+            p->misplaced_loss = true;
+        } else if (sig_find(ENTRIES(optimizers), s->call->text)) {
+            diag_error(p->diag, s->call->loc, "'%s' is an optimizer, not a layer", s->call->text);
+            diag_note(p->diag, s->call->loc, "write 'optimizer %s(...)'", s->call->text);
+            p->misplaced_optimizer = true;
+        } else {
+            unknown(p, s->call->loc, "layer", s->call->text, names, nops, list);
+        }
+        return false;
+    }
+    bool named = check_name(p, s, p->nnodes);
+    if (!bind_args(p, &n->op->sig, s->call, n->args) || !named || !shapes)
+        return false; /* no shapes after an error: they would only cascade */
+    n->in = input_of(p, s);
+    n->in2 = -1;
+    if (n->in < 0)
+        return false;
+    n->out = p->nvalues++;
+    p->values[n->out].alias = -1;
+    if (!n->op->shape(p, n))
+        return false;
+    Shape *o = &p->values[n->out].shape;
+    double size = 1;
+    for (int i = 0; i < o->rank; i++)
+        size *= (double)o->d[i];
+    if (size > MAX_ELEMS || (double)p->param_count > MAX_ELEMS) {
+        diag_error(p->diag, s->loc, "this layer makes the model too large (%s values a sample, "
+                   "%zu parameters; the limit is %.0f of each)",
+                   shape_str(p->arena, o), p->param_count, MAX_ELEMS);
+        return false;
+    }
+    p->values[n->out].size = shape_size(o);
+    apply_inits(p, n, inits, ninits);
+    close_uses(p, s, n);
+    return true;
 }
 
 static void build_layers(Program *p, const Stmt *first, int nlayers,
@@ -220,6 +370,11 @@ static void build_layers(Program *p, const Stmt *first, int nlayers,
     p->values = arena_alloc(p->arena, sizeof *p->values * (size_t)(nlayers + 2));
     p->values[0].shape = p->input;
     p->nvalues = 1;
+    int nuses = p->model->nuses;
+    p->use_in = arena_alloc(p->arena, sizeof *p->use_in * (size_t)(nuses + 1));
+    p->use_out = arena_alloc(p->arena, sizeof *p->use_out * (size_t)(nuses + 1));
+    for (int i = 0; i < nuses; i++)
+        p->use_in[i] = p->use_out[i] = -1;
     int nops;
     const OpDef *const *table = op_table(&nops);
     const char *names[32];
@@ -236,61 +391,14 @@ static void build_layers(Program *p, const Stmt *first, int nlayers,
         if (s->kind != S_LAYER)
             continue;
         Node *n = &p->nodes[p->nnodes];
-        n->stmt = s;
-        n->index = index;
-        n->name = s->name ? s->name : arena_printf(p->arena, "%d", index);
-        index++;
-        n->op = op_find(s->call->text);
-        if (!n->op) {
-            if (sig_find(ENTRIES(losses), s->call->text)) {
-                diag_error(p->diag, s->call->loc, "'%s' is a loss, not a layer", s->call->text);
-                diag_note(p->diag, s->call->loc, "write 'loss %s'", s->call->text);
-                p->misplaced_loss = true;
-            } else if (sig_find(ENTRIES(optimizers), s->call->text)) {
-                diag_error(p->diag, s->call->loc, "'%s' is an optimizer, not a layer", s->call->text);
-                diag_note(p->diag, s->call->loc, "write 'optimizer %s(...)'", s->call->text);
-                p->misplaced_optimizer = true;
-            }
-            else
-                unknown(p, s->call->loc, "layer", s->call->text, names, nops, list);
+        n->index = index++;
+        int errors = p->diag->errors;
+        if (build_layer(p, n, s, ok, inits, ninits, names, nops, list))
+            p->nnodes++;
+        else
             ok = false;
-            continue;
-        }
-        if (!check_name(p, s, p->nnodes))
-            ok = false;
-        if (!bind_args(p, &n->op->sig, s->call, n->args)) {
-            ok = false;
-            continue;
-        }
-        if (!ok)
-            continue; /* no shapes after an error: they would only cascade */
-        n->in = s->from ? named_value(p, n, s->from, s->from_loc, "a layer reads")
-                        : p->nvalues - 1;
-        n->in2 = -1;
-        if (n->in < 0) {
-            ok = false;
-            continue;
-        }
-        n->out = p->nvalues++;
-        p->values[n->out].alias = -1;
-        if (!n->op->shape(p, n)) {
-            ok = false;
-            continue;
-        }
-        Shape *o = &p->values[n->out].shape;
-        double size = 1;
-        for (int i = 0; i < o->rank; i++)
-            size *= (double)o->d[i];
-        if (size > MAX_ELEMS || (double)p->param_count > MAX_ELEMS) {
-            diag_error(p->diag, s->loc, "this layer makes the model too large (%s values a sample, "
-                       "%zu parameters; the limit is %.0f of each)",
-                       shape_str(p->arena, o), p->param_count, MAX_ELEMS);
-            ok = false;
-            continue;
-        }
-        p->values[n->out].size = shape_size(o);
-        apply_inits(p, n, inits, ninits);
-        p->nnodes++;
+        if (p->diag->errors > errors)
+            note_uses(p, s);
     }
     p->values[0].size = shape_size(&p->input);
     p->values[0].alias = -1;
@@ -455,8 +563,12 @@ static void check_all_read(Program *p)
         if (readers[n->out])
             continue;
         diag_error(p->diag, n->stmt->loc, "nothing reads this layer's output");
-        diag_note(p->diag, next->stmt->from_loc, "the next layer reads '%s' instead: name this "
-                  "one and add it, or leave it out", next->stmt->from);
+        const Stmt *from = next->stmt; /* the next layer's `from`, or its block's */
+        for (const Use *u = from->use; !from->from && u && u->first == next->stmt; u = u->outer)
+            from = u->stmt;
+        if (from->from)
+            diag_note(p->diag, from->from_loc, "the next layer reads '%s' instead: name this "
+                      "one and add it, or leave it out", from->from);
     }
 }
 
@@ -803,25 +915,37 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
 
 /* ----------------------------------------------------------------- summary */
 
+/* A layer's line in --check: its path where it has a name of its own or
+ * parameters inside a block, its op, what it reads besides the layer
+ * before (add(NAME), from NAME). */
+static const char *summary_label(const Program *p, const Node *n)
+{
+    const char *op = n->in2 >= 0 ? arena_printf(p->arena, "%s(%s)", n->op->sig.name, n->args[0].s)
+                                 : n->op->sig.name;
+    if (n->stmt->from)
+        op = arena_printf(p->arena, "%s from %s", op, n->stmt->from);
+    if (n->stmt->name || (n->stmt->use && n->nparams))
+        return arena_printf(p->arena, "%s (%s)", n->name, op);
+    return op;
+}
+
 void print_summary(FILE *out, const Program *p)
 {
+    int w = 28;
+    for (int i = 0; i < p->nnodes; i++) {
+        int len = (int)strlen(summary_label(p, &p->nodes[i]));
+        w = len > w ? len : w;
+    }
     fprintf(out, "model %s\n", p->name);
-    fprintf(out, "  %-4s %-28s %-18s %12s\n", "#", "layer", "output", "parameters");
-    fprintf(out, "  %-4s %-28s %-18s %12s\n", "", p->input_name ? p->input_name : "input",
+    fprintf(out, "  %-4s %-*s %-18s %12s\n", "#", w, "layer", "output", "parameters");
+    fprintf(out, "  %-4s %-*s %-18s %12s\n", "", w, p->input_name ? p->input_name : "input",
             shape_str(p->arena, &p->input), "");
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
         size_t count = 0;
         for (int k = 0; k < n->nparams; k++)
             count += p->params[n->param0 + k].size;
-        /* what it reads besides the layer before: add(NAME), from NAME */
-        const char *op = n->in2 >= 0 ? arena_printf(p->arena, "%s(%s)", n->op->sig.name,
-                                                    n->args[0].s)
-                                     : n->op->sig.name;
-        if (n->stmt->from)
-            op = arena_printf(p->arena, "%s from %s", op, n->stmt->from);
-        const char *label = n->stmt->name ? arena_printf(p->arena, "%s (%s)", n->name, op) : op;
-        fprintf(out, "  %-4d %-28s %-18s %12zu\n", n->index, label,
+        fprintf(out, "  %-4d %-*s %-18s %12zu\n", n->index, w, summary_label(p, n),
                 shape_str(p->arena, &p->values[n->out].shape), count);
     }
     fprintf(out, "  loss %s, optimizer %s, target %s(%d)\n", p->loss->sig.name,

@@ -71,6 +71,7 @@ otherwise.
 """
 import argparse
 import array
+import copy
 import json
 import math
 import os
@@ -291,6 +292,47 @@ class LastState(nn.RNN):
         return super().forward(x)[0][:, -1]
 
 
+class BasicBlock(nn.Module):
+    """models/resnet20.net's blocks: basic (stride 1, the input added back)
+    and down (stride 2, the input through a strided 1x1 convolution and
+    batchnorm: option B), named as the model file names their layers."""
+
+    def __init__(self, cin, planes, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.shortcut = nn.Identity() if stride == 1 else nn.Sequential(
+            nn.Conv2d(cin, planes, 1, stride=stride, bias=False), nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.shortcut(x) + self.bn2(self.conv2(out)))
+
+
+class ResNet20(nn.Module):
+    """ResNet-20 for CIFAR-10 as models/resnet20.net has it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+
+        def stage(cin, planes, stride):
+            return nn.Sequential(BasicBlock(cin, planes, stride), BasicBlock(planes, planes, 1),
+                                 BasicBlock(planes, planes, 1))
+        self.layer1 = stage(16, 16, 1)
+        self.layer2 = stage(16, 32, 2)
+        self.layer3 = stage(32, 64, 2)
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(torch.flatten(nn.functional.avg_pool2d(x, 8), 1))
+
+
 def sgd(**kw):
     return lambda params: torch.optim.SGD(params, foreach=False, **kw)
 
@@ -309,7 +351,8 @@ class Spec:
 
     def __init__(self, name, twin, optim, loss, data, net=None, seed_model=None,
                  layers=None, optimizer=None, batch=16, epochs=2, bad_files=False, flags=(),
-                 default_init=True, needs=(), bf16_steps=None, bf16=True):
+                 default_init=True, needs=(), bf16_steps=None, bf16=True, along=None,
+                 exact=False):
         self.name, self.twin, self.optim, self.loss, self.data = name, twin, optim, loss, data
         self.flags = list(flags)  # more flags for the training runs
         self.net, self.seed_model = net, seed_model
@@ -319,6 +362,13 @@ class Spec:
         self.needs = needs  # Python modules the check needs beyond torch
         self.bf16_steps = bf16_steps  # --precision bf16's steps, if not BF16_STEPS
         self.bf16 = bf16  # False: not compared with autocast (the Spec says why)
+        # (steps, optimizer, flags): netc's step from each of PyTorch's
+        # weights along a run of that many steps with that optimizer (CIFAR
+        # data only), the program given those flags
+        self.along = along
+        # weights compared through a float64 run (compare_to_exact), not
+        # value by value
+        self.exact = exact
 
 
 def missing_module(names):
@@ -385,11 +435,11 @@ def airline_data(work, src):
     return out
 
 
-def cifar_data(work, src):
+def cifar_data(work, src, ntrain=40, ntest=20):
     """CIFAR-10 binary records (label byte, 3x32x32 pixel bytes), random."""
     g = torch.Generator().manual_seed(10)
     out = {}
-    for part, n in (("train", 40), ("test", 20)):
+    for part, n in (("train", ntrain), ("test", ntest)):
         labels = torch.randint(0, 10, (n,), generator=g)
         pixels = torch.randint(0, 256, (n, 3072), generator=g)
         recs = torch.cat([labels[:, None], pixels], dim=1).to(torch.uint8)
@@ -400,6 +450,11 @@ def cifar_data(work, src):
         key = "" if part == "train" else "t"
         out[part] = part + ".bin"
         out["x" + key], out["y" + key] = x, labels
+        if part == "train":
+            def subset(lo, hi, path, recs=recs):
+                with open(path, "wb") as f:
+                    f.write(bytes(recs[lo:hi].flatten().tolist()))
+            out["subset"] = subset  # the records lo..hi-1 into a file of their own
     return out
 
 
@@ -862,6 +917,35 @@ SPECS = [
                           nn.Conv2d(32, 64, 5, padding=2), nn.MaxPool2d(2), nn.Flatten(),
                           nn.Linear(1024, 64), nn.Linear(64, 10)),
          optim=sgd(lr=0.01), data=cifar_data),
+    # blocks used as layers, the parameters named layer2.0.shortcut.0.weight;
+    # batches of 16 images (small for the time it takes)
+    Spec("resnet20", seed_model="resnet20.net", loss="cross_entropy", epochs=1, batch=16,
+         layers=["block basic(planes) {",
+                 "conv1 = conv2d(planes, kernel=3, padding=1, bias=false)", "bn1 = batchnorm2d",
+                 "relu", "conv2 = conv2d(planes, kernel=3, padding=1, bias=false)",
+                 "bn2 = batchnorm2d", "add(in)", "relu",
+                 "block down(planes) {",
+                 "conv1 = conv2d(planes, kernel=3, stride=2, padding=1, bias=false)",
+                 "bn1 = batchnorm2d", "relu",
+                 "conv2 = conv2d(planes, kernel=3, padding=1, bias=false)", "bn2 = batchnorm2d",
+                 "shortcut = conv2d(planes, kernel=1, stride=2, bias=false), batchnorm2d from in",
+                 "add(bn2)", "relu",
+                 "conv1 = conv2d(16, kernel=3, padding=1, bias=false)", "bn1 = batchnorm2d",
+                 "relu", "layer1 = basic(16) * 3", "layer2 = down(32), basic(32) * 2",
+                 "layer3 = down(64), basic(64) * 2", "avgpool2d(8)", "flatten", "fc = linear(10)"],
+         optimizer="optimizer sgd(lr=0.1, momentum=0.9, weight_decay=5e-4)",
+         # The whole run at lr 1e-4, not the model's 0.1: twenty batchnorms
+         # over batches of 16 make the gradient ill-conditioned (weights
+         # moved by 1e-7 of themselves move the first step's gradients by
+         # 1e-3 of theirs), and at lr 0.1, 0.01 or 1e-3 PyTorch's run from
+         # weights so moved parts from its own by 1e-4 of the loss within 3
+         # to 10 steps; at 1e-4 they stay within 4e-6 over 20 steps, 7e-5
+         # over 50.  So 20 steps at 1e-4, then 50 at the model's lr each
+         # from PyTorch's weights (along)
+         flags=["--lr", "1e-4"], twin=ResNet20,
+         optim=sgd(lr=1e-4, momentum=0.9, weight_decay=5e-4),
+         along=(50, sgd(lr=0.1, momentum=0.9, weight_decay=5e-4), []), exact=True,
+         data=lambda work, src: cifar_data(work, src, 320, 16)),
     # images: the list, PIL's decoding and resizing, torchvision's ToTensor
     # and Normalize, and every flip, the same
     Spec("cnn101", seed_model="cnn101.net", loss="cross_entropy", epochs=2,
@@ -1009,6 +1093,53 @@ def compare_weights(got, model, rtol=W_RTOL, atol=W_ATOL, exact=False):
     if problems:
         return False, "\n".join(problems)
     return True, f"max |diff| {worst[0]:.2g} in {worst[1]}" if worst[1] else "identical"
+
+
+def distances(got, model, exact, before):
+    """{name: (netc's distance from the float64 values, PyTorch's float32
+    one or what rounding the float64 values to float32 moves them by if
+    more, the float64 step's length from before)} over the floating-point
+    tensors of a state_dict (exact: the float64 model; before: the weights
+    the step started from, or None), and the names whose other tensors
+    (num_batches_tracked) differ."""
+    want32, want64 = model.state_dict(), exact.state_dict()
+    out, unequal = {}, []
+    for name, w64 in want64.items():
+        g, w32 = got[name].double(), want32[name].detach().double()
+        w64 = w64.detach().double()
+        if not w64.is_floating_point():
+            if not torch.equal(g, w64):
+                unequal.append(name)
+            continue
+        floor = float((w64.float().double() - w64).norm())
+        step = float((w64 - before[name].double()).norm()) if before is not None else 0.0
+        out[name] = (float((g - w64).norm()), max(float((w32 - w64).norm()), floor), step)
+    return out, unequal
+
+
+def compare_to_exact(got, model, exact, start, factor=4.0, part=0.02):
+    """(ok, detail): netc's tensors after a run against PyTorch's float32
+    ones (model), both measured from a float64 run of the same (exact) from
+    the same weights (start): for each tensor, netc's distance from the
+    float64 values at most factor times PyTorch's, or part of the float64
+    run's way from start.  For runs whose gradients are ill-conditioned
+    (see along), where two correct float32 runs differ by more than any
+    fixed tolerance: it asks netc to be about as accurate as PyTorch, not
+    to sum in PyTorch's order."""
+    if list(sorted(got)) != list(sorted(exact.state_dict())):
+        return False, f"names {sorted(got)}, expected {sorted(exact.state_dict())}"
+    dist, unequal = distances(got, model, exact, start)
+    problems = [f"{name}: netc {got[name].tolist()}, expected "
+                f"{exact.state_dict()[name].tolist()}" for name in unequal]
+    worst = max(((e / max(factor * t, part * way), name) for name, (e, t, way) in dist.items()),
+                default=(0.0, ""))
+    problems += [f"{name}: netc {e:.3g} from float64, PyTorch's float32 {t:.3g}, the run's way "
+                 f"{way:.3g}" for name, (e, t, way) in dist.items()
+                 if e > factor * t and e > part * way]
+    if problems:
+        return False, "\n".join(problems)
+    return True, (f"netc's distance from float64 at most {worst[0]:.2g} of its bound, {factor:g}x "
+                  f"PyTorch's float32's or {part:g} of the way ({worst[1]})")
 
 
 def loss_fn(spec):
@@ -1299,7 +1430,14 @@ def check_model(check, spec, netc, src, root, device):
               "\n".join(lines) + ties.note())
         try:
             final, _ = st_read(os.path.join(work, "final.safetensors"))
-            ok, detail = compare_weights(final, model)
+            if spec.exact:
+                model64 = spec.twin().double()
+                model64.load_state_dict(init)
+                torch_train(model64, spec, {"x": data["x"].double(), "y": data["y"]},
+                            spec.batch, spec.epochs)
+                ok, detail = compare_to_exact(final, model, model64, init)
+            else:
+                ok, detail = compare_weights(final, model)
         except Exception as e:  # noqa: BLE001
             ok, detail = False, f"{type(e).__name__}: {e}"
         check(ok, f"{name}: final weights match PyTorch's", detail + ties.note(), note=detail)
@@ -1339,9 +1477,82 @@ def check_model(check, spec, netc, src, root, device):
         check(ok, f"{name}: weights after that step match PyTorch's", detail + ties.note(),
               note=detail)
 
+    # 5. each step along PyTorch's run, from its weights
+    if spec.along:
+        along(check, spec, prog, work, data, init, dev)
+
     # 4. files that do not fit
     if spec.bad_files:
         bad_files(check, spec, prog, work, init, dev)
+
+
+def along(check, spec, prog, work, data, init, dev):
+    """netc's step from PyTorch's weights at each step of a PyTorch run,
+    with a fresh optimizer, as PyTorch's own step from them is, both
+    measured from the same step in float64.  The losses must agree as
+    everywhere (LOSS_RTOL).  The weights cannot be held to a fixed
+    tolerance: a value at a relu's kink (or a near tie of a max) that
+    rounding puts on the other side changes a gradient by a jump, and with
+    batchnorm over small batches such jumps move a step's weights by up to
+    1e-3 of the step, in PyTorch's float32 as in netc's (against float64,
+    each is at rounding's distance, 1e-9 for a bias, at most steps, and a
+    few thousand times that at a few, not the same few for the two).  So
+    for each tensor, the median over the steps of netc's distance from the
+    float64 step over PyTorch's must be at most 4, and at each step netc's
+    distance within 2 % of the step's length (and 4 PyTorch distances): a
+    gradient computed wrongly misses by all of it."""
+    steps, optim, flags = spec.along
+    lf = loss_fn(spec)
+    model = spec.twin()
+    model.load_state_dict(init)
+    opt = optim(model.parameters())
+    x, y, b = data["x"], data["y"], spec.batch
+    nb = len(x) // b  # the run goes round the data's whole batches
+    losses, far, sums = [], [], {}
+    wpath, bpath = os.path.join(work, "along.safetensors"), os.path.join(work, "along.bin")
+    for k in range(steps):
+        lo = (k % nb) * b
+        xb, yb = x[lo:lo + b], y[lo:lo + b]
+        before = {n: t.detach().clone() for n, t in model.state_dict().items()}
+        st_write(wpath, before, meta={"format": "pt"})
+        data["subset"](lo, lo + b, bpath)
+        fresh, fresh64 = copy.deepcopy(model), copy.deepcopy(model).double()
+        for m, xm in ((fresh, xb), (fresh64, xb.double())):
+            fopt = optim(m.parameters())
+            fopt.zero_grad()
+            loss = lf(m(xm), yb)
+            loss.backward()
+            fopt.step()
+            want = float(loss) if m is fresh else want
+        p = run([prog, "--load", wpath, "--data", bpath, "--test-data", bpath, "--batch", str(b),
+                 "--no-shuffle", "--max-steps", "1", "--metrics", "along.jsonl", "--log-every",
+                 "1", "--save", "along_out.safetensors", "--threads", "1", "--quiet"] + flags + dev,
+                work)
+        if p.returncode != 0:
+            check(False, f"{spec.name}: step {k + 1} from PyTorch's weights", describe(p))
+            return
+        losses.append((read_metrics(os.path.join(work, "along.jsonl"))[0][0]["loss"], want))
+        got = st_read(os.path.join(work, "along_out.safetensors"))[0]
+        dist, unequal = distances(got, fresh, fresh64, before)
+        far += [f"step {k + 1}: {name} differs" for name in unequal]
+        for name, (e, t, step) in dist.items():
+            sums.setdefault(name, []).append(e / t if t else 0.0 if not e else math.inf)
+            if e > 0.02 * step + 4 * t:
+                far.append(f"step {k + 1}: {name}: netc {e:.3g} from float64's step, "
+                           f"PyTorch's float32 {t:.3g}, the step {step:.3g}")
+        opt.zero_grad()  # PyTorch's run goes on
+        lf(model(xb), yb).backward()
+        opt.step()
+    ok, detail = compare_losses([g for g, _ in losses], [w for _, w in losses])
+    check(ok, f"{spec.name}: {steps} steps along PyTorch's run, each from its weights: the loss",
+          detail, note=detail)
+    ratio = {n: sorted(r)[len(r) // 2] for n, r in sums.items()}
+    worst = max(ratio, key=ratio.get)
+    far += [f"{n}: netc's distance from float64, the median over the steps, {r:.3g}x "
+            f"PyTorch's float32's" for n, r in ratio.items() if r > 4]
+    check(not far, f"{spec.name}: ... and the weights: netc's steps as near float64's as "
+          f"PyTorch's (the median ratio at worst {ratio[worst]:.2g}, {worst})",
+          "\n".join(far[:8]))
 
 
 # --precision bf16: netc's bf16 (fp32 arithmetic on values rounded where

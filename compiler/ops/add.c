@@ -27,8 +27,8 @@ static bool add_shape(Program *p, Node *n)
         diag_error(p->diag, n->stmt->call->loc, "add of %s (%s) and %s ('%s'): the shapes differ",
                    shape_str(p->arena, x), n->stmt->from ? "its input" : "the layer before",
                    shape_str(p->arena, s), a->s);
-        for (int i = 0; i < p->nnodes; i++)
-            if (p->nodes[i].out == v)
+        for (int i = 0; i < p->nnodes; i++) /* (not a block's unnamed last layer) */
+            if (p->nodes[i].out == v && p->nodes[i].stmt->name)
                 diag_note(p->diag, p->nodes[i].stmt->loc, "'%s' is here, %s", a->s,
                           shape_str(p->arena, s));
         return false;

@@ -77,9 +77,11 @@ small_source() {
 }
 # data_flags NAME: --data, --valid-data, --test-data for the model
 data_flags() {
-    case $1 in
-    cifar10) echo --data "$work/c10.bin" --test-data "$work/c10.bin"; return ;;
-    esac
+    # CIFAR-10 data (not bundled): the synthetic records
+    if grep -q '^ *train  *cifar10(' "$model"; then
+        echo --data "$work/c10.bin" --test-data "$work/c10.bin"
+        return
+    fi
     if [ -f "${DATA_DIR:-/nonexistent}/$1.csv" ]; then
         echo --data "$DATA_DIR/$1.csv"
         return
