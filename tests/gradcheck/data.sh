@@ -47,6 +47,7 @@ gradcheck_data() {
     smooth_acts) random_csv "$_n" 6 class 3 13 > "$2" ;;
     residual) random_csv "$_n" 72 class 3 16 > "$2" ;;
     branches) random_csv "$_n" 72 class 3 17 > "$2" ;;
+    concat) random_csv "$_n" 72 class 3 18 > "$2" ;;
     *) echo "gradcheck_data: no data for $1" >&2; return 1 ;;
     esac
 }
