@@ -324,7 +324,7 @@ void emit_grad_part(Emit *e, const Node *n)
 static const OpDef *const ops[] = {
     &op_linear, &op_conv2d, &op_maxpool2d, &op_avgpool2d, &op_relu, &op_leaky_relu, &op_tanh,
     &op_sigmoid, &op_gelu, &op_silu, &op_elu, &op_softplus, &op_flatten, &op_dropout,
-    &op_batchnorm1d, &op_batchnorm2d, &op_rnn, &op_add, &op_concat,
+    &op_batchnorm1d, &op_batchnorm2d, &op_rnn, &op_add, &op_concat, &op_mul,
 };
 
 const OpDef *const *op_table(int *n)

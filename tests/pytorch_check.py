@@ -14,8 +14,8 @@ batchnorm1d and batchnorm2d, with and without weight and bias, in both
 layouts, their running statistics and num_batches_tracked compared as
 weights are and used by the validation; rnn with tanh and relu, stacked,
 with and without biases, whose twin is an nn.RNN giving its last output),
-residual adds, concatenations and branches (add(NAME), concat(NAME),
-LAYER from NAME: a value read by several layers), both losses,
+residual adds, products, concatenations and branches (add(NAME),
+mul(NAME), concat(NAME), LAYER from NAME: a value read by several layers), both losses,
 sgd (plain; momentum with dampening; nesterov; weight decay), adam (betas,
 eps, weight decay) and adamw (its default decay); plus the seed models
 boston_mlp (standardized table data), airline_rnn (csv with a header line,
@@ -241,7 +241,7 @@ def seq(*items):
 
 class Join:
     """In a Graph: a layer that reads an earlier layer's output by name
-    besides the layer before's (netc's add(NAME), concat(NAME))."""
+    besides the layer before's (netc's add(NAME), concat(NAME), mul(NAME))."""
 
     def __init__(self, name):
         self.name = name
@@ -252,6 +252,13 @@ class Add(Join):
 
     def __call__(self, x, s):
         return x + s
+
+
+class Mul(Join):
+    """netc's mul(NAME): the layer before's output times NAME's, elementwise."""
+
+    def __call__(self, x, s):
+        return x * s
 
 
 class Cat(Join):
@@ -650,6 +657,42 @@ model concat {
 }
 """
 
+MUL = """\
+# mul(NAME): images sample first (a times its sigmoid), then channel first
+# (h read by a convolution, a mul and an add; c's sigmoid gating h, then
+# times c; e times itself), then flat (f read by a tanh and a mul, g
+# times itself)
+model mul {
+    input  x[2, 6, 6]
+    target class(3)
+
+    a = tanh
+    sigmoid
+    mul(a)
+    conv2d(4, kernel=3, padding=1)
+    h = relu
+    c = conv2d(4, kernel=3, padding=1)
+    sigmoid
+    mul(h)
+    mul(c)
+    e = tanh
+    mul(e)
+    add(h)
+    maxpool2d(2)
+    flatten
+    f = linear(8)
+    tanh
+    mul(f)
+    g = linear(6)
+    mul(g)
+    linear(3)
+
+    loss      cross_entropy
+    optimizer sgd(lr=0.05, momentum=0.9)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
 CNN_ADAM = """\
 # strided, padded, bias-free and rectangular convolutions (the second one
 # strided and padded, so that its input gradient goes through col2im with
@@ -852,6 +895,15 @@ SPECS = [
                             nn.Linear(16, 3)),
          optim=sgd(lr=0.05, momentum=0.9),
          data=synthetic_data((2, 6, 6), 72, "class", 3, seed=18, ntest=24)),
+    Spec("mul", net=MUL, loss="cross_entropy",
+         twin=lambda: Graph(("a", nn.Tanh()), nn.Sigmoid(), Mul("a"),
+                            nn.Conv2d(2, 4, 3, padding=1), ("h", nn.ReLU()),
+                            ("c", nn.Conv2d(4, 4, 3, padding=1)), nn.Sigmoid(), Mul("h"),
+                            Mul("c"), ("e", nn.Tanh()), Mul("e"), Add("h"), nn.MaxPool2d(2),
+                            nn.Flatten(), ("f", nn.Linear(36, 8)), nn.Tanh(), Mul("f"),
+                            ("g", nn.Linear(8, 6)), Mul("g"), nn.Linear(6, 3)),
+         optim=sgd(lr=0.05, momentum=0.9),
+         data=synthetic_data((2, 6, 6), 72, "class", 3, seed=19, ntest=24)),
     Spec("cnn_adam", net=CNN_ADAM, loss="cross_entropy", bad_files=True,
          twin=lambda: seq(nn.Conv2d(2, 4, 3, stride=2, padding=1, bias=False),
                           nn.LeakyReLU(0.1), nn.MaxPool2d(3, stride=2, padding=1),
