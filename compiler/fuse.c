@@ -151,15 +151,15 @@ void fuse_and_plan(Program *p)
         if (ir_root(p, n->in2) == 0) {
             diag_error(p->diag, n->stmt->loc, "%s of the model's input (a flatten of it shares "
                        "its memory) is not supported yet", n->op->sig.name);
-            diag_note(p->diag, n->stmt->loc, "add the output of a layer that computes "
-                      "something from the input instead");
+            diag_note(p->diag, n->stmt->loc, "%s the output of a layer that computes "
+                      "something from the input instead", n->op->sig.name);
         } else if (p->values[n->in2].cn != p->values[n->in].cn) {
             diag_error(p->diag, n->stmt->loc, "%s of two values laid out differently in "
                        "memory (a convolution's output and what follows it are channel first, "
                        "what comes before is sample first) is not supported yet",
                        n->op->sig.name);
-            diag_note(p->diag, n->stmt->loc, "add values that both come after a convolution, "
-                      "or both before any");
+            diag_note(p->diag, n->stmt->loc, "%s values that both come after a convolution, "
+                      "or both before any", n->op->sig.name);
         }
     }
 

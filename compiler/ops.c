@@ -69,6 +69,39 @@ bool same_shape(Program *p, Node *n)
     return true;
 }
 
+int second_input(Program *p, Node *n, const ArgVal *a)
+{
+    const char *what = arena_printf(p->arena, "%s reads", n->op->sig.name);
+    n->in2 = named_value(p, n, a->s, a->loc, what);
+    return n->in2;
+}
+
+void operands_error(Program *p, const Node *n, const char *why)
+{
+    const Shape *x = &p->values[n->in].shape, *s = &p->values[n->in2].shape;
+    const char *name = n->args[0].s;
+    diag_error(p->diag, n->stmt->call->loc, "%s of %s (%s) and %s ('%s'): %s", n->op->sig.name,
+               shape_str(p->arena, x), n->stmt->from ? "its input" : "the layer before",
+               shape_str(p->arena, s), name, why);
+    for (int i = 0; i < p->nnodes; i++) /* (not a block's unnamed last layer) */
+        if (p->nodes[i].out == n->in2 && p->nodes[i].stmt->name)
+            diag_note(p->diag, p->nodes[i].stmt->loc, "'%s' is here, %s", name,
+                      shape_str(p->arena, s));
+}
+
+bool equal_operands(Program *p, Node *n, const ArgVal *a)
+{
+    if (second_input(p, n, a) < 0)
+        return false;
+    const Shape *x = in_shape(p, n), *s = &p->values[n->in2].shape;
+    if (x->rank != s->rank || memcmp(x->d, s->d, sizeof(int64_t) * (size_t)x->rank)) {
+        operands_error(p, n, "the shapes differ");
+        return false;
+    }
+    *out_shape(p, n) = *x;
+    return true;
+}
+
 int64_t value_size(const Emit *e, const Node *n)
 {
     return shape_size(&e->p->values[n->out].shape);
@@ -324,7 +357,7 @@ void emit_grad_part(Emit *e, const Node *n)
 static const OpDef *const ops[] = {
     &op_linear, &op_conv2d, &op_maxpool2d, &op_avgpool2d, &op_relu, &op_leaky_relu, &op_tanh,
     &op_sigmoid, &op_gelu, &op_silu, &op_elu, &op_softplus, &op_flatten, &op_dropout,
-    &op_batchnorm1d, &op_batchnorm2d, &op_rnn, &op_add,
+    &op_batchnorm1d, &op_batchnorm2d, &op_rnn, &op_add, &op_concat, &op_mul,
 };
 
 const OpDef *const *op_table(int *n)

@@ -38,7 +38,7 @@
 
 extern const OpDef op_linear, op_conv2d, op_maxpool2d, op_avgpool2d, op_relu, op_leaky_relu,
     op_tanh, op_sigmoid, op_gelu, op_silu, op_elu, op_softplus, op_flatten, op_dropout,
-    op_batchnorm1d, op_batchnorm2d, op_rnn, op_add;
+    op_batchnorm1d, op_batchnorm2d, op_rnn, op_add, op_concat, op_mul;
 
 /* ---------------------------------------------------- shape helpers */
 
@@ -54,6 +54,14 @@ bool window(Program *p, Node *n, int64_t in, int k, int s, int pad, const char *
             int64_t *out);
 /* the shape rule of an op whose output is shaped as its input */
 bool same_shape(Program *p, Node *n);
+/* The value the name argument a of a two-input op (add, mul, concat)
+ * names, set as n's second input (Node.in2); -1 with the error said. */
+int second_input(Program *p, Node *n, const ArgVal *a);
+/* The error of a two-input op whose inputs do not fit (why), naming both
+ * with their shapes. */
+void operands_error(Program *p, const Node *n, const char *why);
+/* The shape rule of add and mul: equal shapes, the output's the same. */
+bool equal_operands(Program *p, Node *n, const ArgVal *a);
 
 /* ------------------------------------------------- emission helpers */
 

@@ -14,8 +14,8 @@ batchnorm1d and batchnorm2d, with and without weight and bias, in both
 layouts, their running statistics and num_batches_tracked compared as
 weights are and used by the validation; rnn with tanh and relu, stacked,
 with and without biases, whose twin is an nn.RNN giving its last output),
-residual adds and branches (add(NAME), LAYER from NAME: a value read by
-several layers), both losses,
+residual adds, products, concatenations and branches (add(NAME),
+mul(NAME), concat(NAME), LAYER from NAME: a value read by several layers), both losses,
 sgd (plain; momentum with dampening; nesterov; weight decay), adam (betas,
 eps, weight decay) and adamw (its default decay); plus the seed models
 boston_mlp (standardized table data), airline_rnn (csv with a header line,
@@ -240,11 +240,34 @@ def seq(*items):
     return nn.Sequential(od)
 
 
-class Add:
-    """In a Graph: netc's add(NAME), the layer before's output plus NAME's."""
+class Join:
+    """In a Graph: a layer that reads an earlier layer's output by name
+    besides the layer before's (netc's add(NAME), concat(NAME), mul(NAME))."""
 
     def __init__(self, name):
         self.name = name
+
+
+class Add(Join):
+    """netc's add(NAME): the layer before's output plus NAME's."""
+
+    def __call__(self, x, s):
+        return x + s
+
+
+class Mul(Join):
+    """netc's mul(NAME): the layer before's output times NAME's, elementwise."""
+
+    def __call__(self, x, s):
+        return x * s
+
+
+class Cat(Join):
+    """netc's concat(NAME): the layer before's output, then NAME's, joined
+    along the channels or features."""
+
+    def __call__(self, x, s):
+        return torch.cat((x, s), dim=1)
 
 
 class From:
@@ -256,9 +279,9 @@ class From:
 
 class Graph(nn.Module):
     """netc's layers in order, each reading the output of the one before (a
-    From an earlier one's), an Add also an earlier one's (by name): a model
-    with residuals and branches, its modules named as seq names them (an
-    Add takes an index too)."""
+    From an earlier one's), a Join also an earlier one's (by name): a model
+    with residuals and branches, its modules named as seq names them (a
+    Join takes an index too)."""
 
     def __init__(self, *items):
         super().__init__()
@@ -267,7 +290,7 @@ class Graph(nn.Module):
             name, mod = it if isinstance(it, tuple) else (str(i), it)
             src = mod.name if isinstance(mod, From) else None
             mod = mod.module if isinstance(mod, From) else mod
-            if not isinstance(mod, Add):
+            if not isinstance(mod, Join):
                 self.add_module(name, mod)
             self.plan.append((name, mod, src))
 
@@ -275,7 +298,7 @@ class Graph(nn.Module):
         outs = {}
         for name, mod, src in self.plan:
             x = outs[src] if src else x
-            x = x + outs[mod.name] if isinstance(mod, Add) else mod(x)
+            x = mod(x, outs[mod.name]) if isinstance(mod, Join) else mod(x)
             outs[name] = x
         return x
 
@@ -651,6 +674,80 @@ model branches {
 }
 """
 
+CONCAT = """\
+# concat(NAME): images joined sample first (a read by a sigmoid and two
+# concats), then channel first (h read by a convolution, a concat and an
+# add; c by two concats; e joined to itself), then flat (f read by a tanh
+# and two concats, g joined to itself)
+model concat {
+    input  x[2, 6, 6]
+    target class(3)
+
+    a = tanh
+    sigmoid
+    concat(a)
+    concat(a)
+    conv2d(4, kernel=3, padding=1)
+    h = relu
+    c = conv2d(3, kernel=3, padding=1)
+    concat(h)
+    concat(c)
+    conv2d(4, kernel=1)
+    add(h)
+    e = tanh
+    concat(e)
+    maxpool2d(2)
+    flatten
+    f = linear(6)
+    tanh
+    concat(f)
+    g = linear(5)
+    concat(g)
+    concat(f)
+    linear(3)
+
+    loss      cross_entropy
+    optimizer sgd(lr=0.05, momentum=0.9)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
+MUL = """\
+# mul(NAME): images sample first (a times its sigmoid), then channel first
+# (h read by a convolution, a mul and an add; c's sigmoid gating h, then
+# times c; e times itself), then flat (f read by a tanh and a mul, g
+# times itself)
+model mul {
+    input  x[2, 6, 6]
+    target class(3)
+
+    a = tanh
+    sigmoid
+    mul(a)
+    conv2d(4, kernel=3, padding=1)
+    h = relu
+    c = conv2d(4, kernel=3, padding=1)
+    sigmoid
+    mul(h)
+    mul(c)
+    e = tanh
+    mul(e)
+    add(h)
+    maxpool2d(2)
+    flatten
+    f = linear(8)
+    tanh
+    mul(f)
+    g = linear(6)
+    mul(g)
+    linear(3)
+
+    loss      cross_entropy
+    optimizer sgd(lr=0.05, momentum=0.9)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
 CNN_ADAM = """\
 # strided, padded, bias-free and rectangular convolutions (the second one
 # strided and padded, so that its input gradient goes through col2im with
@@ -843,6 +940,25 @@ SPECS = [
                             From("f", nn.Linear(54, 5)), Add("b"), nn.Linear(5, 3)),
          optim=sgd(lr=0.05, momentum=0.9),
          data=synthetic_data((2, 6, 6), 72, "class", 3, seed=17, ntest=24)),
+    Spec("concat", net=CONCAT, loss="cross_entropy",
+         twin=lambda: Graph(("a", nn.Tanh()), nn.Sigmoid(), Cat("a"), Cat("a"),
+                            nn.Conv2d(6, 4, 3, padding=1), ("h", nn.ReLU()),
+                            ("c", nn.Conv2d(4, 3, 3, padding=1)), Cat("h"), Cat("c"),
+                            nn.Conv2d(10, 4, 1), Add("h"), ("e", nn.Tanh()), Cat("e"),
+                            nn.MaxPool2d(2), nn.Flatten(), ("f", nn.Linear(72, 6)), nn.Tanh(),
+                            Cat("f"), ("g", nn.Linear(12, 5)), Cat("g"), Cat("f"),
+                            nn.Linear(16, 3)),
+         optim=sgd(lr=0.05, momentum=0.9),
+         data=synthetic_data((2, 6, 6), 72, "class", 3, seed=18, ntest=24)),
+    Spec("mul", net=MUL, loss="cross_entropy",
+         twin=lambda: Graph(("a", nn.Tanh()), nn.Sigmoid(), Mul("a"),
+                            nn.Conv2d(2, 4, 3, padding=1), ("h", nn.ReLU()),
+                            ("c", nn.Conv2d(4, 4, 3, padding=1)), nn.Sigmoid(), Mul("h"),
+                            Mul("c"), ("e", nn.Tanh()), Mul("e"), Add("h"), nn.MaxPool2d(2),
+                            nn.Flatten(), ("f", nn.Linear(36, 8)), nn.Tanh(), Mul("f"),
+                            ("g", nn.Linear(8, 6)), Mul("g"), nn.Linear(6, 3)),
+         optim=sgd(lr=0.05, momentum=0.9),
+         data=synthetic_data((2, 6, 6), 72, "class", 3, seed=19, ntest=24)),
     Spec("cnn_adam", net=CNN_ADAM, loss="cross_entropy", bad_files=True,
          twin=lambda: seq(nn.Conv2d(2, 4, 3, stride=2, padding=1, bias=False),
                           nn.LeakyReLU(0.1), nn.MaxPool2d(3, stride=2, padding=1),

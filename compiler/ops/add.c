@@ -12,30 +12,11 @@
  */
 #include "ops.h"
 
-#include <string.h>
-
 enum { ADD_NAME };
 
 static bool add_shape(Program *p, Node *n)
 {
-    const ArgVal *a = &n->args[ADD_NAME];
-    const int v = named_value(p, n, a->s, a->loc, "add reads");
-    if (v < 0)
-        return false;
-    const Shape *x = in_shape(p, n), *s = &p->values[v].shape;
-    if (x->rank != s->rank || memcmp(x->d, s->d, sizeof(int64_t) * (size_t)x->rank)) {
-        diag_error(p->diag, n->stmt->call->loc, "add of %s (%s) and %s ('%s'): the shapes differ",
-                   shape_str(p->arena, x), n->stmt->from ? "its input" : "the layer before",
-                   shape_str(p->arena, s), a->s);
-        for (int i = 0; i < p->nnodes; i++) /* (not a block's unnamed last layer) */
-            if (p->nodes[i].out == v && p->nodes[i].stmt->name)
-                diag_note(p->diag, p->nodes[i].stmt->loc, "'%s' is here, %s", a->s,
-                          shape_str(p->arena, s));
-        return false;
-    }
-    n->in2 = v;
-    *out_shape(p, n) = *x;
-    return true;
+    return equal_operands(p, n, &n->args[ADD_NAME]);
 }
 
 /* The memory of s, the named layer's output, inside a pass. */

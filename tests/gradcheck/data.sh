@@ -48,6 +48,8 @@ gradcheck_data() {
     residual) random_csv "$_n" 72 class 3 16 > "$2" ;;
     branches) random_csv "$_n" 72 class 3 17 > "$2" ;;
     blocks) random_csv "$_n" 72 class 3 18 > "$2" ;;
+    concat) random_csv "$_n" 72 class 3 19 > "$2" ;;
+    mul) random_csv "$_n" 72 class 3 20 > "$2" ;;
     *) echo "gradcheck_data: no data for $1" >&2; return 1 ;;
     esac
 }
