@@ -353,12 +353,10 @@ void emit_grad_part(Emit *e, const Node *n)
 
 /* ------------------------------------------------------------ the table */
 
-/* In the order the language reference and "did you mean" list them. */
-static const OpDef *const ops[] = {
-    &op_linear, &op_conv2d, &op_maxpool2d, &op_avgpool2d, &op_relu, &op_leaky_relu, &op_tanh,
-    &op_sigmoid, &op_gelu, &op_silu, &op_elu, &op_softplus, &op_flatten, &op_dropout,
-    &op_batchnorm1d, &op_batchnorm2d, &op_rnn, &op_add, &op_concat, &op_mul,
-};
+/* ops.h's NETC_OPS, in its order. */
+#define NETC_OP_PTR_(name) &op_##name,
+static const OpDef *const ops[] = {NETC_OPS(NETC_OP_PTR_)};
+#undef NETC_OP_PTR_
 
 const OpDef *const *op_table(int *n)
 {

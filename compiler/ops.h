@@ -36,9 +36,17 @@
 
 /* ------------------------------------------------------------ the ops */
 
-extern const OpDef op_linear, op_conv2d, op_maxpool2d, op_avgpool2d, op_relu, op_leaky_relu,
-    op_tanh, op_sigmoid, op_gelu, op_silu, op_elu, op_softplus, op_flatten, op_dropout,
-    op_batchnorm1d, op_batchnorm2d, op_rnn, op_add, op_concat, op_mul;
+/* Every layer op, each an OpDef op_NAME in its family's file under ops/,
+ * in the order the language reference and "did you mean" list them: a new
+ * op is its OpDef and a row here. */
+#define NETC_OPS(X)                                                          \
+    X(linear) X(conv2d) X(maxpool2d) X(avgpool2d) X(relu) X(leaky_relu)     \
+    X(tanh) X(sigmoid) X(gelu) X(silu) X(elu) X(softplus) X(flatten)         \
+    X(dropout) X(batchnorm1d) X(batchnorm2d) X(rnn) X(add) X(concat) X(mul)
+
+#define NETC_OP_DECL_(name) extern const OpDef op_##name;
+NETC_OPS(NETC_OP_DECL_)
+#undef NETC_OP_DECL_
 
 /* ---------------------------------------------------- shape helpers */
 
