@@ -1465,7 +1465,8 @@ static void test_losses(void)
     }
     {
         float y[4] = {1, 2, 0, -1}, t[4] = {0, 0, 0, 1}, d[4];
-        float loss = nrt_mse(y, t, 2, 2, d);
+        const nrt_loss_spec mse = {NRT_LOSS_MSE, 0};
+        float loss = nrt_loss(&mse, y, t, 2, 2, d);
         CHECK(loss == 2.25f, "mse = %g, want 2.25", loss);
         CHECK(d[0] == 0.5f && d[1] == 1.0f && d[2] == 0.0f && d[3] == -1.0f,
               "mse gradient %g %g %g %g, want 0.5 1 0 -1", d[0], d[1], d[2],
@@ -1607,7 +1608,8 @@ static void test_losses(void)
             yd[i] = y[i] = frand();
             td[i] = t[i] = frand();
         }
-        float loss = nrt_mse(y, t, N, D, d);
+        const nrt_loss_spec mse = {NRT_LOSS_MSE, 0};
+        float loss = nrt_loss(&mse, y, t, N, D, d);
         double want = ref_mse(yd, td, N * D);
         CHECK(fabs(loss - want) < 1e-6 * (1 + want), "mse = %.9g, want %.9g",
               loss, want);
