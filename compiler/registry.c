@@ -78,6 +78,9 @@ const LossDef losses[] = {
     {{"mse", "torch.nn.MSELoss: mean squared error over all outputs", {{0}}},
      NRT_TARGET_VALUE, pointwise_c, pointwise_cuda, "d%N = 2 (y - t) / (n * outputs)",
      NRT_LOSS_MSE},
+    {{"l1", "torch.nn.L1Loss: mean absolute error over all outputs", {{0}}},
+     NRT_TARGET_VALUE, pointwise_c, pointwise_cuda, "d%N = sign(y - t) / (n * outputs)",
+     NRT_LOSS_L1},
     {{NULL, NULL, {{0}}}, 0, NULL, NULL, NULL, 0}};
 
 /* ------------------------------------------------------------ optimizers */

@@ -13,6 +13,8 @@
  *   loss = sum_i f(y_i - t_i) / N         d loss / d y_i = f'(y_i - t_i) / N
  *
  *   mse:        f(e) = e^2                f'(e) = 2 e
+ *   l1:         f(e) = |e|                f'(e) = sign(e), sign(0) = 0
+ *                                         (autograd's abs: PyTorch's too)
  *
  * The values are summed in double, in order, and the derivatives worked
  * out in double and rounded once: the cpu's and the GPU's dy agree bit
@@ -33,7 +35,8 @@
 
 /* X(KIND, name, torch.nn's class) */
 #define NRT_LOSSES(X)              \
-    X(MSE, mse, "MSELoss")
+    X(MSE, mse, "MSELoss")         \
+    X(L1, l1, "L1Loss")
 
 #define NRT_LOSS_ENUM_(K, name, cls) NRT_LOSS_##K,
 enum nrt_loss_kind { NRT_LOSS_NONE = 0, NRT_LOSSES(NRT_LOSS_ENUM_) NRT_LOSS_KINDS };
@@ -57,6 +60,20 @@ static inline NRT_HD double nrt_dloss_mse(double e, double arg)
 {
     (void)arg;
     return 2.0 * e;
+}
+
+/* ------------------------------------------------------------------- l1 */
+
+static inline NRT_HD double nrt_loss_l1(double e, double arg)
+{
+    (void)arg;
+    return e < 0 ? -e : e;
+}
+
+static inline NRT_HD double nrt_dloss_l1(double e, double arg)
+{
+    (void)arg;
+    return e > 0 ? 1.0 : e < 0 ? -1.0 : 0.0;
 }
 
 /* ----------------------------------------------------------- by kind */

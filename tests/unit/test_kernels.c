@@ -1471,6 +1471,12 @@ static void test_losses(void)
         CHECK(d[0] == 0.5f && d[1] == 1.0f && d[2] == 0.0f && d[3] == -1.0f,
               "mse gradient %g %g %g %g, want 0.5 1 0 -1", d[0], d[1], d[2],
               d[3]);
+        /* l1: |1| + |2| + |0| + |-2|, over 4; sign(0) = 0, as PyTorch's */
+        const nrt_loss_spec l1 = {NRT_LOSS_L1, 0};
+        loss = nrt_loss(&l1, y, t, 2, 2, d);
+        CHECK(loss == 1.25f, "l1 = %g, want 1.25", loss);
+        CHECK(d[0] == 0.25f && d[1] == 0.25f && d[2] == 0.0f && d[3] == -0.25f,
+              "l1 gradient %g %g %g %g, want 0.25 0.25 0 -0.25", d[0], d[1], d[2], d[3]);
     }
     {
         float z[9] = {1, 3, 3, 0, -1, -2, 5, 5, 5};
