@@ -81,6 +81,10 @@ const LossDef losses[] = {
     {{"l1", "torch.nn.L1Loss: mean absolute error over all outputs", {{0}}},
      NRT_TARGET_VALUE, pointwise_c, pointwise_cuda, "d%N = sign(y - t) / (n * outputs)",
      NRT_LOSS_L1},
+    {{"smooth_l1", "torch.nn.SmoothL1Loss: 0.5 e^2 / beta where |e| < beta, else |e| - beta / 2",
+      {{"beta", A_NUM, "1", 0, BIG, NULL, NULL}}},
+     NRT_TARGET_VALUE, pointwise_c, pointwise_cuda,
+     "d%N = clamp((y - t) / beta, -1, 1) / (n * outputs)", NRT_LOSS_SMOOTH_L1},
     {{NULL, NULL, {{0}}}, 0, NULL, NULL, NULL, 0}};
 
 /* ------------------------------------------------------------ optimizers */

@@ -15,11 +15,15 @@
  *   mse:        f(e) = e^2                f'(e) = 2 e
  *   l1:         f(e) = |e|                f'(e) = sign(e), sign(0) = 0
  *                                         (autograd's abs: PyTorch's too)
+ *   smooth_l1:  f(e) = 0.5 e^2 / beta     f'(e) = e / beta      if |e| < beta
+ *                    = |e| - 0.5 beta           = sign(e)       otherwise
+ *               (beta = 0: l1's value; f'(0) = -1, autograd's
+ *               smooth_l1_loss_backward, which PyTorch uses there too)
  *
  * The values are summed in double, in order, and the derivatives worked
  * out in double and rounded once: the cpu's and the GPU's dy agree bit
- * for bit.  A loss's one argument, where it takes one, is nrt_loss_spec's
- * arg, a float, as PyTorch's float32 kernels use it.
+ * for bit.  A loss's one argument, where it takes one (smooth_l1's beta),
+ * is nrt_loss_spec's arg, a float, as PyTorch's float32 kernels use it.
  *
  * Adding a loss: its row, nrt_loss_NAME and nrt_dloss_NAME here; its
  * arguments in compiler/registry.c (losses[]); a test of its values
@@ -36,7 +40,8 @@
 /* X(KIND, name, torch.nn's class) */
 #define NRT_LOSSES(X)              \
     X(MSE, mse, "MSELoss")         \
-    X(L1, l1, "L1Loss")
+    X(L1, l1, "L1Loss")            \
+    X(SMOOTH_L1, smooth_l1, "SmoothL1Loss")
 
 #define NRT_LOSS_ENUM_(K, name, cls) NRT_LOSS_##K,
 enum nrt_loss_kind { NRT_LOSS_NONE = 0, NRT_LOSSES(NRT_LOSS_ENUM_) NRT_LOSS_KINDS };
@@ -45,7 +50,7 @@ enum nrt_loss_kind { NRT_LOSS_NONE = 0, NRT_LOSSES(NRT_LOSS_ENUM_) NRT_LOSS_KIND
 /* A model's pointwise loss (kind NRT_LOSS_NONE: cross-entropy). */
 typedef struct nrt_loss_spec {
     int kind;  /* enum nrt_loss_kind */
-    float arg; /* its argument; 0 where it has none */
+    float arg; /* its argument (smooth_l1's beta); 0 where it has none */
 } nrt_loss_spec;
 
 /* ------------------------------------------------------------------ mse */
@@ -74,6 +79,24 @@ static inline NRT_HD double nrt_dloss_l1(double e, double arg)
 {
     (void)arg;
     return e > 0 ? 1.0 : e < 0 ? -1.0 : 0.0;
+}
+
+/* ------------------------------------------------------------ smooth_l1 */
+
+/* ATen's smooth_l1 kernel: z < beta ? 0.5 * z * z / beta : z - 0.5 * beta,
+ * z = |e| (beta = 0: z, l1's value). */
+static inline NRT_HD double nrt_loss_smooth_l1(double e, double beta)
+{
+    const double z = e < 0 ? -e : e;
+    return z < beta ? 0.5 * z * z / beta : z - 0.5 * beta;
+}
+
+/* ATen's smooth_l1_backward: -1 at e <= -beta, 1 at e >= beta, else
+ * e / beta.  (beta = 0: sign(e) but -1 at 0, not l1's 0: PyTorch's
+ * autograd runs this formula for smooth_l1_loss with beta 0 too.) */
+static inline NRT_HD double nrt_dloss_smooth_l1(double e, double beta)
+{
+    return e <= -beta ? -1.0 : e >= beta ? 1.0 : e / beta;
 }
 
 /* ----------------------------------------------------------- by kind */

@@ -1479,6 +1479,33 @@ static void test_losses(void)
               "l1 gradient %g %g %g %g, want 0.25 0.25 0 -0.25", d[0], d[1], d[2], d[3]);
     }
     {
+        /* smooth_l1, e = 0, 0.25, 0.5, -2 (over 4): beta 0.5 puts one at
+         * |e| = beta (the linear side, PyTorch's z < beta), beta 1 the
+         * first three in the square, beta 0 is l1's value, its
+         * gradient -1/N at e = 0 (PyTorch's smooth_l1_loss_backward) */
+        float y[4] = {0, 0.25f, 1, -1}, t[4] = {0, 0, 0.5f, 1}, d[4];
+        const struct {
+            float beta, loss, d[4];
+        } c[] = {{0.5f, (0 + 0.0625f + 0.25f + 1.75f) / 4, {0, 0.125f, 0.25f, -0.25f}},
+                 {1.0f, (0 + 0.03125f + 0.125f + 1.5f) / 4, {0, 0.0625f, 0.125f, -0.25f}},
+                 {0.0f, (0 + 0.25f + 0.5f + 2) / 4, {-0.25f, 0.25f, 0.25f, -0.25f}}};
+        for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+            const nrt_loss_spec sl1 = {NRT_LOSS_SMOOTH_L1, c[k].beta};
+            float loss = nrt_loss(&sl1, y, t, 2, 2, d);
+            CHECK(loss == c[k].loss, "smooth_l1(beta=%g) = %.9g, want %.9g", c[k].beta, loss,
+                  c[k].loss);
+            CHECK(!memcmp(d, c[k].d, sizeof d),
+                  "smooth_l1(beta=%g) gradient %g %g %g %g, want %g %g %g %g", c[k].beta, d[0],
+                  d[1], d[2], d[3], c[k].d[0], c[k].d[1], c[k].d[2], c[k].d[3]);
+        }
+        /* at |e| = beta = 1 both sides give 0.5 */
+        float y1 = 1, t1 = 0, d1;
+        const nrt_loss_spec sl1 = {NRT_LOSS_SMOOTH_L1, 1.0f};
+        float loss = nrt_loss(&sl1, &y1, &t1, 1, 1, &d1);
+        CHECK(loss == 0.5f && d1 == 1.0f, "smooth_l1 at |e| = beta = 1: %g (d %g), want 0.5 (1)",
+              loss, d1);
+    }
+    {
         float z[9] = {1, 3, 3, 0, -1, -2, 5, 5, 5};
         int32_t l[3] = {1, 0, 0};
         CHECK(nrt_correct(z, l, 3, 3) == 3, "correct: %d, want 3",
