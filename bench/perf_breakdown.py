@@ -26,7 +26,7 @@ PACK = ("pack_", "tr8x8", "top12")
 HELPERS = ("valid_range", "pool_window", "round_up", "rotl")
 KERNELS = {"nrt_im2col": "im2col", "nrt_col2im": "col2im",
            "nrt_maxpool2d_fwd": "maxpool fwd", "nrt_maxpool2d_bwd": "maxpool bwd",
-           "nrt_avgpool2d": "avgpool", "nrt_xent": "cross-entropy", "nrt_mse": "mse",
+           "nrt_avgpool2d": "avgpool", "nrt_xent": "cross-entropy", "nrt_loss": "loss",
            "nrt_optim_step": "optimizer step", "sgd": "optimizer step",
            "adam": "optimizer step", "nrt_dataset_gather": "batch gather",
            "nrt_rng": "dropout RNG"}

@@ -57,6 +57,10 @@ static const struct {
 } optim_rows[NRT_OPTIM_KINDS] = {NRT_OPTIMIZERS(OPTIM_ROW)};
 #undef OPTIM_ROW
 
+#define LOSS_ROW(K, name, cls) [NRT_LOSS_##K] = "NRT_LOSS_" #K,
+static const char *const loss_kinds[NRT_LOSS_KINDS] = {NRT_LOSSES(LOSS_ROW)};
+#undef LOSS_ROW
+
 #define SCHED_ROW(K, name, cls) [NRT_SCHED_##K] = "NRT_SCHED_" #K,
 static const char *const sched_kinds[NRT_SCHED_KINDS] = {NRT_SCHEDULES(SCHED_ROW)};
 #undef SCHED_ROW
@@ -90,6 +94,18 @@ static void emit_source(Emit *e, const char *field, const nrt_source *s)
           c_string(e->arena, s->path), s->label, s->header,
           c_float(e->arena, s->scale ? s->scale : 1.0), s->standardize,
           c_double(e->arena, s->fraction), c_string(e->arena, s->root));
+}
+
+/* A pointwise loss's kind, and its argument where it takes one. */
+static void emit_loss(Emit *e, const Program *p)
+{
+    const nrt_loss_spec *l = &p->loss_spec;
+    if (!l->kind)
+        return;
+    if (p->loss->sig.args[0].name)
+        emitf(e, ".loss = {%s, .arg = %s},", loss_kinds[l->kind], c_float(e->arena, l->arg));
+    else
+        emitf(e, ".loss = {%s},", loss_kinds[l->kind]);
 }
 
 static void emit_schedule(Emit *e, const Program *p)
@@ -177,6 +193,7 @@ void emit_driver(Emit *e, bool cuda)
         emitf(e, ".grad_buffers = %d,", p->grad_buffers);
     emitf(e, ".scratch_size = %lld,", (long long)p->scratch_size);
     emitf(e, ".optim = %s,", optim_init(e->arena, p));
+    emit_loss(e, p);
     emitf(e, ".device = %s,", c_string(e->arena, p->device));
     emit_source(e, "train", &p->train);
     emit_source(e, "valid", &p->valid);

@@ -347,14 +347,17 @@ extern const SourceDef sources[];
  * (NRT_TARGET_CLASS or NRT_TARGET_VALUE: the data's), and forward()'s
  * statements that compute it (`float loss`) and its gradient (into
  * dlast, where not NULL) from out, the output's C expression: the cpu's
- * (emit_c.c) and the GPU's (emit_cuda.c, launching what it defines); and
- * the gradient's formula, for --emit=ir. */
+ * (emit_c.c) and the GPU's (emit_cuda.c, launching what it defines); the
+ * gradient's formula, for --emit=ir; and a pointwise loss's kind
+ * (losses.h's row; its one argument, if any, is nrt_loss_spec's arg),
+ * 0 for cross-entropy. */
 typedef struct LossDef {
     Sig sig;
     int target;
     void (*emit_c)(Emit *e, const char *out);
     void (*emit_cuda)(Emit *e, const char *out);
     const char *grad; /* "d%N = 2 (y - t) / (n * outputs)" */
+    int kind;         /* enum nrt_loss_kind */
 } LossDef;
 extern const LossDef losses[];
 
@@ -471,6 +474,7 @@ struct Program {
     size_t buffer_bytes;
     const LossDef *loss;
     const Stmt *loss_stmt;
+    nrt_loss_spec loss_spec; /* a pointwise loss's kind and argument */
     nrt_optim optim;
     const OptimDef *optimizer; /* its entry; NULL until bound */
     const char *device;

@@ -56,22 +56,36 @@ static void xent_cuda(Emit *e, const char *out)
           "/* fused log-softmax */", k, out);
 }
 
-static void mse_c(Emit *e, const char *out)
+/* The pointwise losses (losses.h): the runtime's, of the kind and
+ * argument in the model's descriptor (driver.c). */
+static void pointwise_c(Emit *e, const char *out)
 {
-    emitf(e, "float loss = nrt_mse(%s, b->y, n, %d, dlast);", out, e->p->n_out);
+    emitf(e, "float loss = nrt_loss(&net->model->loss, %s, b->y, n, %d, dlast);", out,
+          e->p->n_out);
 }
 
-static void mse_cuda(Emit *e, const char *out)
+static void pointwise_cuda(Emit *e, const char *out)
 {
-    emitf(e, "TRY(nrt_cu_mse(net, %s, net->y, n, %d, dlast, net->loss, err));", out, e->p->n_out);
+    emitf(e, "TRY(nrt_cu_loss(net, %s, net->y, n, %d, dlast, net->loss, err));", out,
+          e->p->n_out);
 }
 
+/* The pointwise ones' kinds are losses.h's rows: the runtime's value and
+ * derivative of one error; their one argument, if any, the row's arg. */
 const LossDef losses[] = {
     {{"cross_entropy", "softmax cross-entropy over class logits, mean over the batch", {{0}}},
-     NRT_TARGET_CLASS, xent_c, xent_cuda, "log-softmax fused in: d%N = (softmax - onehot) / n"},
-    {{"mse", "mean squared error over all outputs", {{0}}},
-     NRT_TARGET_VALUE, mse_c, mse_cuda, "d%N = 2 (y - t) / (n * outputs)"},
-    {{NULL, NULL, {{0}}}, 0, NULL, NULL, NULL}};
+     NRT_TARGET_CLASS, xent_c, xent_cuda, "log-softmax fused in: d%N = (softmax - onehot) / n", 0},
+    {{"mse", "torch.nn.MSELoss: mean squared error over all outputs", {{0}}},
+     NRT_TARGET_VALUE, pointwise_c, pointwise_cuda, "d%N = 2 (y - t) / (n * outputs)",
+     NRT_LOSS_MSE},
+    {{"l1", "torch.nn.L1Loss: mean absolute error over all outputs", {{0}}},
+     NRT_TARGET_VALUE, pointwise_c, pointwise_cuda, "d%N = sign(y - t) / (n * outputs)",
+     NRT_LOSS_L1},
+    {{"smooth_l1", "torch.nn.SmoothL1Loss: 0.5 e^2 / beta where |e| < beta, else |e| - beta / 2",
+      {{"beta", A_NUM, "1", 0, BIG, NULL, NULL}}},
+     NRT_TARGET_VALUE, pointwise_c, pointwise_cuda,
+     "d%N = clamp((y - t) / beta, -1, 1) / (n * outputs)", NRT_LOSS_SMOOTH_L1},
+    {{NULL, NULL, {{0}}}, 0, NULL, NULL, NULL, 0}};
 
 /* ------------------------------------------------------------ optimizers */
 

@@ -830,6 +830,10 @@ Program *sema_check(Diag *d, Arena *a, const Model *m)
                 ArgVal av[MAX_ARGS];
                 if (p->loss && !bind_args(p, &p->loss->sig, s->call, av))
                     p->loss = NULL;
+                if (p->loss)
+                    p->loss_spec = (nrt_loss_spec){
+                        .kind = p->loss->kind,
+                        .arg = p->loss->sig.args[0].name ? (float)av[0].v[0] : 0.0f};
             }
             break;
         case S_OPTIMIZER:

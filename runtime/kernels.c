@@ -2783,19 +2783,31 @@ float nrt_xent(const float *logits, const int32_t *label, int n, int k,
     return (float)(xent_generic(logits, label, n, k, dlogits) / n);
 }
 
-float nrt_mse(const float *y, const float *t, int n, int d, float *dy)
+#define LOSS_NAME(K, name, cls) [NRT_LOSS_##K] = #name,
+static const char *const loss_names[NRT_LOSS_KINDS] = {NRT_LOSSES(LOSS_NAME)};
+#undef LOSS_NAME
+
+const char *nrt_loss_name(int kind)
+{
+    return kind > NRT_LOSS_NONE && kind < NRT_LOSS_KINDS ? loss_names[kind] : NULL;
+}
+
+/* The values in order, in double (losses.h); nrt_dev_loss's dy bit for bit. */
+float nrt_loss(const nrt_loss_spec *l, const float *y, const float *t, int n, int d, float *dy)
 {
     size_t nd = (size_t)(n > 0 ? n : 0) * (size_t)(d > 0 ? d : 0);
     if (nd == 0)
         return 0.0f;
+    const int kind = l->kind;
+    const double arg = l->arg, dn = (double)nd;
     double sum = 0.0;
     for (size_t i = 0; i < nd; i++) {
         double e = (double)y[i] - (double)t[i];
-        sum += e * e;
+        sum += nrt_loss_value(kind, e, arg);
         if (dy)
-            dy[i] = (float)(2.0 * e / (double)nd);
+            dy[i] = (float)(nrt_loss_deriv(kind, e, arg) / dn);
     }
-    return (float)(sum / (double)nd);
+    return (float)(sum / dn);
 }
 
 int nrt_correct(const float *logits, const int32_t *label, int n, int k)

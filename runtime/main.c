@@ -1578,6 +1578,11 @@ int nrt_main(const nrt_model *m, int argc, char **argv)
              m->optim.kind, NETRT_VERSION);
         return 1;
     }
+    if (m->loss.kind && !nrt_loss_name(m->loss.kind)) {
+        fail(prog, "loss kind %d: netrt %s has no such loss; rebuild with its netc",
+             m->loss.kind, NETRT_VERSION);
+        return 1;
+    }
     if (!nrt_schedule_name(m->schedule.kind)) {
         fail(prog, "schedule kind %d: netrt %s has no such schedule; rebuild with its netc",
              m->schedule.kind, NETRT_VERSION);

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "losses.h"
 #include "lowp.h"
 #include "optimizers.h"
 #include "philox.h"
@@ -34,7 +35,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 18
+#define NETRT_ABI 19
 
 #ifdef __cplusplus
 extern "C" {
@@ -542,8 +543,13 @@ void nrt_avgpool2d_bwd(const float *dy, int n, int c, int h, int w, int k,
  * gradient of the mean loss: (softmax - onehot) / N.  Returns the loss. */
 float nrt_xent(const float *logits, const int32_t *label, int n, int k,
                float *dlogits);
-/* Mean squared error over all N*D values; dy (if not NULL) = 2 (y - t) / ND. */
-float nrt_mse(const float *y, const float *t, int n, int d, float *dy);
+/* A pointwise loss (losses.h: l->kind's row, l->arg its argument) over
+ * all N*D values: the mean of f(y - t); dy (if not NULL) = f'(y - t) / ND.
+ * Returns the loss (0 for a kind losses.h has no row of). */
+float nrt_loss(const nrt_loss_spec *l, const float *y, const float *t, int n, int d, float *dy);
+/* The name of a pointwise loss's kind ("mse"); NULL where this runtime
+ * has no such loss. */
+const char *nrt_loss_name(int kind);
 /* Number of rows of logits [N, K] whose largest entry is at label. */
 int nrt_correct(const float *logits, const int32_t *label, int n, int k);
 
@@ -1014,6 +1020,8 @@ typedef struct nrt_model {
     int grad_buffers;        /* gradient buffers backward uses (0: 2) */
     size_t scratch_size;     /* floats of scratch per sample */
     nrt_optim optim;
+    nrt_loss_spec loss;      /* the pointwise loss (losses.h) that forward
+                                computes; kind 0: cross-entropy */
     const char *device;      /* "cpu", "cuda", "cuda:N", "auto" */
     nrt_source train;        /* default training data (path may be NULL) */
     nrt_source valid;        /* default validation data, evaluated every

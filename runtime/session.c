@@ -37,6 +37,9 @@ int nrt_session_open(const nrt_model *m, const char *dev, int cap, nrt_session *
     if (m->abi != NETRT_ABI)
         return nrt_errorf(err, "model '%s' was generated for netrt ABI %d, this library is ABI %d",
                           m->name, m->abi, NETRT_ABI);
+    if (m->loss.kind && !nrt_loss_name(m->loss.kind))
+        return nrt_errorf(err, "model '%s': loss kind %d: netrt %s has no such loss; rebuild "
+                          "with its netc", m->name, m->loss.kind, NETRT_VERSION);
     if (cap < 0 || cap > (1 << 20))
         return nrt_errorf(err, "a batch capacity of %d (expected 1 to 1048576, or 0: the model's)",
                           cap);

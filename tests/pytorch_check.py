@@ -892,12 +892,52 @@ model rnn_relu {
 }
 """
 
+L1_ADAM = """\
+# l1 on 2 values: sign(y - t) / N, PyTorch's sign(0) = 0
+model l1_adam {
+    input  x[5]
+    target value(2)
+
+    linear(8)
+    tanh
+    linear(2)
+
+    loss      l1
+    optimizer adam(lr=0.01)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
+SMOOTH_L1_SGD = """\
+# smooth_l1 with beta 0.5: the targets (tanh of a teacher) put errors on
+# both sides of beta
+model smooth_l1_sgd {
+    input  x[6]
+    target value(3)
+
+    linear(10)
+    relu
+    linear(3)
+
+    loss      smooth_l1(beta=0.5)
+    optimizer sgd(lr=0.1, momentum=0.9)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
 SPECS = [
     Spec("mlp_momentum", net=MLP_MOMENTUM, loss="mse", bad_files=True,
          twin=lambda: seq(nn.Linear(6, 12), nn.Tanh(), ("hidden", nn.Linear(12, 10)),
                           nn.Sigmoid(), nn.Linear(10, 2), nn.Tanh()),
          optim=sgd(lr=0.05, momentum=0.9, dampening=0.25, weight_decay=0.001),
          data=synthetic_data((6,), 72, "value", 2, seed=1)),
+    Spec("l1_adam", net=L1_ADAM, loss="l1",
+         twin=lambda: seq(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 2)),
+         optim=adam(lr=0.01), data=synthetic_data((5,), 64, "value", 2, seed=20, ntest=24)),
+    Spec("smooth_l1_sgd", net=SMOOTH_L1_SGD, loss="smooth_l1(beta=0.5)",
+         twin=lambda: seq(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 3)),
+         optim=sgd(lr=0.1, momentum=0.9),
+         data=synthetic_data((6,), 64, "value", 3, seed=22, ntest=24)),
     Spec("mlp_nesterov", net=MLP_NESTEROV, loss="cross_entropy",
          twin=lambda: seq(nn.Linear(10, 24), nn.LeakyReLU(0.2), nn.Dropout(0.0),
                           nn.Linear(24, 16, bias=False), nn.LeakyReLU(), nn.Tanh(),
@@ -1258,8 +1298,16 @@ def compare_to_exact(got, model, exact, start, factor=4.0, part=0.02):
                   f"PyTorch's float32's or {part:g} of the way ({worst[1]})")
 
 
+# the model language's losses, and PyTorch's
+LOSSES = {"cross_entropy": nn.CrossEntropyLoss, "mse": nn.MSELoss, "l1": nn.L1Loss,
+          "smooth_l1": nn.SmoothL1Loss}
+
+
 def loss_fn(spec):
-    return nn.CrossEntropyLoss() if spec.loss == "cross_entropy" else nn.MSELoss()
+    """spec.loss as the model writes it ("mse", "smooth_l1(beta=0.5)"): its
+    torch.nn loss with those keyword arguments."""
+    name, _, args = spec.loss.partition("(")
+    return LOSSES[name](**eval(f"dict({args.rstrip(')')})"))
 
 
 def evaluate(model, lf, x, y):

@@ -285,12 +285,17 @@ int nrt_cu_xent(nrt_cuda_net *net, int k, const float *logits, const int32_t *la
     return nrt_cu_launch(net, k, 1, 1, 1, NRT_LOSS_THREADS, args, 5, err);
 }
 
-int nrt_cu_mse(nrt_cuda_net *net, const float *y, const float *t, int n, int dim, float *d,
-               float *loss, nrt_error *err)
+int nrt_cu_loss(nrt_cuda_net *net, const float *y, const float *t, int n, int dim, float *d,
+                float *loss, nrt_error *err)
 {
+    const nrt_loss_spec *l = &net->model->loss;
+    if (!nrt_loss_name(l->kind))
+        return nrt_errorf(err, "internal error: unknown loss kind %d", l->kind);
     size_t nd = (size_t)(n > 0 ? n : 0) * (size_t)(dim > 0 ? dim : 0);
-    void *args[] = {&y, &t, &nd, &d, &loss};
-    return nrt_cu_launch(net, NRT_K_MSE, 1, 1, 1, NRT_LOSS_THREADS, args, 5, err);
+    int kind = l->kind;
+    float arg = l->arg;
+    void *args[] = {&kind, &arg, &y, &t, &nd, &d, &loss};
+    return nrt_cu_launch(net, NRT_K_LOSS, 1, 1, 1, NRT_LOSS_THREADS, args, 7, err);
 }
 
 int nrt_cu_grads_final(nrt_cuda_net *net, size_t from, nrt_error *err)

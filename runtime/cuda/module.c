@@ -4,7 +4,7 @@
  * through the disk cache), loaded as a CUDA library, and the handles of
  * its kernels.  Also PROG --jit-info.
  *
- * The source includes netrt_kernels.cuh, philox.h, lowp.h and
+ * The source includes netrt_kernels.cuh, philox.h, lowp.h, losses.h and
  * netrt_blocks.h; NVRTC gets them by name from this library
  * (kernels_text.c, generated from the headers when the runtime is
  * built), so a program carries only its own kernels' text,
@@ -17,10 +17,10 @@
 #include <string.h>
 
 extern const char nrt_kernels_cuh_text[], nrt_philox_h_text[], nrt_lowp_h_text[],
-    nrt_blocks_h_text[];
+    nrt_losses_h_text[], nrt_blocks_h_text[];
 
 static const char *const runtime_kernels[NRT_K_MODEL] = {
-    "nrt_dev_gemm_scale", "nrt_dev_dropout_fwd", "nrt_dev_mse", "nrt_dev_col_sums",
+    "nrt_dev_gemm_scale", "nrt_dev_dropout_fwd", "nrt_dev_loss", "nrt_dev_col_sums",
     "nrt_dev_row_sums", "nrt_dev_round_lowp", "nrt_dev_to_half"};
 
 const char *nrt_cuda_kernel_name(const nrt_cuda_net *net, int k)
@@ -36,11 +36,11 @@ const char *nrt_cuda_kernel_name(const nrt_cuda_net *net, int k)
 /* The source as NVRTC sees it: the model's text and the runtime's headers. */
 static nrt_jit_source jit_source(const nrt_cuda_code *code)
 {
-    static const char *const names[] = {"netrt_kernels.cuh", "philox.h", "lowp.h",
+    static const char *const names[] = {"netrt_kernels.cuh", "philox.h", "lowp.h", "losses.h",
                                         "netrt_blocks.h"};
     static const char *const texts[] = {nrt_kernels_cuh_text, nrt_philox_h_text, nrt_lowp_h_text,
-                                        nrt_blocks_h_text};
-    nrt_jit_source s = {code->name, code->source, 4, names, texts};
+                                        nrt_losses_h_text, nrt_blocks_h_text};
+    nrt_jit_source s = {code->name, code->source, 5, names, texts};
     return s;
 }
 

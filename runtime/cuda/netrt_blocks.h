@@ -9,7 +9,7 @@
 #define NETRT_BLOCKS_H
 
 enum {
-    NRT_LOSS_THREADS = 1024,   /* cross-entropy and mse: one block */
+    NRT_LOSS_THREADS = 1024,   /* cross-entropy and the pointwise losses: one block */
     NRT_COLSUM_COLS = 32,      /* column sums: 32 columns a block ... */
     NRT_COLSUM_LANES = 32,     /* ... of 32 lanes each */
     NRT_ROWSUM_THREADS = 1024  /* row sums: a block a row */

@@ -143,7 +143,7 @@ struct nrt_cuda_net {
 };
 
 /* The runtime's kernels in every module (netrt_kernels.cuh), by index. */
-enum { NRT_K_GEMM_SCALE, NRT_K_DROPOUT_FWD, NRT_K_MSE, NRT_K_COL_SUMS, NRT_K_ROW_SUMS,
+enum { NRT_K_GEMM_SCALE, NRT_K_DROPOUT_FWD, NRT_K_LOSS, NRT_K_COL_SUMS, NRT_K_ROW_SUMS,
        NRT_K_ROUND_LOWP, NRT_K_TO_HALF, NRT_K_MODEL };
 
 /* Checks a CUDA runtime result: 0 if cudaSuccess, else -1 with
@@ -288,11 +288,13 @@ int nrt_cu_dropout_fwd(nrt_cuda_net *net, uint32_t layer, const float *x, float 
                        float *mask, size_t count, double p, nrt_error *err);
 /* The losses into *loss (device memory), their gradient into d unless
  * NULL: cross-entropy through kernel k (the model's K classes written in:
- * (logits, label, n, d, loss), one block of 1024), and the squared error. */
+ * (logits, label, n, d, loss), one block of 1024), and the model's
+ * pointwise loss (net->model->loss: losses.h's, nrt_loss bit for bit in
+ * d, to 1e-6 in the loss: the sums' orders differ). */
 int nrt_cu_xent(nrt_cuda_net *net, int k, const float *logits, const int32_t *label, int n,
                 float *d, float *loss, nrt_error *err);
-int nrt_cu_mse(nrt_cuda_net *net, const float *y, const float *t, int n, int dim, float *d,
-               float *loss, nrt_error *err);
+int nrt_cu_loss(nrt_cuda_net *net, const float *y, const float *t, int n, int dim, float *d,
+                float *loss, nrt_error *err);
 /* Backward's word that the gradients from param[from] on are final: with
  * several ranks, their sum starts (net->grads_final); alone, nothing. */
 int nrt_cu_grads_final(nrt_cuda_net *net, size_t from, nrt_error *err);

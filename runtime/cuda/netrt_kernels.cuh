@@ -29,7 +29,7 @@
  *   nrt_dev_dropout_fwd  nrt_dropout_fwd, bit for bit: the masks are
  *                        Philox words of counters (philox.h), the cpu's
  *                        and the GPU's
- *   nrt_dev_mse          nrt_mse
+ *   nrt_dev_loss         nrt_loss (the pointwise losses of losses.h)
  *   nrt_dev_col_sums,    nrt_col_sums, nrt_row_sums
  *   nrt_dev_row_sums
  *   nrt_dev_round_lowp   nrt_round_lowp_to (lowp.h's rounding)
@@ -63,6 +63,7 @@ typedef uintptr_t nrt_uptr;
 #define NRT_INF __int_as_float(0x7f800000)
 #define NRT_NAN __longlong_as_double(0x7ff8000000000000LL)
 
+#include "losses.h"
 #include "lowp.h"
 #include "philox.h"
 #include "netrt_blocks.h"
@@ -1098,20 +1099,21 @@ extern "C" __global__ void nrt_dev_dropout_fwd(const float *__restrict__ x, floa
     }
 }
 
-/* One block: thread t sums the squared errors of values t, t + 1024, ...
- * in double, then a fixed tree over the threads. */
+/* The pointwise loss of kind (losses.h) with its argument arg.  One
+ * block: thread t sums the values of t, t + 1024, ... in double, then a
+ * fixed tree over the threads. */
 extern "C" __global__ void __launch_bounds__(nrt_k::LOSS_THREADS)
-    nrt_dev_mse(const float *__restrict__ y, const float *__restrict__ t, size_t nd,
-               float *__restrict__ dy, float *__restrict__ loss)
+    nrt_dev_loss(int kind, float arg, const float *__restrict__ y, const float *__restrict__ t,
+                 size_t nd, float *__restrict__ dy, float *__restrict__ loss)
 {
     __shared__ double part[nrt_k::LOSS_THREADS];
     double s = 0.0;
-    const double dn = (double)nd;
+    const double dn = (double)nd, a = (double)arg;
     for (size_t i = threadIdx.x; i < nd; i += nrt_k::LOSS_THREADS) {
         const double e = (double)y[i] - (double)t[i];
-        s += e * e;
+        s += nrt_loss_value(kind, e, a);
         if (dy)
-            dy[i] = (float)(2.0 * e / dn);
+            dy[i] = (float)(nrt_loss_deriv(kind, e, a) / dn);
     }
     part[threadIdx.x] = s;
     __syncthreads();

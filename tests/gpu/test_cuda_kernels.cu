@@ -30,7 +30,8 @@
  *    that cancellation does not make the test flaky.
  *  - xent: the loss to 1e-5 relative; the gradient to 1e-5 (|cpu| + 1/n)
  *    (its terms are softmax/n and 1/n).  NaN where the cpu has NaN.
- *  - mse: the loss to 1e-6 relative (both sum in double); dy bit for bit.
+ *  - the pointwise losses (every row of losses.h, through nrt_dev_loss): the
+ *    loss to 1e-6 relative (both sum in double); dy bit for bit.
  *  - bit for bit (NaN matching NaN): pooling (values and argmax), dropout
  *    (against the cpu's nrt_dropout_fwd: the same masks), the transposes.
  * Device outputs are filled with NaN bytes before each call, so that a
@@ -295,7 +296,7 @@ static void kernel_table(nrt_cuda_net *net)
     static_assert(NRT_K_MODEL == 7, "netrt_cuda.h has a new runtime kernel: add it here");
     const void *const runtime[NRT_K_MODEL] = {
         (const void *)nrt_dev_gemm_scale, (const void *)nrt_dev_dropout_fwd,
-        (const void *)nrt_dev_mse,        (const void *)nrt_dev_col_sums,
+        (const void *)nrt_dev_loss,       (const void *)nrt_dev_col_sums,
         (const void *)nrt_dev_row_sums,   (const void *)nrt_dev_round_lowp,
         (const void *)nrt_dev_to_half};
     for (int k = 0; k < NRT_K_MODEL; k++)
@@ -1182,26 +1183,40 @@ static void test_xent(nrt_cuda_net *net, std::initializer_list<int> batches)
         }
 }
 
-static void test_mse(nrt_cuda_net *net)
+/* Every pointwise loss (the model's, net->model->loss), with arguments 0
+ * (smooth_l1's l1), 0.5 and 1; every eighth target equal to its output
+ * (e = 0, sign(0)). */
+static void test_losses(nrt_cuda_net *net)
 {
     const int shapes[][2] = {{1, 1}, {7, 3}, {1024, 10}, {1000, 1000}, {3, 0}};
-    for (auto &s : shapes) {
-        const int n = s[0], d = s[1];
-        const size_t nd = (size_t)n * d;
-        std::vector<float> y = randv(nd, 3.0f), t = randv(nd, 3.0f), dy(nd);
-        const float want = nrt_mse(y.data(), t.data(), n, d, dy.data());
-        Dev<float> gy(y), gt(t), gdy(nd), gl(1);
-        nrt_error err = {};
-        const std::vector<float> w = {want};
-        if (launched(net, nrt_cu_mse(net, gy.p, gt.p, n, d, gdy.p, gl.p, &err), err, "mse")) {
-            compare(name("mse n=%d d=%d: loss", n, d), gl.get(), w, NULL, 1e-6, 1e-30);
-            compare_exact(name("mse n=%d d=%d: dy", n, d), gdy.get(), dy);
-        }
-        gl.poison();
-        if (launched(net, nrt_cu_mse(net, gy.p, gt.p, n, d, NULL, gl.p, &err), err, "mse"))
-            compare(name("mse n=%d d=%d: loss without gradient", n, d), gl.get(), w, NULL, 1e-6,
-                    1e-30);
-    }
+    const float args[] = {0.0f, 0.5f, 1.0f};
+    for (int kind = NRT_LOSS_NONE + 1; kind < NRT_LOSS_KINDS; kind++)
+        for (float arg : args)
+            for (auto &s : shapes) {
+                const int n = s[0], d = s[1];
+                const size_t nd = (size_t)n * d;
+                std::vector<float> y = randv(nd, 3.0f), t = randv(nd, 3.0f), dy(nd);
+                for (size_t i = 0; i < nd; i += 8)
+                    t[i] = y[i];
+                g_model.loss = {kind, arg};
+                const char *lname = nrt_loss_name(kind);
+                const float want = nrt_loss(&g_model.loss, y.data(), t.data(), n, d, dy.data());
+                Dev<float> gy(y), gt(t), gdy(nd), gl(1);
+                nrt_error err = {};
+                const std::vector<float> w = {want};
+                if (launched(net, nrt_cu_loss(net, gy.p, gt.p, n, d, gdy.p, gl.p, &err), err,
+                             lname)) {
+                    compare(name("%s(%g) n=%d d=%d: loss", lname, arg, n, d), gl.get(), w, NULL,
+                            1e-6, 1e-30);
+                    compare_exact(name("%s(%g) n=%d d=%d: dy", lname, arg, n, d), gdy.get(), dy);
+                }
+                gl.poison();
+                if (launched(net, nrt_cu_loss(net, gy.p, gt.p, n, d, NULL, gl.p, &err), err,
+                             lname))
+                    compare(name("%s(%g) n=%d d=%d: loss without gradient", lname, arg, n, d),
+                            gl.get(), w, NULL, 1e-6, 1e-30);
+            }
+    g_model.loss = {NRT_LOSS_NONE, 0.0f};
 }
 
 /* ----------------------------------------------------------------- sums */
@@ -1537,7 +1552,7 @@ int main(int argc, char **argv)
     test_xent<37>(&net, {1, 64});
     test_xent<100>(&net, {3, 100});
     test_xent<1000>(&net, {2, 33});
-    test_mse(&net);
+    test_losses(&net);
     test_sums(&net);
     test_round_lowp(&net, NRT_BF16);
     test_round_lowp(&net, NRT_FP16);

@@ -1465,11 +1465,45 @@ static void test_losses(void)
     }
     {
         float y[4] = {1, 2, 0, -1}, t[4] = {0, 0, 0, 1}, d[4];
-        float loss = nrt_mse(y, t, 2, 2, d);
+        const nrt_loss_spec mse = {NRT_LOSS_MSE, 0};
+        float loss = nrt_loss(&mse, y, t, 2, 2, d);
         CHECK(loss == 2.25f, "mse = %g, want 2.25", loss);
         CHECK(d[0] == 0.5f && d[1] == 1.0f && d[2] == 0.0f && d[3] == -1.0f,
               "mse gradient %g %g %g %g, want 0.5 1 0 -1", d[0], d[1], d[2],
               d[3]);
+        /* l1: |1| + |2| + |0| + |-2|, over 4; sign(0) = 0, as PyTorch's */
+        const nrt_loss_spec l1 = {NRT_LOSS_L1, 0};
+        loss = nrt_loss(&l1, y, t, 2, 2, d);
+        CHECK(loss == 1.25f, "l1 = %g, want 1.25", loss);
+        CHECK(d[0] == 0.25f && d[1] == 0.25f && d[2] == 0.0f && d[3] == -0.25f,
+              "l1 gradient %g %g %g %g, want 0.25 0.25 0 -0.25", d[0], d[1], d[2], d[3]);
+    }
+    {
+        /* smooth_l1, e = 0, 0.25, 0.5, -2 (over 4): beta 0.5 puts one at
+         * |e| = beta (the linear side, PyTorch's z < beta), beta 1 the
+         * first three in the square, beta 0 is l1's value, its
+         * gradient -1/N at e = 0 (PyTorch's smooth_l1_loss_backward) */
+        float y[4] = {0, 0.25f, 1, -1}, t[4] = {0, 0, 0.5f, 1}, d[4];
+        const struct {
+            float beta, loss, d[4];
+        } c[] = {{0.5f, (0 + 0.0625f + 0.25f + 1.75f) / 4, {0, 0.125f, 0.25f, -0.25f}},
+                 {1.0f, (0 + 0.03125f + 0.125f + 1.5f) / 4, {0, 0.0625f, 0.125f, -0.25f}},
+                 {0.0f, (0 + 0.25f + 0.5f + 2) / 4, {-0.25f, 0.25f, 0.25f, -0.25f}}};
+        for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+            const nrt_loss_spec sl1 = {NRT_LOSS_SMOOTH_L1, c[k].beta};
+            float loss = nrt_loss(&sl1, y, t, 2, 2, d);
+            CHECK(loss == c[k].loss, "smooth_l1(beta=%g) = %.9g, want %.9g", c[k].beta, loss,
+                  c[k].loss);
+            CHECK(!memcmp(d, c[k].d, sizeof d),
+                  "smooth_l1(beta=%g) gradient %g %g %g %g, want %g %g %g %g", c[k].beta, d[0],
+                  d[1], d[2], d[3], c[k].d[0], c[k].d[1], c[k].d[2], c[k].d[3]);
+        }
+        /* at |e| = beta = 1 both sides give 0.5 */
+        float y1 = 1, t1 = 0, d1;
+        const nrt_loss_spec sl1 = {NRT_LOSS_SMOOTH_L1, 1.0f};
+        float loss = nrt_loss(&sl1, &y1, &t1, 1, 1, &d1);
+        CHECK(loss == 0.5f && d1 == 1.0f, "smooth_l1 at |e| = beta = 1: %g (d %g), want 0.5 (1)",
+              loss, d1);
     }
     {
         float z[9] = {1, 3, 3, 0, -1, -2, 5, 5, 5};
@@ -1607,7 +1641,8 @@ static void test_losses(void)
             yd[i] = y[i] = frand();
             td[i] = t[i] = frand();
         }
-        float loss = nrt_mse(y, t, N, D, d);
+        const nrt_loss_spec mse = {NRT_LOSS_MSE, 0};
+        float loss = nrt_loss(&mse, y, t, N, D, d);
         double want = ref_mse(yd, td, N * D);
         CHECK(fabs(loss - want) < 1e-6 * (1 + want), "mse = %.9g, want %.9g",
               loss, want);
