@@ -202,6 +202,12 @@ static const Use *block_scope(const Use *u)
     return u;
 }
 
+/* The path `name` written in scope (a use of a block, or NULL) stands for. */
+static const char *scoped_path(const Program *p, const Use *scope, const char *name)
+{
+    return scope ? arena_printf(p->arena, "%s.%s", scope->name, name) : name;
+}
+
 /* The value `name` written in scope (a use of a block, or NULL) gives: a
  * layer's, or the last of a block's or a sequence's, built before; -1 if
  * none. */
@@ -209,7 +215,7 @@ static int lookup(const Program *p, const Use *scope, const char *name)
 {
     if (scope && !strcmp(name, "in"))
         return p->use_in[scope->index];
-    const char *path = scope ? arena_printf(p->arena, "%s.%s", scope->name, name) : name;
+    const char *path = scoped_path(p, scope, name);
     for (int i = 0; i < p->nnodes; i++)
         if (p->nodes[i].stmt->name && !strcmp(p->nodes[i].stmt->path, path))
             return p->nodes[i].out;
@@ -241,7 +247,7 @@ static int resolve(Program *p, const Use *in, const Stmt *at, const char *name, 
         names[k++] = "in";
     diag_error(p->diag, loc, "no layer named '%s' before this one", name);
     const char *near = suggest(name, names, k);
-    const char *path = scope ? arena_printf(p->arena, "%s.%s", scope->name, name) : name;
+    const char *path = scoped_path(p, scope, name);
     const Stmt *later = at->next;
     while (later && !(later->kind == S_LAYER && later->name && !strcmp(later->path, path)))
         later = later->next;

@@ -1680,14 +1680,17 @@ def along(check, spec, prog, work, data, init, dev):
         before = {n: t.detach().clone() for n, t in model.state_dict().items()}
         st_write(wpath, before, meta={"format": "pt"})
         data["subset"](lo, lo + b, bpath)
-        fresh, fresh64 = copy.deepcopy(model), copy.deepcopy(model).double()
-        for m, xm in ((fresh, xb), (fresh64, xb.double())):
+        def fresh_step(m, xm):
+            """m after one step from these weights with a fresh optimizer; its loss"""
             fopt = optim(m.parameters())
             fopt.zero_grad()
             loss = lf(m(xm), yb)
             loss.backward()
             fopt.step()
-            want = float(loss) if m is fresh else want
+            return float(loss)
+        fresh, fresh64 = copy.deepcopy(model), copy.deepcopy(model).double()
+        want = fresh_step(fresh, xb)
+        fresh_step(fresh64, xb.double())
         p = run([prog, "--load", wpath, "--data", bpath, "--test-data", bpath, "--batch", str(b),
                  "--no-shuffle", "--max-steps", "1", "--metrics", "along.jsonl", "--log-every",
                  "1", "--save", "along_out.safetensors", "--threads", "1", "--quiet"] + flags + dev,
