@@ -69,7 +69,7 @@ data_file() { # the training file of a run: model batch
     case $1 in
     boston_*) echo data/boston_housing.data ;;
     digits_*) echo data/optdigits.tra ;;
-    cifar10) [ "$2" = 1024 ] && echo "$work/c10_1024.bin" || echo "$work/c10.bin" ;;
+    cifar10 | resnet20) [ "$2" = 1024 ] && echo "$work/c10_1024.bin" || echo "$work/c10.bin" ;;
     cnn101) echo "$work/c101.bin" ;;
     esac
 }
@@ -101,7 +101,7 @@ for run in "${runs[@]}"; do
     [ "$b" != 0 ] && bflag=(--batch "$b")
     data=$(data_file "$m" "$b")
     dflags=()
-    case $m in cifar10 | cnn101) dflags=(--data "$data" --test-data "$data") ;; esac
+    case $m in cifar10 | resnet20 | cnn101) dflags=(--data "$data" --test-data "$data") ;; esac
     for rep in $(seq 1 "$REPEAT"); do
         echo "[$m batch ${b/#0/default}, run $rep/$REPEAT] netc" >&2
         "$work/$m" --device "$DEVICE" --epochs "$(epochs "$m")" --seed 1 "${bflag[@]}" \
