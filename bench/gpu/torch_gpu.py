@@ -145,7 +145,7 @@ class Batches:
 def check_data(a, net, x, y):
     """A file of the wrong kind fails here, not inside a CUDA kernel."""
     want = {"boston_linear": (13,), "boston_mlp": (13,), "digits_mlp": (64,),
-            "digits_cnn": (1, 8, 8)}.get(a.model, (3, 32, 32))
+            "digits_cnn": (1, 8, 8), "digits_resnet": (1, 8, 8)}.get(a.model, (3, 32, 32))
     bad = None
     if len(x) == 0:
         bad = "no samples"
