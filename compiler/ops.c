@@ -89,13 +89,37 @@ void operands_error(Program *p, const Node *n, const char *why)
                       shape_str(p->arena, s));
 }
 
-bool equal_operands(Program *p, Node *n, const ArgVal *a)
+bool broadcast_operands(Program *p, Node *n, const ArgVal *a)
 {
     if (second_input(p, n, a) < 0)
         return false;
     const Shape *x = in_shape(p, n), *s = &p->values[n->in2].shape;
-    if (x->rank != s->rank || memcmp(x->d, s->d, sizeof(int64_t) * (size_t)x->rank)) {
-        operands_error(p, n, "the shapes differ");
+    const char *other = n->stmt->from ? "its input" : "the layer before";
+    if (x->rank != s->rank) { /* (PyTorch would align one's batch with the other's channels) */
+        operands_error(p, n, arena_printf(p->arena, "the shapes differ, and do not broadcast: "
+                                          "they have %d and %d dimensions", x->rank, s->rank));
+        diag_note(p->diag, n->stmt->call->loc, "a value repeats along the dimensions where it "
+                  "has 1, as a [C, 1, 1] along a [C, H, W]");
+        return false;
+    }
+    for (int k = 1; k <= s->rank; k++) {
+        int64_t xd = x->d[x->rank - k], sd = s->d[s->rank - k];
+        if (sd == xd || sd == 1)
+            continue;
+        if (xd == 1) {
+            operands_error(p, n, arena_printf(p->arena, "%s would be repeated along '%s' "
+                                              "(only the named value repeats)",
+                                              other, a->s));
+            diag_note(p->diag, n->stmt->call->loc, "write it the other way round: name %s "
+                      "(g = ...) and write %s(g) from %s", other, n->op->sig.name, a->s);
+        } else {
+            operands_error(p, n, arena_printf(p->arena, "the shapes differ, and do not "
+                                              "broadcast: their %s dimensions, %lld and %lld, "
+                                              "differ and neither is 1",
+                                              k == 1 ? "last" : k == 2 ? "second-to-last"
+                                                                       : "third-to-last",
+                                              (long long)xd, (long long)sd));
+        }
         return false;
     }
     *out_shape(p, n) = *x;
@@ -171,6 +195,183 @@ void emit_each(Emit *e, int64_t size)
     const char *values = arena_printf(e->arena, "(size_t)n * %lld", (long long)size);
     emit_par_for(e, size, values);
     emitf(e, "for (size_t i = 0; i < %s; i++)", values);
+}
+
+/* ---------------------------------------------------- broadcasting */
+
+bool broadcasts(const Emit *e, const Node *n)
+{
+    const Shape *x = &e->p->values[n->in].shape, *s = &e->p->values[n->in2].shape;
+    return shape_size(x) != shape_size(s);
+}
+
+/* A size or stride: c, times the batch size n where with_n */
+typedef struct Extent {
+    int64_t c;
+    bool with_n;
+} Extent;
+
+static Extent ext_times(Extent a, Extent b)
+{
+    return (Extent){a.c * b.c, a.with_n || b.with_n};
+}
+
+/* As C, parenthesised where it is a product and paren says so (after a
+ * '/' or '%') */
+static const char *ext_str(Arena *a, Extent x, bool paren)
+{
+    if (!x.with_n)
+        return arena_printf(a, "%lld", (long long)x.c);
+    if (x.c == 1)
+        return "(size_t)n";
+    return arena_printf(a, paren ? "((size_t)n * %lld)" : "(size_t)n * %lld", (long long)x.c);
+}
+
+/* A run of adjacent dimensions, in memory order, that s either has all
+ * of (kept) or repeats along (each 1 in s, or missing): its size, and the
+ * strides of its last dimension in x and in s. */
+typedef struct Run {
+    Extent size, xstride, sstride;
+    bool kept;
+} Run;
+
+/* x's dimensions in memory order (the batch first, or second where the
+ * value is laid out channel first), merged into runs; returns how many. */
+static int runs(Emit *e, const Node *n, Run *r)
+{
+    const Shape *x = &e->p->values[n->in].shape, *s = &e->p->values[n->in2].shape;
+    const bool cn = e->p->values[n->in].cn && x->rank > 0;
+    Extent size[4], ssize[4];
+    int nd = 0;
+    for (int k = 0; k <= x->rank; k++) {
+        if (k == (cn ? 1 : 0)) { /* the batch */
+            size[nd] = ssize[nd] = (Extent){1, true}, nd++;
+            continue;
+        }
+        const int d = cn && k == 0 ? 0 : k - 1; /* (the ranks are equal) */
+        size[nd] = (Extent){x->d[d], false};
+        ssize[nd++] = (Extent){s->d[d], false};
+    }
+    Extent xs[4], ss[4], xacc = {1, false}, sacc = {1, false};
+    for (int k = nd - 1; k >= 0; k--) { /* strides, from the innermost dimension out */
+        xs[k] = xacc, ss[k] = sacc;
+        xacc = ext_times(size[k], xacc);
+        sacc = ext_times(ssize[k], sacc);
+    }
+    int nr = 0;
+    for (int k = 0; k < nd; k++) {
+        const bool kept = size[k].with_n || ssize[k].c == size[k].c;
+        if (nr > 0 && r[nr - 1].kept == kept) {
+            Run *last = &r[nr - 1];
+            last->size = ext_times(last->size, size[k]);
+            last->xstride = xs[k], last->sstride = ss[k];
+        } else {
+            r[nr++] = (Run){size[k], xs[k], ss[k], kept};
+        }
+    }
+    return nr;
+}
+
+/* "i / STRIDE % SIZE * MUL" for a run, leaving out what is 1 or not
+ * needed (no modulo for the outermost run: first) */
+static const char *coord(Emit *e, const char *i, const Run *r, bool first, Extent stride,
+                         Extent mul)
+{
+    const char *c = stride.c == 1 && !stride.with_n
+                        ? i : arena_printf(e->arena, "%s / %s", i, ext_str(e->arena, stride, true));
+    if (!first)
+        c = arena_printf(e->arena, "%s %% %s", c, ext_str(e->arena, r->size, true));
+    if (mul.c == 1 && !mul.with_n)
+        return c;
+    return arena_printf(e->arena, "%s * %s", c, ext_str(e->arena, mul, false));
+}
+
+static const char *plus(Arena *a, const char *sum, const char *term)
+{
+    return *sum ? arena_printf(a, "%s + %s", sum, term) : term;
+}
+
+Bcast bcast(Emit *e, const Node *n)
+{
+    Run r[4];
+    const int nr = runs(e, n, r);
+    Bcast b = {"", "", "", 1, false};
+    Extent inner = {1, false};
+    int outer_rep = nr;
+    for (int k = 0; k < nr && outer_rep == nr; k++)
+        if (!r[k].kept)
+            outer_rep = k;
+    for (int k = nr - 1; k >= 0; k--) { /* the repeated runs, the innermost fastest */
+        if (r[k].kept)
+            continue;
+        b.step = plus(e->arena, b.step,
+                      coord(e, "k", &r[k], k == outer_rep, inner, r[k].xstride));
+        inner = ext_times(inner, r[k].size);
+    }
+    b.reps = inner.c;
+    for (int k = 0; k < nr; k++) {
+        if (!r[k].kept)
+            continue;
+        /* (x's index runs over every run, s's over the kept ones) */
+        b.s_at = plus(e->arena, b.s_at, coord(e, "i", &r[k], k == 0, r[k].xstride, r[k].sstride));
+        b.base = plus(e->arena, b.base,
+                      coord(e, "i", &r[k], !*b.base, r[k].sstride, r[k].xstride));
+    }
+    b.uses_n = strstr(b.s_at, "(size_t)n") || strstr(b.base, "(size_t)n") ||
+               strstr(b.step, "(size_t)n");
+    return b;
+}
+
+const char *bcast_params(Emit *e, const Node *n, const char *params)
+{
+    if (!broadcasts(e, n) || !bcast(e, n).uses_n)
+        return params;
+    return arena_printf(e->arena, "%s, int n", params);
+}
+
+/* The statements giving d s's value i over a broadcast: the sum of part
+ * (an expression of at, x's index: "dy[at]") over the values s[i]
+ * repeated onto, written into ds[i] or added (Node.skip_acc), rounded
+ * where s is bf16 (as autograd's sum_to_size and gradient sum are). */
+static const char **bcast_ds(Emit *e, const Node *n, const char *part, int *nlines)
+{
+    const Bcast b = bcast(e, n);
+    const bool lowp = e->p->values[n->in2].lowp;
+    const char *sum = lowp ? lowp_expr(e, "sum") : "sum";
+    if (n->skip_acc)
+        sum = lowp ? lowp_expr(e, arena_printf(e->arena, "ds[i] + %s", sum)) : "ds[i] + sum";
+    const char **l = arena_alloc(e->arena, sizeof *l * 7);
+    l[0] = arena_printf(e->arena, "const size_t base = %s; /* x's first value s[i] repeats onto */",
+                        b.base);
+    l[1] = "float sum = 0.0f;";
+    l[2] = arena_printf(e->arena, "for (size_t k = 0; k < %lld; k++) {", (long long)b.reps);
+    l[3] = arena_printf(e->arena, "    const size_t at = base + %s;", b.step);
+    l[4] = arena_printf(e->arena, "    sum += %s;", part);
+    l[5] = "}";
+    l[6] = arena_printf(e->arena, "ds[i] = %s;", sum);
+    *nlines = 7;
+    return l;
+}
+
+void emit_bcast_ds(Emit *e, const Node *n, const char *part)
+{
+    int nl;
+    const char **l = bcast_ds(e, n, part, &nl);
+    const char *values = batch_count(e, (long long)shape_size(&e->p->values[n->in2].shape));
+    emit_par_for(e, shape_size(&e->p->values[n->in2].shape), values);
+    emitf(e, "for (size_t i = 0; i < %s; i++) {", values);
+    for (int k = 0; k < nl; k++)
+        emitf(e, "    %s", l[k]);
+    emitf(e, "}");
+}
+
+void cu_bcast_ds(Emit *e, const Node *n, const char *what, const char *part, const char *params)
+{
+    int nl;
+    const char **l = bcast_ds(e, n, part, &nl);
+    params = bcast_params(e, n, params);
+    cu_each(e, n, what, batch_count(e, (long long)shape_size(&e->p->values[n->in2].shape)),
+            e->p->values[n->in2].lowp ? cu_lowp(e, params) : params, l, nl);
 }
 
 /* The cpu's epilogue of a linear or conv2d layer, over `rows` rows of y,

@@ -68,8 +68,12 @@ int second_input(Program *p, Node *n, const ArgVal *a);
 /* The error of a two-input op whose inputs do not fit (why), naming both
  * with their shapes. */
 void operands_error(Program *p, const Node *n, const char *why);
-/* The shape rule of add and mul: equal shapes, the output's the same. */
-bool equal_operands(Program *p, Node *n, const ArgVal *a);
+
+/* The shape rule of add and mul: NAME's value s broadcast onto x as
+ * PyTorch broadcasts (as many dimensions; where s has 1, it repeats along
+ * x's); the output shaped as x.  x does not repeat: the error says to
+ * write the two the other way round. */
+bool broadcast_operands(Program *p, Node *n, const ArgVal *a);
 
 /* ------------------------------------------------- emission helpers */
 
@@ -86,6 +90,29 @@ void emit_each(Emit *e, int64_t size);
 void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
                    const char *bias_at);
 void emit_act_grad(Emit *e, const Node *n, int64_t size);
+
+/* Whether n's s (Node.in2) repeats onto its x (broadcast_operands) */
+bool broadcasts(const Emit *e, const Node *n);
+/* The index expressions of a broadcast: s_at, s's index for x's value i;
+ * for s's value i, base + step (over k < reps) the x values it repeats
+ * onto; uses_n: they hold the batch size n (x laid out channel first). */
+typedef struct Bcast {
+    const char *s_at, *base, *step;
+    int64_t reps;
+    bool uses_n;
+} Bcast;
+Bcast bcast(Emit *e, const Node *n);
+/* A kernel's parameters, with the batch size after them where a
+ * broadcast's indices need it */
+const char *bcast_params(Emit *e, const Node *n, const char *params);
+/* d s over a broadcast, as a loop over s's values: each the sum of part
+ * (an expression of at, x's index: "dy[at]") over the values it repeated
+ * onto, written into ds or added to it (Node.skip_acc), rounded where s
+ * is bf16 (as autograd's sum_to_size and gradient sum are); the same
+ * statements in a kernel named what, of params (the batch size and lowp
+ * added as needed), for the GPU. */
+void emit_bcast_ds(Emit *e, const Node *n, const char *part);
+void cu_bcast_ds(Emit *e, const Node *n, const char *what, const char *part, const char *params);
 
 /* ------------------------------------------------------ CUDA helpers */
 

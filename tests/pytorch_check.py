@@ -15,7 +15,8 @@ layouts, their running statistics and num_batches_tracked compared as
 weights are and used by the validation; rnn with tanh and relu, stacked,
 with and without biases, whose twin is an nn.RNN giving its last output),
 residual adds, products, concatenations and branches (add(NAME),
-mul(NAME), concat(NAME), LAYER from NAME: a value read by several layers), both losses,
+mul(NAME), concat(NAME), LAYER from NAME: a value read by several layers),
+add and mul broadcasting (a gate [C, 1, 1] onto [C, H, W]), both losses,
 sgd (plain; momentum with dampening; nesterov; weight decay), adam (betas,
 eps, weight decay) and adamw (its default decay); plus the seed models
 boston_mlp (standardized table data), airline_rnn (csv with a header line,
@@ -712,6 +713,46 @@ model concat {
 }
 """
 
+BROADCAST = """\
+# add(NAME) and mul(NAME) broadcasting NAME's value onto the layer
+# before's: an image's mean gating it, sample first; a squeeze-and-
+# excitation gate [4, 1, 1] and a spatial attention map [1, 6, 6], channel
+# first (g read by a mul and an add); a feature [1] onto [6]
+model broadcast {
+    input  x[2, 6, 6]
+    target class(3)
+
+    t = tanh
+    avgpool2d(6)
+    a = sigmoid
+    mul(a) from t
+    conv2d(4, kernel=3, padding=1)
+    h = relu
+    avgpool2d(6)
+    conv2d(2, kernel=1)
+    relu
+    conv2d(4, kernel=1)
+    g = sigmoid
+    conv2d(1, kernel=3, padding=1) from h
+    m = sigmoid
+    mul(g) from h
+    mul(m)
+    add(g)
+    maxpool2d(2)
+    flatten
+    f = linear(6)
+    v = linear(1) from f
+    linear(6) from f
+    add(v)
+    mul(v)
+    linear(3)
+
+    loss      cross_entropy
+    optimizer sgd(lr=0.05, momentum=0.9)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
 MUL = """\
 # mul(NAME): images sample first (a times its sigmoid), then channel first
 # (h read by a convolution, a mul and an add; c's sigmoid gating h, then
@@ -999,6 +1040,17 @@ SPECS = [
                             ("g", nn.Linear(8, 6)), Mul("g"), nn.Linear(6, 3)),
          optim=sgd(lr=0.05, momentum=0.9),
          data=synthetic_data((2, 6, 6), 72, "class", 3, seed=19, ntest=24)),
+    Spec("broadcast", net=BROADCAST, loss="cross_entropy",
+         twin=lambda: Graph(("t", nn.Tanh()), nn.AvgPool2d(6), ("a", nn.Sigmoid()),
+                            From("t", Mul("a")), nn.Conv2d(2, 4, 3, padding=1), ("h", nn.ReLU()),
+                            nn.AvgPool2d(6), nn.Conv2d(4, 2, 1), nn.ReLU(), nn.Conv2d(2, 4, 1),
+                            ("g", nn.Sigmoid()), From("h", nn.Conv2d(4, 1, 3, padding=1)),
+                            ("m", nn.Sigmoid()), From("h", Mul("g")), Mul("m"), Add("g"),
+                            nn.MaxPool2d(2), nn.Flatten(), ("f", nn.Linear(36, 6)),
+                            ("v", From("f", nn.Linear(6, 1))), From("f", nn.Linear(6, 6)),
+                            Add("v"), Mul("v"), nn.Linear(6, 3)),
+         optim=sgd(lr=0.05, momentum=0.9),
+         data=synthetic_data((2, 6, 6), 72, "class", 3, seed=23, ntest=24)),
     Spec("cnn_adam", net=CNN_ADAM, loss="cross_entropy", bad_files=True,
          twin=lambda: seq(nn.Conv2d(2, 4, 3, stride=2, padding=1, bias=False),
                           nn.LeakyReLU(0.1), nn.MaxPool2d(3, stride=2, padding=1),

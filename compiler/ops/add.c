@@ -2,13 +2,16 @@
  * ops/add.c — add(NAME): the residual sum y = x + s, x the output of the
  * layer before and s that of the earlier layer named NAME (`h = relu`
  * names one), as a ResNet block adds its input to its last convolution's
- * output.  The two have the same shape (no broadcasting yet).
+ * output.  s may be smaller, repeated along x as PyTorch broadcasts it
+ * (ops.c's broadcast_operands: a squeeze-and-excitation gate's [C, 1, 1]
+ * onto [C, H, W], a [1] onto [F]).
  *
  * Backward: d x = d y, in place (add reads and writes no other memory for
  * it); s gets d y as well: copied into its gradient's buffer, or added to
  * it where a later reader of s gave it a part first (the memory plan,
  * fuse.c, says which: Node.skip_acc), the sum rounded in a bf16 run as
- * autograd's sum of two bf16 gradients is.
+ * autograd's sum of two bf16 gradients is.  Broadcast, each value of s
+ * gets the sum of d y over the values it was added to (ops.c's bcast_ds).
  */
 #include "ops.h"
 
@@ -16,7 +19,7 @@ enum { ADD_NAME };
 
 static bool add_shape(Program *p, Node *n)
 {
-    return equal_operands(p, n, &n->args[ADD_NAME]);
+    return broadcast_operands(p, n, &n->args[ADD_NAME]);
 }
 
 /* The memory of s, the named layer's output, inside a pass. */
@@ -40,11 +43,18 @@ static const char *ds_update(Emit *e, const Node *n)
                         ds_rounds(e, n) ? lowp_expr(e, "ds[i] + dy[i]") : "ds[i] + dy[i]");
 }
 
+/* y's value i: x[i] + s[i], or s's value broadcast onto x's i */
+static const char *add_expr(Emit *e, const Node *n)
+{
+    return arena_printf(e->arena, "y[i] = x[i] + s[%s];",
+                        broadcasts(e, n) ? bcast(e, n).s_at : "i");
+}
+
 static void add_fwd(Emit *e, const Node *n)
 {
     emit_s(e, n, "const float *s");
     emit_each(e, value_size(e, n));
-    emitf(e, "    y[i] = x[i] + s[i];");
+    emitf(e, "    %s", add_expr(e, n));
 }
 
 static void add_bwd(Emit *e, const Node *n)
@@ -52,6 +62,10 @@ static void add_bwd(Emit *e, const Node *n)
     emitf(e, "(void)dx; /* d x = d y, the same buffer */");
     emitf(e, "float *ds = %s; /* d '%s'%s */", grad_expr(e, n->in2), n->args[ADD_NAME].s,
           n->skip_acc ? ", added to what its later reader gave" : "");
+    if (broadcasts(e, n)) {
+        emit_bcast_ds(e, n, "dy[at]");
+        return;
+    }
     emit_each(e, value_size(e, n));
     emitf(e, "    %s", ds_update(e, n));
 }
@@ -59,14 +73,19 @@ static void add_bwd(Emit *e, const Node *n)
 static void add_cu_fwd(Emit *e, const Node *n)
 {
     emit_s(e, n, "const float *s");
-    const char *body[1] = {"y[i] = x[i] + s[i];"};
+    const char *body[1] = {add_expr(e, n)};
     cu_each(e, n, "fwd", batch_count(e, (long long)value_size(e, n)),
-            "const float *x, const float *s, float *y", body, 1);
+            bcast_params(e, n, "const float *x, const float *s, float *y"),
+            body, 1);
 }
 
 static void add_cu_bwd(Emit *e, const Node *n)
 {
     emitf(e, "float *ds = %s; /* d '%s' */", grad_expr(e, n->in2), n->args[ADD_NAME].s);
+    if (broadcasts(e, n)) {
+        cu_bcast_ds(e, n, "bwd", "dy[at]", "const float *dy, float *ds");
+        return;
+    }
     const char *body[1] = {ds_update(e, n)};
     const char *params = ds_rounds(e, n) ? cu_lowp(e, "const float *dy, float *ds")
                                          : "const float *dy, float *ds";

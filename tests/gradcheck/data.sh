@@ -62,6 +62,7 @@ gradcheck_data() {
     mul) random_csv "$_n" 72 class 3 20 > "$2" ;;
     l1) random_csv "$_n" 5 value 2 21 > "$2" ;;
     smooth_l1) random_csv "$_n" 4 value 3 22 > "$2" ;;
+    broadcast) random_csv "$_n" 72 class 3 23 > "$2" ;;
     *) echo "gradcheck_data: no data for $1" >&2; return 1 ;;
     esac
 }
