@@ -216,10 +216,13 @@ static inline void netc_emu_mma_16x8x16(bool bf16, float d[4], const uint32_t a[
         float a[8], b[4];
     } mine;
     static_assert(sizeof mine <= NETC_EMU_WARP_BYTES, "an mma's fragments fit a warp exchange");
-    for (int i = 0; i < 12; i++) {
-        const uint16_t h = (uint16_t)((i < 8 ? a[i / 2] : b[(i - 8) / 2]) >> (16 * (i % 2)));
-        (i < 8 ? mine.a[i] : mine.b[i - 8]) =
-            bf16 ? netc_emu_bf16_float(h) : netc_emu_half_float(h);
+    for (int i = 0; i < 8; i++) {
+        const uint16_t h = (uint16_t)(a[i / 2] >> (16 * (i % 2)));
+        mine.a[i] = bf16 ? netc_emu_bf16_float(h) : netc_emu_half_float(h);
+    }
+    for (int i = 0; i < 4; i++) {
+        const uint16_t h = (uint16_t)(b[i / 2] >> (16 * (i % 2)));
+        mine.b[i] = bf16 ? netc_emu_bf16_float(h) : netc_emu_half_float(h);
     }
     const unsigned char *all = netc_emu_warp_exchange(0xffffffffu, &mine, sizeof mine, f, l);
     /* A[row][k]: lane (row % 8) 4 + (k % 8) / 2, a_i for i = 2 (row / 8) +
