@@ -228,7 +228,7 @@ static const char *ext_str(Arena *a, Extent x, bool paren)
 }
 
 /* A run of adjacent dimensions, in memory order, that s either has all
- * of (kept) or repeats along (each 1 in s, or missing): its size, and the
+ * of (kept) or repeats along (each 1 in s): its size, and the
  * strides of its last dimension in x and in s. */
 typedef struct Run {
     Extent size, xstride, sstride;

@@ -102,10 +102,9 @@ typedef struct Check {
 } Check;
 
 /* The loss's differences over [-h, h] about *v: central, one-sided, and
- * the tolerance a derivative gets against them. */
+ * what the loss's rounding leaves in them. */
 typedef struct Diffs {
-    double central, left, right;
-    double noise, atol, rtol; /* noise: what the loss's rounding leaves in them */
+    double central, left, right, noise;
 } Diffs;
 
 static int diffs_at(const Probe *p, float *v, int moved, double h, Diffs *d)
@@ -126,25 +125,24 @@ static int diffs_at(const Probe *p, float *v, int moved, double h, Diffs *d)
      * which the differences divide by h: a large loss (an MSE of prices in
      * the hundreds) bounds what they can resolve, and the tolerance says so. */
     d->noise = 4 * fabs(mid) * FLT_EPSILON / h;
-    d->atol = 2e-4 + d->noise;
-    d->rtol = 5e-3;
     return 0;
 }
 
 enum { AGREES, ON_KINK, DIFFERS };
 
-/* The analytic derivative against the differences: it agrees with the
- * central one, or [-h, h] holds a kink (relu at 0, a maxpool tie) where
- * the one-sided ones disagree and it matches one of them. */
-static int judge(double analytic, const Diffs *d, double *err)
+/* The analytic derivative against the differences, within atol + 5e-3
+ * of the larger: it agrees with the central one, or [-h, h] holds a kink
+ * (relu at 0, a maxpool tie) where the one-sided ones disagree and it
+ * matches one of them. */
+static int judge(double analytic, const Diffs *d, double atol, double *err)
 {
-    const double tol = d->atol + d->rtol * fmax(fabs(analytic), fabs(d->central));
+    const double rtol = 5e-3, tol = atol + rtol * fmax(fabs(analytic), fabs(d->central));
     *err = fabs(analytic - d->central);
     if (*err <= tol)
         return AGREES;
     if (fabs(d->right - d->left) > tol &&
-        (fabs(analytic - d->left) <= d->atol + d->rtol * fabs(d->left) ||
-         fabs(analytic - d->right) <= d->atol + d->rtol * fabs(d->right)))
+        (fabs(analytic - d->left) <= atol + rtol * fabs(d->left) ||
+         fabs(analytic - d->right) <= atol + rtol * fabs(d->right)))
         return ON_KINK;
     return DIFFERS;
 }
@@ -168,12 +166,13 @@ static int check_one(const Probe *p, float *v, int moved, double analytic, const
     if (d.noise > c->noise)
         c->noise = d.noise;
     c->checked++;
-    int verdict = judge(analytic, &d, &err);
+    /* (the same atol over h / 10: no looser for the loss's rounding there) */
+    const double atol = 2e-4 + d.noise;
+    int verdict = judge(analytic, &d, atol, &err);
     if (verdict == DIFFERS) {
         if (diffs_at(p, v, moved, h / 10, &near))
             return -1;
-        near.atol = d.atol; /* no looser for the loss's rounding, ten times larger there */
-        if (judge(analytic, &near, &near_err) != DIFFERS)
+        if (judge(analytic, &near, atol, &near_err) != DIFFERS)
             verdict = ON_KINK;
     }
     switch (verdict) {

@@ -39,8 +39,6 @@ static void emit_ds(Emit *e, const Node *n)
           n->skip_acc ? ", added to what its later reader gave" : "");
 }
 
-/* The statement giving d s its part, d y x: written, or added; the part
- * and the sum rounded where s is bf16. */
 /* d y x at index at, rounded where s is bf16 */
 static const char *ds_part(Emit *e, const Node *n, const char *at)
 {
@@ -54,6 +52,8 @@ static const char *s_at(Emit *e, const Node *n)
     return arena_printf(e->arena, "s[%s]", broadcasts(e, n) ? bcast(e, n).s_at : "i");
 }
 
+/* The statement giving d s its part, d y x: written, or added; the part
+ * and the sum rounded where s is bf16. */
 static const char *ds_update(Emit *e, const Node *n)
 {
     const bool lowp = e->p->values[n->in2].lowp;
