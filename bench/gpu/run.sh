@@ -119,13 +119,16 @@ for run in "${runs[@]}"; do
                     >"$work/$m.$b.$v.json"
             fi
         done
-        "$PYTHON" - "$m" "$b" "$rep" "$params" "$ntrain" "$work/$m.$b.jsonl" "$work/$m.$b" \
+        # the batch of the run: --batch's, or the model's train line's
+        batch=$b
+        [ "$b" != 0 ] || batch=$(grep -o 'batch  *[0-9][0-9]*' "models/$m.net" | grep -o '[0-9][0-9]*' | head -1)
+        "$PYTHON" - "$m" "$batch" "$rep" "$params" "$ntrain" "$work/$m.$b.jsonl" "$work/$m.$b" \
             "$VARIANTS" >>"$results" <<'EOF'
 import json, statistics, sys
 m, b, rep, params, ntrain, metrics, prefix, variants = sys.argv[1:]
 recs = [json.loads(l) for l in open(metrics) if l.startswith('{"epoch"')]
 torch = {v: json.load(open(f"{prefix}.{v}.json")) for v in variants.split()}
-batch = int(b) or next((t["batch"] for t in torch.values() if "batch" in t), 0)
+batch = int(b)
 steps = -(-int(ntrain) // batch)
 # epoch seconds = samples / samples_per_sec (full precision); the first two
 # epochs are warm-up

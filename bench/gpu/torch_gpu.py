@@ -152,7 +152,8 @@ def check_data(a, net, x, y):
     elif tuple(x.shape[1:]) != want:
         bad = f"samples of shape {tuple(x.shape[1:])}, not {want}"
     elif y.dtype == torch.long:
-        classes = net[-1].out_features
+        # the last linear layer's outputs (a Sequential or a ResNet alike)
+        classes = [mod for mod in net.modules() if isinstance(mod, torch.nn.Linear)][-1].out_features
         lo, hi = int(y.min()), int(y.max())
         if lo < 0 or hi >= classes:
             bad = f"labels {lo}..{hi}, not within 0..{classes - 1}"
