@@ -211,9 +211,11 @@ void emit_driver(Emit *e, bool cuda)
         emitf(e, ".dist = &nrt_mpi, /* mpirun: data-parallel over MPI (libnetrt_mpi) */");
     if (p->precision != NRT_FP32)
         emitf(e, ".precision = %s,", p->precision == NRT_BF16 ? "NRT_BF16" : "NRT_FP16");
-    if (p->first_product >= 0)
-        emitf(e, ".lowp_in_size = %lld, /* the first product's input, cast in a bf16 run */",
-              (long long)p->values[p->nodes[p->first_product].in].size);
+    if (p->cast_size)
+        emitf(e, ".lowp_in_size = %lld, /* the %s, cast in a bf16 run */",
+              (long long)p->cast_size,
+              p->cast_size == p->values[p->nodes[p->first_product].in].size
+                  ? "first product's input" : "products' fp32 inputs");
     e->indent--;
     emitf(e, "};");
     emit_blank(e);

@@ -129,6 +129,16 @@ const char *grad_expr(Emit *e, int v)
     return arena_printf(e->arena, "net->gbuf[%d]", e->p->values[v].grad_buf);
 }
 
+/* The gradient of n's second operand (add's, mul's, concat's NAME); the
+ * model's input's is the caller's net->dinput, or, where that is NULL, a
+ * buffer whose contents nothing reads (the memory plan's Node.ds_buf). */
+const char *operand_grad(Emit *e, const Node *n)
+{
+    if (ir_root(e->p, n->in2) == 0)
+        return arena_printf(e->arena, "net->dinput ? net->dinput : net->gbuf[%d]", n->ds_buf);
+    return grad_expr(e, n->in2);
+}
+
 const char *pass_name(Emit *e, const Node *n, const char *pass)
 {
     return arena_printf(e->arena, "%s_%s_%s", n->op->sig.name, n->cname, pass);
@@ -272,6 +282,8 @@ const Node *last_visible(const Node *n)
 
 const char *value_memory(Emit *e, int v)
 {
+    if (ir_root(e->p, v) == 0)
+        return "net->x";
     return arena_printf(e->arena, "net->act + (size_t)net->cap * %lld",
                         (long long)e->p->values[ir_root(e->p, v)].offset);
 }
@@ -306,18 +318,36 @@ static void emit_round_value(Emit *e, const char *expr, int v)
                arena_printf(e->arena, "(size_t)n * %lld", (long long)e->p->values[v].size));
 }
 
-/* Whether n is the model's first product: its input is cast (rounded
+/* Whether n is a product of an fp32 input: its input is cast (rounded
  * into net->xlp) in a bf16 run. */
 bool casts_input(const Emit *e, const Node *n)
 {
-    return n - e->p->nodes == e->p->first_product;
+    (void)e;
+    return n->cast_offset >= 0;
 }
 
-/* "cast": the first product's input as it reads it (in a bf16 run, the
- * copy rounded into net->xlp: what autocast's cast gives) */
+/* The local naming n's input as it reads it: "cast" (the first product's),
+ * "cast_NAME" */
+static const char *cast_name(Emit *e, const Node *n)
+{
+    return n - e->p->nodes == e->p->first_product ? "cast"
+                                                   : arena_printf(e->arena, "cast_%s", n->cname);
+}
+
+/* Where n's copy lies in net->xlp */
+static const char *cast_memory(Emit *e, const Node *n)
+{
+    return n->cast_offset ? arena_printf(e->arena, "net->xlp + (size_t)net->cap * %lld",
+                                         (long long)n->cast_offset)
+                          : "net->xlp";
+}
+
+/* "cast": a product's fp32 input as it reads it (in a bf16 run, the copy
+ * rounded into net->xlp: what autocast's cast gives) */
 static void emit_cast(Emit *e, const Node *n)
 {
-    emitf(e, "const float *cast = net->lowp ? net->xlp : %s;", value_expr(e, n->in));
+    emitf(e, "const float *%s = net->lowp ? %s : %s;", cast_name(e, n), cast_memory(e, n),
+          value_expr(e, n->in));
 }
 
 void emit_lowp_input(Emit *e, bool fwd)
@@ -330,7 +360,9 @@ void emit_lowp_input(Emit *e, bool fwd)
         emit_round(e, "net->lowp", "net->wlp", "net->param",
                    arena_printf(e->arena, "%zu", p->param_count));
     } else {
-        emit_cast(e, &p->nodes[p->first_product]); /* as forward() made it */
+        for (int i = 0; i < p->nnodes; i++) /* as forward() made them */
+            if (casts_input(e, &p->nodes[i]))
+                emit_cast(e, &p->nodes[i]);
     }
 }
 
@@ -379,10 +411,13 @@ void emit_pass_calls(Emit *e, bool bwd)
         if (!ir_emits_passes(p, n))
             continue;
         int out = last_visible(n)->out;
-        const char *in = casts_input(e, n) ? "cast" : value_expr(e, n->in);
+        const char *in = casts_input(e, n) ? cast_name(e, n) : value_expr(e, n->in);
         if (bwd) {
-            const char *dx = n->dx_buf >= 0 ? arena_printf(e->arena, "net->gbuf[%d]", n->dx_buf)
-                                            : grad_expr(e, n->in);
+            /* (a later part of the input's gradient: none where it is not asked for) */
+            const char *dx = n->dx_buf < 0 ? grad_expr(e, n->in)
+                             : ir_root(p, n->in) == 0
+                                 ? arena_printf(e->arena, "net->dinput ? net->gbuf[%d] : NULL", n->dx_buf)
+                                 : arena_printf(e->arena, "net->gbuf[%d]", n->dx_buf);
             emitf(e, "%s%s(net, n, %s, %s, %s, %s%s", open, pass_name(e, n, "bwd"),
                   in, value_expr(e, out), grad_expr(e, out), dx, close);
             emit_lowp_bwd(e, n);
@@ -393,8 +428,8 @@ void emit_pass_calls(Emit *e, bool bwd)
                       final, final);
             }
         } else {
-            if (casts_input(e, n)) { /* the first product casts its input */
-                emit_round(e, "net->lowp", "net->xlp", value_expr(e, n->in),
+            if (casts_input(e, n)) { /* a product casts its fp32 input */
+                emit_round(e, "net->lowp", cast_memory(e, n), value_expr(e, n->in),
                            arena_printf(e->arena, "(size_t)n * %lld",
                                         (long long)p->values[n->in].size));
                 emit_cast(e, n);
@@ -416,6 +451,17 @@ void emit_abi_check(Emit *e)
     emitf(e, "#endif");
 }
 
+/* Where a pass reads the model's input by name (add(x)): the batch's,
+ * in net->x. */
+static void emit_named_input(Emit *e)
+{
+    for (int i = 0; i < e->p->nnodes; i++)
+        if (e->p->nodes[i].in2 >= 0 && ir_root(e->p, e->p->nodes[i].in2) == 0) {
+            emitf(e, "net->x = b->x; /* the input, which a pass reads by name */");
+            return;
+        }
+}
+
 static void emit_forward(Emit *e)
 {
     const Program *p = e->p;
@@ -424,6 +470,7 @@ static void emit_forward(Emit *e)
     emitf(e, "{");
     e->indent++;
     emitf(e, "int n = b->n;");
+    emit_named_input(e);
     emit_value_locals(e);
     emit_lowp_input(e, true);
     emit_pass_calls(e, false);
@@ -449,6 +496,7 @@ static void emit_backward(Emit *e)
     emitf(e, "{");
     e->indent++;
     emitf(e, "int n = b->n;");
+    emit_named_input(e);
     emit_value_locals(e);
     emit_lowp_input(e, false);
     emit_pass_calls(e, true);

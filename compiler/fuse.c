@@ -100,25 +100,38 @@ static void plan_gradients(Program *p)
         p->values[v].grad_buf = -1;
     p->values[p->nvalues - 1].grad_buf = 0;
     h.value[0] = p->nvalues - 1;
+    /* the input's gradient (net->dinput, the caller's; any view of the
+     * input shares it) has had a part written */
+    bool dinput_part = false;
     for (int k = 0; k < p->nbwd; k++) {
         Node *n = &p->nodes[p->bwd[k]];
         const int b = p->values[n->out].grad_buf, u = n->in;
         const bool inplace = n->absorbed || in_place(p, n);
         if (p->values[n->out].size > p->grad_size)
             p->grad_size = p->values[n->out].size;
-        if (n->in2 >= 0) { /* add's d s = d y, before its d x (the pass's order) */
+        n->ds_buf = -1;
+        if (n->in2 >= 0 && ir_root(p, n->in2) == 0) { /* add(x) of the input x */
+            n->skip_acc = dinput_part;
+            dinput_part = true;
+            if ((n->ds_buf = take(p, n, &h, PART)) < 0)
+                return;
+            h.value[n->ds_buf] = -1;
+        } else if (n->in2 >= 0) { /* add's d s = d y, before its d x (the pass's order) */
             IrValue *s = &p->values[n->in2];
             n->skip_acc = s->grad_buf >= 0;
             if (!n->skip_acc && (s->grad_buf = take(p, n, &h, n->in2)) < 0)
                 return;
         }
         n->dx_buf = -1;
-        if (ir_root(p, u) == 0) {
+        /* (a view of the input passes its readers' parts on: it adds none) */
+        const bool input_view = ir_root(p, n->out) == 0;
+        if (ir_root(p, u) == 0 && (!dinput_part || input_view)) {
             /* net->dinput (the number is what --emit=ir shows) */
             p->values[u].grad_buf = inplace ? b : take(p, n, &h, PART);
             if (!inplace && p->values[u].grad_buf >= 0)
                 h.value[p->values[u].grad_buf] = -1;
-        } else if (p->values[u].grad_buf < 0) { /* the first part of d u */
+            dinput_part |= !input_view;
+        } else if (ir_root(p, u) != 0 && p->values[u].grad_buf < 0) { /* the first part of d u */
             if (inplace) {
                 p->values[u].grad_buf = b;
                 h.value[b] = u;
@@ -148,12 +161,7 @@ void fuse_and_plan(Program *p)
         const Node *n = &p->nodes[i];
         if (n->in2 < 0)
             continue;
-        if (ir_root(p, n->in2) == 0) {
-            diag_error(p->diag, n->stmt->loc, "%s of the model's input (a flatten of it shares "
-                       "its memory) is not supported yet", n->op->sig.name);
-            diag_note(p->diag, n->stmt->loc, "%s the output of a layer that computes "
-                      "something from the input instead", n->op->sig.name);
-        } else if (p->values[n->in2].cn != p->values[n->in].cn) {
+        if (p->values[n->in2].cn != p->values[n->in].cn) {
             diag_error(p->diag, n->stmt->loc, "%s of two values laid out differently in "
                        "memory (a convolution's output and what follows it are channel first, "
                        "what comes before is sample first) is not supported yet",

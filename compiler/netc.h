@@ -441,6 +441,10 @@ struct Node {
                            lives; else into gbuf[dx_buf], then adds it there
                            (in has other readers whose backward came first) */
     bool skip_acc;      /* add: d in2 is added to (not copied into) its buffer */
+    int64_t cast_offset;/* a product reading an fp32 value: where its copy cast to
+                           bf16 lies in the net's xlp (per sample); else -1 */
+    int ds_buf;         /* in2 the model's input: gbuf[ds_buf] takes d in2 where
+                           net->dinput is NULL (a buffer free there; -1 otherwise) */
     int param0, nparams;/* its parameters in the program's table */
     int buf0, nbufs;    /* its buffers in the program's table */
     const Node *fused;  /* activation fused into this node's epilogue */
@@ -482,6 +486,8 @@ struct Program {
     int precision;      /* NRT_FP32 (default), NRT_BF16, NRT_FP16 */
     int first_product;   /* the first linear or conv2d (a node), -1 if none: a
                             bf16 run casts its fp32 input into the net's xlp */
+    int64_t cast_size;   /* per sample, the copies in xlp of the fp32 inputs of
+                            products (Node.cast_offset) */
     nrt_source train, valid, test;
     nrt_schedule schedule;
     const ScheduleDef *scheduler; /* its entry; NULL: none */
@@ -602,8 +608,10 @@ const char *grad_expr(Emit *e, int v);
 bool casts_input(const Emit *e, const Node *n);
 /* The end of n's backward pass where its d x is a part of d x (ops.c). */
 void emit_grad_part(Emit *e, const Node *n);
-/* Value v's memory as a pass reaches it (through net->act). */
+/* Value v's memory as a pass reaches it (through net->act; the model's
+ * input, net->x), and the gradient of n's second operand (NAME's). */
 const char *value_memory(Emit *e, int v);
+const char *operand_grad(Emit *e, const Node *n);
 /* Shared with emit_cuda.c: a pass's function name (linear_0_fwd), the
  * comment above a layer's passes, the locals its passes start with (W, b,
  * dW, db, mask, arg), the node whose output a fused node writes, and one

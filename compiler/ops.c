@@ -541,6 +541,10 @@ void emit_grad_part(Emit *e, const Node *n)
     emitf(e, "/* d x is a part of d %%%d: added to the rest, in %s */", n->in,
           grad_expr(e, n->in));
     emitf(e, "float *d_in = %s;", grad_expr(e, n->in));
+    if (ir_root(e->p, n->in) == 0) { /* the input's, where the caller asks for it */
+        emitf(e, "if (!d_in)");
+        emitf(e, "    return%s;", e->cuda ? " 0" : "");
+    }
     if (e->cuda) {
         const char *body[1] = {arena_printf(e->arena, "d_in[i] = %s;", sum)};
         const char *params = "const float *dx, float *d_in";

@@ -174,6 +174,11 @@ static bool check_name(Program *p, const Stmt *s, int index)
 {
     if (!s->name)
         return true;
+    if (p->input_name && !strcmp(s->path, p->input_name)) {
+        diag_error(p->diag, s->name_loc, "'%s' is the model's input; give the layer another name",
+                   s->name);
+        return false;
+    }
     for (int i = 0; i < index; i++) {
         const Stmt *t = p->nodes[i].stmt;
         if (t->name && !strcmp(t->path, s->path)) {
@@ -215,6 +220,8 @@ static int lookup(const Program *p, const Use *scope, const char *name)
 {
     if (scope && !strcmp(name, "in"))
         return p->use_in[scope->index];
+    if (!scope && p->input_name && !strcmp(name, p->input_name))
+        return 0; /* the model's input */
     const char *path = scoped_path(p, scope, name);
     for (int i = 0; i < p->nnodes; i++)
         if (p->nodes[i].stmt->name && !strcmp(p->nodes[i].stmt->path, path))
@@ -253,9 +260,9 @@ static int resolve(Program *p, const Use *in, const Stmt *at, const char *name, 
         later = later->next;
     if (later)
         diag_note(p->diag, later->name_loc, "'%s' is a later layer: %s one before it", name, what);
-    else if (p->input_name && !strcmp(name, p->input_name))
-        diag_note(p->diag, loc, "%s a layer's output, not yet the model's input: name the first "
-                  "layer and use that", what);
+    else if (scope && p->input_name && !strcmp(name, p->input_name))
+        diag_note(p->diag, loc, "the model's input is out of a block's sight: 'in' is the "
+                  "block's input");
     else if (near)
         diag_note(p->diag, loc, "did you mean '%s'?", near);
     else if (!scope && !strcmp(name, "in"))
@@ -558,8 +565,9 @@ static void check_precision(Program *p, const Stmt *s)
  * the bias added, then rounded), and what a layer makes of a bf16 value
  * (an activation, pooling, dropout, batchnorm: computed in fp32 from it,
  * the result rounded).  The values before the first product are fp32, and
- * so are the layers' passes there; the first product casts its input (a
- * copy, the fp32 value kept for the passes before it). */
+ * so are the layers' passes there; a product whose input is fp32 (the
+ * first, and one reading such a value again: add(x) of the input) casts
+ * it (a copy, the fp32 value kept for the other readers). */
 /* Every layer's output is read: by a later layer or the loss. */
 static void check_all_read(Program *p)
 {
@@ -581,15 +589,13 @@ static void check_all_read(Program *p)
 static void plan_precision(Program *p)
 {
     p->first_product = -1;
+    p->cast_size = 0;
     for (int i = 0; i < p->nnodes; i++) {
-        const Node *n = &p->nodes[i];
-        if (n->op->product && p->first_product >= 0 && !p->values[n->in].lowp) {
-            /* its input would need a cast of its own, as the first's has */
-            diag_error(p->diag, n->stmt->loc, "in a bf16 run this layer's input would be fp32 "
-                       "(made from a value from before the first matrix product), and only the "
-                       "first product casts its input: not supported yet");
-            diag_note(p->diag, p->nodes[p->first_product].stmt->loc,
-                      "the first product (linear, conv2d, rnn) is here");
+        Node *n = &p->nodes[i];
+        n->cast_offset = -1;
+        if (n->op->product && !p->values[n->in].lowp) { /* a copy cast, as autocast's */
+            n->cast_offset = p->cast_size;
+            p->cast_size += p->values[n->in].size;
         }
         if (n->op->product && p->first_product < 0)
             p->first_product = i;

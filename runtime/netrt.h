@@ -773,6 +773,8 @@ typedef struct nrt_net {
     float *scratch;    /* per-layer scratch, cap * scratch_size floats */
     int32_t *iact;     /* integer activations (maxpool argmax) */
     float *dinput;     /* if not NULL, backward writes d loss / d input */
+    const float *x;    /* the batch's input, where a pass reads it by name
+                          (add(x)): set by the generated forward and backward */
     uint64_t dropout_key; /* dropout masks: a function of the key, */
     uint64_t step;     /* the updates done so far, the layer and the value */
     int training;      /* dropout active; batchnorm on the batch's statistics */

@@ -284,8 +284,9 @@ class Graph(nn.Module):
     with residuals and branches, its modules named as seq names them (a
     Join takes an index too)."""
 
-    def __init__(self, *items):
+    def __init__(self, *items, input_name="x"):
         super().__init__()
+        self.input_name = input_name  # the model's input, read by name too
         self.plan = []
         for i, it in enumerate(items):
             name, mod = it if isinstance(it, tuple) else (str(i), it)
@@ -296,7 +297,7 @@ class Graph(nn.Module):
             self.plan.append((name, mod, src))
 
     def forward(self, x):
-        outs = {}
+        outs = {self.input_name: x}
         for name, mod, src in self.plan:
             x = outs[src] if src else x
             x = mod(x, outs[mod.name]) if isinstance(mod, Join) else mod(x)
@@ -753,6 +754,29 @@ model broadcast {
 }
 """
 
+INPUT_OPERANDS = """\
+# the model's input read by name: by the first layer, add(x), a second
+# linear (from x: a cast of its own in bf16), mul(x) and concat(x)
+model input_operands {
+    input  x[6]
+    target class(3)
+
+    linear(6)
+    tanh
+    r = add(x)
+    linear(6) from x
+    sigmoid
+    mul(x)
+    add(r)
+    concat(x)
+    linear(3)
+
+    loss      cross_entropy
+    optimizer sgd(lr=0.05, momentum=0.9)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
 MUL = """\
 # mul(NAME): images sample first (a times its sigmoid), then channel first
 # (h read by a convolution, a mul and an add; c's sigmoid gating h, then
@@ -1051,6 +1075,12 @@ SPECS = [
                             Add("v"), Mul("v"), nn.Linear(6, 3)),
          optim=sgd(lr=0.05, momentum=0.9),
          data=synthetic_data((2, 6, 6), 72, "class", 3, seed=23, ntest=24)),
+    Spec("input_operands", net=INPUT_OPERANDS, loss="cross_entropy",
+         twin=lambda: Graph(nn.Linear(6, 6), nn.Tanh(), ("r", Add("x")),
+                            From("x", nn.Linear(6, 6)), nn.Sigmoid(), Mul("x"), Add("r"),
+                            Cat("x"), nn.Linear(12, 3)),
+         optim=sgd(lr=0.05, momentum=0.9),
+         data=synthetic_data((6,), 72, "class", 3, seed=25, ntest=24)),
     Spec("cnn_adam", net=CNN_ADAM, loss="cross_entropy", bad_files=True,
          twin=lambda: seq(nn.Conv2d(2, 4, 3, stride=2, padding=1, bias=False),
                           nn.LeakyReLU(0.1), nn.MaxPool2d(3, stride=2, padding=1),

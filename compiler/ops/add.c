@@ -60,7 +60,7 @@ static void add_fwd(Emit *e, const Node *n)
 static void add_bwd(Emit *e, const Node *n)
 {
     emitf(e, "(void)dx; /* d x = d y, the same buffer */");
-    emitf(e, "float *ds = %s; /* d '%s'%s */", grad_expr(e, n->in2), n->args[ADD_NAME].s,
+    emitf(e, "float *ds = %s; /* d '%s'%s */", operand_grad(e, n), n->args[ADD_NAME].s,
           n->skip_acc ? ", added to what its later reader gave" : "");
     if (broadcasts(e, n)) {
         emit_bcast_ds(e, n, "dy[at]");
@@ -81,7 +81,7 @@ static void add_cu_fwd(Emit *e, const Node *n)
 
 static void add_cu_bwd(Emit *e, const Node *n)
 {
-    emitf(e, "float *ds = %s; /* d '%s' */", grad_expr(e, n->in2), n->args[ADD_NAME].s);
+    emitf(e, "float *ds = %s; /* d '%s' */", operand_grad(e, n), n->args[ADD_NAME].s);
     if (broadcasts(e, n)) {
         cu_bcast_ds(e, n, "bwd", "dy[at]", "const float *dy, float *ds");
         return;

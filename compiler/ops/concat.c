@@ -106,7 +106,7 @@ static void emit_locals(Emit *e, const Node *n, bool bwd)
 {
     const char *name = n->args[CONCAT_NAME].s;
     if (bwd) {
-        emitf(e, "float *ds = %s; /* d '%s'%s */", grad_expr(e, n->in2), name,
+        emitf(e, "float *ds = %s; /* d '%s'%s */", operand_grad(e, n), name,
               n->skip_acc ? ", added to what its later reader gave" : "");
         emitf(e, "const float *dys = %s; /* its part of d y */", s_part(e, n, "dy"));
     } else {

@@ -35,7 +35,7 @@ static void emit_s(Emit *e, const Node *n)
 
 static void emit_ds(Emit *e, const Node *n)
 {
-    emitf(e, "float *ds = %s; /* d '%s'%s */", grad_expr(e, n->in2), n->args[MUL_NAME].s,
+    emitf(e, "float *ds = %s; /* d '%s'%s */", operand_grad(e, n), n->args[MUL_NAME].s,
           n->skip_acc ? ", added to what its later reader gave" : "");
 }
 
