@@ -490,10 +490,20 @@ static void nvcc_cmd(Arena *a, Cmd *c, const BuildOptions *o, const char *cusrc,
     add_words(a, c, "-std=c++17 -O3 -fatbin --threads 0");
     add_gencode(a, c, o->cuda_arch ? o->cuda_arch : NETC_CUDA_ARCH);
     add(c, arena_printf(a, "-I%s", o->incdir));
-    add(c, arena_printf(a, "-I%s/cuda", o->incdir));
+    add(c, arena_printf(a, "-I%s", runtime_dir(a, o->incdir, "cuda")));
+    add(c, arena_printf(a, "-I%s", runtime_dir(a, o->incdir, "../templates")));
     add(c, cusrc);
     add(c, "-o");
     add(c, fatbin);
+}
+
+/* Where the runtime's CUDA headers (sub "cuda") or kernel templates (sub
+ * "../templates") lie: beside the source tree's runtime/ (incdir), or, in
+ * an installed tree, with netrt.h in incdir. */
+const char *runtime_dir(Arena *a, const char *incdir, const char *sub)
+{
+    const char *dir = arena_printf(a, "%s/%s", incdir, sub);
+    return access(dir, F_OK) == 0 ? dir : incdir;
 }
 
 /* The C compiler and its flags for generated C: the standard,
@@ -508,7 +518,7 @@ static void cc_cmd(Arena *a, Cmd *c, const BuildOptions *o, bool cuda)
     add_words(a, c, NETC_OPENMP_CFLAGS);
     add(c, arena_printf(a, "-I%s", o->incdir));
     if (cuda) {
-        add(c, arena_printf(a, "-I%s/cuda", o->incdir));
+        add(c, arena_printf(a, "-I%s", runtime_dir(a, o->incdir, "cuda")));
         add_words(a, c, NETC_CUDA_CFLAGS);
     }
 }

@@ -593,11 +593,10 @@ int main(int argc, char **argv)
     if (mpi)
         prereqs[nprereqs++] = arena_printf(arena, "%s/libnetrt_mpi.a", bo.libdir);
     if (cuda) {
-        const char *cudainc = arena_printf(arena, "%s/cuda", bo.incdir);
-        if (access(cudainc, F_OK) != 0) /* installed: beside netrt.h */
-            cudainc = bo.incdir;
+        const char *cudainc = runtime_dir(arena, bo.incdir, "cuda");
         prereqs[nprereqs++] = arena_printf(arena, "%s/netrt_cuda.h", cudainc);
-        prereqs[nprereqs++] = arena_printf(arena, "%s/netrt_kernels.cuh", cudainc);
+        prereqs[nprereqs++] = arena_printf(arena, "%s/netrt_kernels.cuh",
+                                           runtime_dir(arena, bo.incdir, "../templates"));
         prereqs[nprereqs++] = arena_printf(arena, "%s/netrt_blocks.h", cudainc);
         prereqs[nprereqs++] = arena_printf(arena, "%s/libnetrt_cuda.a", bo.libdir);
     }

@@ -690,6 +690,9 @@ const char *build_tempdir(Arena *a);
  * temporary: removed by build_remove_temps or a stop signal, the last
  * marked first. */
 void build_temp(const char *path);
+/* Where the runtime's CUDA headers ("cuda") or kernel templates
+ * ("../templates") lie, from netrt.h's directory incdir. */
+const char *runtime_dir(Arena *a, const char *incdir, const char *sub);
 void build_remove_temps(void);
 
 /* Compiles the C file csrc (with cuda, its CUDA passes too) and links it

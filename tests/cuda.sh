@@ -29,7 +29,7 @@ for model in $(ls "$SRC"/models/*.net | grep -v '/resnet20\.net$') "$SRC"/tests/
     name=$(basename "$model" .net)
     check "'$NETC' --emit=cuda '$model' -o '$WORK/$name.cu'" "$name: --emit=cuda failed"
     # shellcheck disable=SC2086
-    "$NVCC" -std=c++17 -O3 -fatbin $NETRT_CUDA_GENCODE -I"$SRC/runtime" -I"$SRC/runtime/cuda" \
+    "$NVCC" -std=c++17 -O3 -fatbin $NETRT_CUDA_GENCODE -I"$SRC/runtime" -I"$SRC/runtime/cuda" -I"$SRC/templates" \
         "$WORK/$name.cu" -o "$WORK/$name.fatbin" > "$WORK/$name.log" 2>&1
     check "[ $? -eq 0 ]" "$name: nvcc failed on the kernel source: $(head -20 "$WORK/$name.log")"
     check "! grep -qi 'warning' '$WORK/$name.log'" "$name: nvcc warns: $(grep -i -m3 warning "$WORK/$name.log")"

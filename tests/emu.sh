@@ -90,7 +90,7 @@ check "[ $refused = 1 ]" \
 # ------------------------------------------------------ the runtime kernels
 # The runtime as env.sh built it for the emulated device, and
 # test_cuda_kernels.cu as tests/gpu/run.sh builds it.
-nvcc -std=c++17 -O2 -I"$SRC/runtime" -I"$SRC/runtime/cuda" \
+nvcc -std=c++17 -O2 -I"$SRC/runtime" -I"$SRC/runtime/cuda" -I"$SRC/templates" \
     "$SRC/tests/gpu/test_cuda_kernels.cu" "$NETC_LIB_DIR/libnetrt_cuda.a" \
     "$NETC_LIB_DIR/libnetrt.a" -lgomp -lm -o "$WORK/test_cuda_kernels" > "$WORK/rt.log" 2>&1
 ok=$([ $? -eq 0 ] && echo 1 || echo 0)

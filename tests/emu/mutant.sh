@@ -19,7 +19,7 @@ export NETC_INCLUDE_DIR="$SRC/runtime" # the tree's headers in the programs netc
 
 case ${1:-} in
 kernels)
-    emu_nvcc -std=c++17 -O2 -I"$SRC/runtime" -I"$SRC/runtime/cuda" \
+    emu_nvcc -std=c++17 -O2 -I"$SRC/runtime" -I"$SRC/runtime/cuda" -I"$SRC/templates" \
         "$SRC/tests/gpu/test_cuda_kernels.cu" "$NETC_LIB_DIR/libnetrt_cuda.a" \
         "$NETC_LIB_DIR/libnetrt.a" -lgomp -lm -o "$WORK/tck" > "$WORK/tck.log" 2>&1 &&
         "$WORK/tck" > "$WORK/tck.out" 2>&1

@@ -12,24 +12,24 @@
 
 # The mutants: NAME@KIND@FILE@TEXT@REPLACEMENT (\n: a newline; printf, not
 # echo, passes it on), and what each breaks.
-mutants='sync@kernels@runtime/cuda/netrt_kernels.cuh@        __syncthreads();\n        const bool more = k0 + T::BK < kend;@        const bool more = k0 + T::BK < kend;
+mutants='sync@kernels@templates/netrt_kernels.cuh@        __syncthreads();\n        const bool more = k0 + T::BK < kend;@        const bool more = k0 + T::BK < kend;
 lda@kernels@runtime/cuda/launch.c@ldb, a, lda, &beta@lda, a, ldb, &beta
 half@kernels@runtime/cuda/launch.c@block = {threads, 1, 1}@block = {threads / 2, 1, 1}
-oob@kernels@runtime/cuda/netrt_kernels.cuh@e < total;\n         e += (long long)gridDim.x@e <= total;\n         e += (long long)gridDim.x
+oob@kernels@templates/netrt_kernels.cuh@e < total;\n         e += (long long)gridDim.x@e <= total;\n         e += (long long)gridDim.x
 nosync@train@runtime/cuda/backend.cu@sizeof(float), cudaMemcpyDeviceToHost, err) ||\n        NRT_CUDA(cudaStreamSynchronize(c->net.stream), err))\n        return -1;\n    *loss = c->host->loss;@sizeof(float), cudaMemcpyDeviceToHost, err))\n        return -1;\n    *loss = c->host->loss;
 hostread@train@runtime/cuda/backend.cu@        setup_blas(c, err) || alloc_net(c, err))\n        return -1;@        setup_blas(c, err) || alloc_net(c, err))\n        return -1;\n    (void)*(volatile float *)net->param;
-bwd@gradients@runtime/cuda/netrt_kernels.cuh@(dy[at] - mdy - (x[at] - mean)@(dy[at] - (x[at] - mean)
+bwd@gradients@templates/netrt_kernels.cuh@(dy[at] - mdy - (x[at] - mean)@(dy[at] - (x[at] - mean)
 nofork@ranks@runtime/cuda/backend.cu@ ||\n        NRT_CUDA(cudaStreamWaitEvent(b->stream, b->fork, 0), err))@)
 nojoin@ranks@runtime/cuda/backend.cu@ ||\n                   NRT_CUDA(cudaStreamWaitEvent(c->net.stream, b->join, 0), err)@
 early@ranks@runtime/cuda/backend.cu@(join_buckets(c, err) || nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err))@(nrt_cuda_copy_loss(s, net->grad + np, &sc->loss, err) || join_buckets(c, err))
 fp32@train@runtime/cuda/backend.cu@    net->lowp = cfg->precision;@    net->lowp = 0;
 noskip@train@runtime/cuda/backend.cu@fp16 ? &sc->found : NULL, err)@NULL, err)
-rounding@kernels@runtime/cuda/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s : src[i]);@nrt_lowp(prec, (scale ? src[i] * s : src[i]) * (1.0f + 0x1p-22f));
-scaled@gradients@runtime/cuda/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s : src[i]);@nrt_lowp(prec, scale ? src[i] * s * s : src[i]);
+rounding@kernels@templates/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s : src[i]);@nrt_lowp(prec, (scale ? src[i] * s : src[i]) * (1.0f + 0x1p-22f));
+scaled@gradients@templates/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s : src[i]);@nrt_lowp(prec, scale ? src[i] * s * s : src[i]);
 unscale@gradients@runtime/cuda/backend.cu@        nrt_unscale(&c->host->scaler, grad, c->m->param_count);\n@
 halftype@kernels@runtime/cuda/launch.c@NRT_BF16 ? CUDA_R_16BF : CUDA_R_16F;@NRT_BF16 ? CUDA_R_16BF : CUDA_R_16BF;
-mmafrag@kernels@runtime/cuda/netrt_kernels.cuh@half2_bits<PREC>(a[c + 8][m], a[c + 9][m]),@half2_bits<PREC>(a[c + 8][m], a[c + 1][m]),
-whalf@kernels@runtime/cuda/netrt_kernels.cuh@        if (bits)@        if (bits && i == 0)'
+mmafrag@kernels@templates/netrt_kernels.cuh@half2_bits<PREC>(a[c + 8][m], a[c + 9][m]),@half2_bits<PREC>(a[c + 8][m], a[c + 1][m]),
+whalf@kernels@templates/netrt_kernels.cuh@        if (bits)@        if (bits && i == 0)'
 # what each is, for the report
 what() {
     case $1 in
@@ -56,7 +56,7 @@ what() {
 
 copy_tree() { # DIR: the parts of the source tree the emulated tests read
     mkdir -p "$1"
-    for d in runtime tests models data bench; do cp -R "$SRC/$d" "$1/"; done
+    for d in runtime templates tests models data bench; do cp -R "$SRC/$d" "$1/"; done
 }
 run_kind() { # TREE KIND: mutant.sh's exit status
     NETC_TOP_SRCDIR=$1 sh "$1/tests/emu/mutant.sh" "$2" > "$WORK/run.out" 2>&1

@@ -107,7 +107,7 @@ stage_kernels() {
     {
         # shellcheck disable=SC2046
         "$NVCC" -std=c++17 -O3 -arch="$CUDA_ARCH" -Xcompiler -Wall,-Wextra \
-            -I"$BUILD" -I"$root/runtime" -I"$root/runtime/cuda" \
+            -I"$BUILD" -I"$root/runtime" -I"$root/runtime/cuda" -I"$root/templates" \
             "$root/tests/gpu/test_cuda_kernels.cu" "$BUILD/runtime/libnetrt_cuda.a" \
             "$BUILD/runtime/libnetrt.a" -ldl -lgomp -lm -o "$bin" && "$bin"
     } >"$log" 2>&1

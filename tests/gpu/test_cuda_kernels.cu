@@ -1,5 +1,5 @@
 /*
- * test_cuda_kernels.cu — the device kernels of runtime/cuda/netrt_kernels.cuh,
+ * test_cuda_kernels.cu — the device kernels of templates/netrt_kernels.cuh,
  * launched by the launchers of runtime/cuda/launch.c, against the cpu
  * kernels of libnetrt (runtime/kernels.c).
  *

@@ -453,7 +453,7 @@ static void test_embedded_headers(void)
     static const struct {
         const char *path, *text;
     } headers[] = {
-        {"runtime/cuda/netrt_kernels.cuh", nrt_kernels_cuh_text},
+        {"templates/netrt_kernels.cuh", nrt_kernels_cuh_text},
         {"runtime/philox.h", nrt_philox_h_text},
         {"runtime/cuda/netrt_blocks.h", nrt_blocks_h_text},
     };
