@@ -14,13 +14,9 @@
 
 gradcheck_data_dir "$WORK/data" 40
 cd "$SRC" || exit 1 # the models name their data from the source tree
-# Not resnet20: its gradients jump where a relu's input is within rounding
-# of 0 (twenty batchnorms over batches of 16 noise images, at lr 0.1), and
-# the two devices' sums put a few such values on either side, so that its
-# runs part by 1e-3 by step 5, as PyTorch's own does from weights moved by
-# 1e-7.  tests/emu_suite.sh trains it on this device against PyTorch step
-# by step from the same weights (tests/pytorch_check.py's along).
-models=$(ls "$SRC"/models/*.net | grep -v '/resnet20\.net$')
+# parity.sh's own list (not resnet20: it says why; tests/emu_suite.sh
+# trains it on this device against PyTorch step by step)
+models=$(sh "$SRC/tests/gpu/parity.sh" --list)
 for jit in no yes; do
     # shellcheck disable=SC2086 # $models: a list of paths
     DEVICE=cuda STEPS=6 SAMPLES=75 BATCH=16 JIT=$jit DATA_DIR="$WORK/data" \
