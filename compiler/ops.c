@@ -199,10 +199,16 @@ void emit_each(Emit *e, int64_t size)
 
 /* ---------------------------------------------------- broadcasting */
 
+/* Whether the value is laid out channel first ([C, n, H, W]) */
+static bool is_cn(const Emit *e, int v)
+{
+    return e->p->values[v].cn && e->p->values[v].shape.rank > 0;
+}
+
 bool broadcasts(const Emit *e, const Node *n)
 {
     const Shape *x = &e->p->values[n->in].shape, *s = &e->p->values[n->in2].shape;
-    return shape_size(x) != shape_size(s);
+    return shape_size(x) != shape_size(s) || is_cn(e, n->in) != is_cn(e, n->in2);
 }
 
 /* A size or stride: c, times the batch size n where with_n */
@@ -227,48 +233,70 @@ static const char *ext_str(Arena *a, Extent x, bool paren)
     return arena_printf(a, paren ? "((size_t)n * %lld)" : "(size_t)n * %lld", (long long)x.c);
 }
 
+static bool ext_eq(Extent a, Extent b)
+{
+    return a.c == b.c && a.with_n == b.with_n;
+}
+
 /* A run of adjacent dimensions, in memory order, that s either has all
  * of (kept) or repeats along (each 1 in s): its size, and the
  * strides of its last dimension in x and in s. */
 typedef struct Run {
     Extent size, xstride, sstride;
     bool kept;
+    bool souter; /* kept, and holds s's outermost dimension of those kept */
 } Run;
 
-/* x's dimensions in memory order (the batch first, or second where the
- * value is laid out channel first), merged into runs; returns how many. */
+/* A value's dimensions in memory order, into dim (-1: the batch, first,
+ * or second where the value is laid out channel first); returns how many. */
+static int memory_order(int rank, bool cn, int *dim)
+{
+    int nd = 0;
+    for (int k = 0; k <= rank; k++)
+        dim[nd++] = k == (cn ? 1 : 0) ? -1 : cn && k == 0 ? 0 : k - 1;
+    return nd;
+}
+
+/* x's dimensions in memory order, merged into runs (adjacent ones in s
+ * too, where s is laid out otherwise: the batch elsewhere); returns how
+ * many. */
 static int runs(Emit *e, const Node *n, Run *r)
 {
     const Shape *x = &e->p->values[n->in].shape, *s = &e->p->values[n->in2].shape;
-    const bool cn = e->p->values[n->in].cn && x->rank > 0;
-    Extent size[4], ssize[4];
-    int nd = 0;
-    for (int k = 0; k <= x->rank; k++) {
-        if (k == (cn ? 1 : 0)) { /* the batch */
-            size[nd] = ssize[nd] = (Extent){1, true}, nd++;
-            continue;
-        }
-        const int d = cn && k == 0 ? 0 : k - 1; /* (the ranks are equal) */
-        size[nd] = (Extent){x->d[d], false};
-        ssize[nd++] = (Extent){s->d[d], false};
-    }
-    Extent xs[4], ss[4], xacc = {1, false}, sacc = {1, false};
+    int xdim[4], sdim[4];
+    const int nd = memory_order(x->rank, is_cn(e, n->in), xdim); /* (the ranks are equal) */
+    memory_order(s->rank, is_cn(e, n->in2), sdim);
+    Extent size[4], ssize[4], xs[4], ss[4], sstride[5], xacc = {1, false}, sacc = {1, false};
     for (int k = nd - 1; k >= 0; k--) { /* strides, from the innermost dimension out */
-        xs[k] = xacc, ss[k] = sacc;
+        const int xd = xdim[k], sd = sdim[k];
+        size[k] = xd < 0 ? (Extent){1, true} : (Extent){x->d[xd], false};
+        ssize[k] = xd < 0 ? (Extent){1, true} : (Extent){s->d[xd], false};
+        xs[k] = xacc;
         xacc = ext_times(size[k], xacc);
-        sacc = ext_times(ssize[k], sacc);
+        sstride[sd + 1] = sacc; /* s's, by dimension */
+        sacc = ext_times(sd < 0 ? (Extent){1, true} : (Extent){s->d[sd], false}, sacc);
     }
-    int nr = 0;
+    for (int k = 0; k < nd; k++)
+        ss[k] = sstride[xdim[k] + 1];
+    int nr = 0, run_of[4] = {0};
+    bool kept[4] = {false};
     for (int k = 0; k < nd; k++) {
-        const bool kept = size[k].with_n || ssize[k].c == size[k].c;
-        if (nr > 0 && r[nr - 1].kept == kept) {
+        kept[k] = size[k].with_n || ssize[k].c == size[k].c;
+        if (nr > 0 && r[nr - 1].kept == kept[k] &&
+            (!kept[k] || ext_eq(r[nr - 1].sstride, ext_times(ssize[k], ss[k])))) {
             Run *last = &r[nr - 1];
             last->size = ext_times(last->size, size[k]);
             last->xstride = xs[k], last->sstride = ss[k];
         } else {
-            r[nr++] = (Run){size[k], xs[k], ss[k], kept};
+            r[nr++] = (Run){size[k], xs[k], ss[k], kept[k], false};
         }
+        run_of[k] = nr - 1;
     }
+    bool found = false; /* s's dimensions from the outermost: the first kept */
+    for (int j = 0; j < nd && !found; j++)
+        for (int k = 0; k < nd && !found; k++)
+            if (xdim[k] == sdim[j] && kept[k])
+                r[run_of[k]].souter = found = true;
     return nr;
 }
 
@@ -314,8 +342,9 @@ Bcast bcast(Emit *e, const Node *n)
             continue;
         /* (x's index runs over every run, s's over the kept ones) */
         b.s_at = plus(e->arena, b.s_at, coord(e, "i", &r[k], k == 0, r[k].xstride, r[k].sstride));
+        /* (s's index runs over s's runs: no modulo for its outermost) */
         b.base = plus(e->arena, b.base,
-                      coord(e, "i", &r[k], !*b.base, r[k].sstride, r[k].xstride));
+                      coord(e, "i", &r[k], r[k].souter, r[k].sstride, r[k].xstride));
     }
     b.uses_n = strstr(b.s_at, "(size_t)n") || strstr(b.base, "(size_t)n") ||
                strstr(b.step, "(size_t)n");
@@ -341,6 +370,14 @@ static const char **bcast_ds(Emit *e, const Node *n, const char *part, int *nlin
     if (n->skip_acc)
         sum = lowp ? lowp_expr(e, arena_printf(e->arena, "ds[i] + %s", sum)) : "ds[i] + sum";
     const char **l = arena_alloc(e->arena, sizeof *l * 7);
+    if (b.reps == 1) { /* no repeat: s laid out otherwise than x; the sum of one part */
+        l[0] = arena_printf(e->arena, "const size_t at = %s; /* x's value s[i] goes with */",
+                            b.base);
+        l[1] = arena_printf(e->arena, "const float sum = %s;", part);
+        l[2] = arena_printf(e->arena, "ds[i] = %s;", sum);
+        *nlines = 3;
+        return l;
+    }
     l[0] = arena_printf(e->arena, "const size_t base = %s; /* x's first value s[i] repeats onto */",
                         b.base);
     l[1] = "float sum = 0.0f;";

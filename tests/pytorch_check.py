@@ -777,6 +777,34 @@ model input_operands {
 }
 """
 
+MIXED_LAYOUTS = """\
+# add and mul of a channel-first value (a convolution's output, and what
+# follows it) and a sample-first one (the input, and what comes of it
+# before any convolution), both ways, and a gate across the two
+model mixed_layouts {
+    input  x[2, 6, 6]
+    target class(3)
+
+    a = tanh
+    conv2d(2, kernel=3, padding=1)
+    add(x)
+    c = tanh
+    avgpool2d(6) from a
+    g = sigmoid
+    mul(g) from c
+    h = add(a)
+    sigmoid from a
+    mul(h)
+    conv2d(3, kernel=3)
+    flatten
+    linear(3)
+
+    loss      cross_entropy
+    optimizer sgd(lr=0.05, momentum=0.9)
+    train     csv("train.csv") batch 16 epochs 2
+}
+"""
+
 MUL = """\
 # mul(NAME): images sample first (a times its sigmoid), then channel first
 # (h read by a convolution, a mul and an add; c's sigmoid gating h, then
@@ -1081,6 +1109,13 @@ SPECS = [
                             Cat("x"), nn.Linear(12, 3)),
          optim=sgd(lr=0.05, momentum=0.9),
          data=synthetic_data((6,), 72, "class", 3, seed=25, ntest=24)),
+    Spec("mixed_layouts", net=MIXED_LAYOUTS, loss="cross_entropy",
+         twin=lambda: Graph(("a", nn.Tanh()), nn.Conv2d(2, 2, 3, padding=1), Add("x"),
+                            ("c", nn.Tanh()), From("a", nn.AvgPool2d(6)), ("g", nn.Sigmoid()),
+                            From("c", Mul("g")), ("h", Add("a")), From("a", nn.Sigmoid()),
+                            Mul("h"), nn.Conv2d(2, 3, 3), nn.Flatten(), nn.Linear(48, 3)),
+         optim=sgd(lr=0.05, momentum=0.9),
+         data=synthetic_data((2, 6, 6), 72, "class", 3, seed=26, ntest=24)),
     Spec("cnn_adam", net=CNN_ADAM, loss="cross_entropy", bad_files=True,
          twin=lambda: seq(nn.Conv2d(2, 4, 3, stride=2, padding=1, bias=False),
                           nn.LeakyReLU(0.1), nn.MaxPool2d(3, stride=2, padding=1),

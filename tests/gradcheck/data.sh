@@ -64,6 +64,7 @@ gradcheck_data() {
     smooth_l1) random_csv "$_n" 4 value 3 22 > "$2" ;;
     broadcast) random_csv "$_n" 72 class 3 23 > "$2" ;;
     input_operands) random_csv "$_n" 6 class 3 25 > "$2" ;;
+    mixed_layouts) random_csv "$_n" 72 class 3 26 > "$2" ;;
     *) echo "gradcheck_data: no data for $1" >&2; return 1 ;;
     esac
 }
