@@ -157,19 +157,6 @@ void fuse_and_plan(Program *p)
 {
     fuse(p, ir_readers(p));
     choose_layouts(p);
-    for (int i = 0; i < p->nnodes; i++) {
-        const Node *n = &p->nodes[i];
-        if (n->in2 < 0)
-            continue;
-        if (p->values[n->in2].cn != p->values[n->in].cn && !n->op->bcast_operand) {
-            diag_error(p->diag, n->stmt->loc, "%s of two values laid out differently in "
-                       "memory (a convolution's output and what follows it are channel first, "
-                       "what comes before is sample first) is not supported yet",
-                       n->op->sig.name);
-            diag_note(p->diag, n->stmt->loc, "%s values that both come after a convolution, "
-                      "or both before any (add and mul take either)", n->op->sig.name);
-        }
-    }
 
     int64_t off = 0, ioff = 0;
     for (int v = 1; v < p->nvalues; v++) {

@@ -289,8 +289,6 @@ typedef struct OpDef {
     const char *aux_name;/* what the node keeps for backward: "mask", "xp" */
     bool elementwise;    /* not an activation, but d x can overwrite d y (dropout) */
     bool bwd_reads_x;    /* its backward reads x, having no weights (mul) */
-    bool bcast_operand;  /* add, mul: NAME's value read through ops.c's bcast,
-                            so it may repeat or lie in another layout */
     int layout;          /* the layout of its output: LAYOUT_KEEP (as its
                             input), LAYOUT_CN or LAYOUT_NC */
     /* The CUDA passes (emit_cuda.c): host statements (emitf) that launch

@@ -778,9 +778,9 @@ model input_operands {
 """
 
 MIXED_LAYOUTS = """\
-# add and mul of a channel-first value (a convolution's output, and what
-# follows it) and a sample-first one (the input, and what comes of it
-# before any convolution), both ways, and a gate across the two
+# add, mul and concat of a channel-first value (a convolution's output,
+# and what follows it) and a sample-first one (the input, and what comes
+# of it before any convolution), both ways, and a gate across the two
 model mixed_layouts {
     input  x[2, 6, 6]
     target class(3)
@@ -795,6 +795,9 @@ model mixed_layouts {
     h = add(a)
     sigmoid from a
     mul(h)
+    concat(h)
+    conv2d(3, kernel=3, padding=1)
+    concat(x)
     conv2d(3, kernel=3)
     flatten
     linear(3)
@@ -1113,7 +1116,8 @@ SPECS = [
          twin=lambda: Graph(("a", nn.Tanh()), nn.Conv2d(2, 2, 3, padding=1), Add("x"),
                             ("c", nn.Tanh()), From("a", nn.AvgPool2d(6)), ("g", nn.Sigmoid()),
                             From("c", Mul("g")), ("h", Add("a")), From("a", nn.Sigmoid()),
-                            Mul("h"), nn.Conv2d(2, 3, 3), nn.Flatten(), nn.Linear(48, 3)),
+                            Mul("h"), Cat("h"), nn.Conv2d(4, 3, 3, padding=1), Cat("x"),
+                            nn.Conv2d(5, 3, 3), nn.Flatten(), nn.Linear(48, 3)),
          optim=sgd(lr=0.05, momentum=0.9),
          data=synthetic_data((2, 6, 6), 72, "class", 3, seed=26, ntest=24)),
     Spec("cnn_adam", net=CNN_ADAM, loss="cross_entropy", bad_files=True,

@@ -96,5 +96,4 @@ const OpDef op_add = {
     .sig = {"add", "x + NAME: the layer before's output plus an earlier layer's (a residual)",
             {{"name", A_NAME, NULL, 0, 0, NULL, NULL}}},
     .shape = add_shape, .emit_fwd = add_fwd, .emit_bwd = add_bwd, .elementwise = true,
-    .bcast_operand = true,
     .layout = LAYOUT_KEEP, .cu_fwd = add_cu_fwd, .cu_bwd = add_cu_bwd};

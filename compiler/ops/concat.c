@@ -5,13 +5,15 @@
  * the heights and widths equal), a flat vector's features.  x's part
  * comes first.
  *
- * Layouts (fuse.c): both operands are laid out alike (the memory plan
- * refuses two that are not), and so is y.  Sample first, [n, ...], a
+ * Layouts (fuse.c): y is laid out as x is.  Sample first, [n, ...], a
  * sample of y is x's sample then s's: value i of a part of P floats a
  * sample lies at i / P * Y + i % P of the part's start (Y, y's floats a
  * sample).  Channel first, [C, n, H, W], y's channels are x's then s's,
  * each a block of the whole batch: x's part is the first n X floats of y,
- * s's the n S after, value i at i.
+ * s's the n S after, value i at i.  s in the other layout than x (an
+ * image made before any convolution joined to one made after) has its
+ * value i (channel c, sample j, position k of HW) at its place in y's
+ * order: c n HW + j HW + k channel first, j Y + c HW + k sample first.
  *
  * Backward: d x and d s are the two parts of d y, copied out; d x in a
  * buffer of its own (concat is not elementwise: the memory plan gives d x
@@ -70,6 +72,28 @@ static const char *at(Emit *e, const Node *n, int64_t part)
                         (long long)value_size(e, n), (long long)part);
 }
 
+/* Where s's value i lies in y (or d y) from s's part's start: as at(),
+ * or, s laid out otherwise than x (and y), at its place in y's order */
+static const char *s_at(Emit *e, const Node *n)
+{
+    const IrValue *s = &e->p->values[n->in2];
+    if (s->cn == e->p->values[n->in].cn)
+        return at(e, n, s_size(e, n));
+    const long long c = s->shape.d[0], hw = s->shape.d[1] * s->shape.d[2];
+    if (s->cn) /* into a sample-first y: i = (c, j, k) */
+        return arena_printf(e->arena, "i / ((size_t)n * %lld) * %lld + i / %lld %% (size_t)n * %lld + "
+                            "i %% %lld", hw, hw, hw, (long long)value_size(e, n), hw);
+    /* into a channel-first y: i = (j, c, k) */
+    return arena_printf(e->arena, "i / %lld * %lld + i / %lld %% %lld * ((size_t)n * %lld) + i %% %lld",
+                        c * hw, hw, hw, c, hw, hw);
+}
+
+/* s's kernel's parameters: the batch size after them where s_at reads it */
+static const char *s_params(Emit *e, const Node *n, const char *params)
+{
+    return strstr(s_at(e, n), "(size_t)n") ? arena_printf(e->arena, "%s, int n", params) : params;
+}
+
 /* The C of the start of s's part of y (or d y: base "dy"). */
 static const char *s_part(Emit *e, const Node *n, const char *base)
 {
@@ -84,7 +108,7 @@ static const char *s_part(Emit *e, const Node *n, const char *base)
 static const char *ds_update(Emit *e, const Node *n)
 {
     const IrValue *s = &e->p->values[n->in2];
-    const char *part = arena_printf(e->arena, "dys[%s]", at(e, n, s_size(e, n)));
+    const char *part = arena_printf(e->arena, "dys[%s]", s_at(e, n));
     if (s->lowp && !e->p->values[n->out].lowp)
         part = lowp_expr(e, part);
     if (!n->skip_acc)
@@ -121,7 +145,7 @@ static void concat_fwd(Emit *e, const Node *n)
     emit_each(e, x_size(e, n));
     emitf(e, "    y[%s] = x[i];", at(e, n, x_size(e, n)));
     emit_each(e, s_size(e, n));
-    emitf(e, "    ys[%s] = s[i];", at(e, n, s_size(e, n)));
+    emitf(e, "    ys[%s] = s[i];", s_at(e, n));
 }
 
 static void concat_bwd(Emit *e, const Node *n)
@@ -150,14 +174,15 @@ static void concat_cu_fwd(Emit *e, const Node *n)
     emit_locals(e, n, false);
     cu_part(e, n, "fwd_x", x_size(e, n), "const float *x, float *y",
             arena_printf(e->arena, "y[%s] = x[i];", at(e, n, x_size(e, n))));
-    cu_part(e, n, "fwd_s", s_size(e, n), "const float *s, float *ys",
-            arena_printf(e->arena, "ys[%s] = s[i];", at(e, n, s_size(e, n))));
+    cu_part(e, n, "fwd_s", s_size(e, n), s_params(e, n, "const float *s, float *ys"),
+            arena_printf(e->arena, "ys[%s] = s[i];", s_at(e, n)));
 }
 
 static void concat_cu_bwd(Emit *e, const Node *n)
 {
     emit_locals(e, n, true);
-    cu_part(e, n, "bwd_s", s_size(e, n), "const float *dys, float *ds", ds_update(e, n));
+    cu_part(e, n, "bwd_s", s_size(e, n), s_params(e, n, "const float *dys, float *ds"),
+            ds_update(e, n));
     emitf(e, "if (!dx)");
     emitf(e, "    return 0;");
     cu_part(e, n, "bwd_x", x_size(e, n), "const float *dy, float *dx", dx_update(e, n));
