@@ -24,9 +24,13 @@
 #
 # On a lent machine (2026-11-28, an H200 of 16 cores, its image without
 # autotools' outputs or stb_image): carry a `make dist` tarball, unpack and
-# run it with COMMIT set; the stages took build 11 s, kernels 86 s, parity
-# 189 s, so give parity a call of its own.  Without stb_image (libstb-dev's
-# /usr/include/stb) images.sh and cnn101 are skipped.
+# run it with COMMIT set; the stages took build 11 s, kernels 79-86 s,
+# parity 189 s, jit 47 s, precision 48 s, sanitizer 86 s, so give parity a
+# call of its own.  Carry libstb-dev's /usr/include/stb and libstb.so.0 and
+# copy them into place there (ldconfig; libstb.so a link to it), or
+# images.sh and cnn101 are skipped.  bench/gpu/run.sh's torch.compile
+# variants compile for minutes on a fresh machine: give the bench a call of
+# its own, with MODELS and VARIANTS cut to what fits.
 #
 # Environment: PYTHON (with torch; default /usr/bin/python3), JOBS (make
 # -j; default: the number of cores), CUDA_ARCH (default sm_90), BUILD (the
