@@ -761,18 +761,21 @@ model input_operands {
     input  x[6]
     target class(3)
 
-    linear(6)
+    h = linear(6)
     tanh
     r = add(x)
     linear(6) from x
     sigmoid
     mul(x)
     add(r)
-    concat(x)
+    c = concat(x)
+    tanh from x
+    add(h)
+    concat(c)
     linear(3)
 
     loss      cross_entropy
-    optimizer sgd(lr=0.05, momentum=0.9)
+    optimizer sgd(lr=0.02, momentum=0.9)
     train     csv("train.csv") batch 16 epochs 2
 }
 """
@@ -1107,10 +1110,11 @@ SPECS = [
          optim=sgd(lr=0.05, momentum=0.9),
          data=synthetic_data((2, 6, 6), 72, "class", 3, seed=23, ntest=24)),
     Spec("input_operands", net=INPUT_OPERANDS, loss="cross_entropy",
-         twin=lambda: Graph(nn.Linear(6, 6), nn.Tanh(), ("r", Add("x")),
+         twin=lambda: Graph(("h", nn.Linear(6, 6)), nn.Tanh(), ("r", Add("x")),
                             From("x", nn.Linear(6, 6)), nn.Sigmoid(), Mul("x"), Add("r"),
-                            Cat("x"), nn.Linear(12, 3)),
-         optim=sgd(lr=0.05, momentum=0.9),
+                            ("c", Cat("x")), From("x", nn.Tanh()), Add("h"), Cat("c"),
+                            nn.Linear(18, 3)),
+         optim=sgd(lr=0.02, momentum=0.9),
          data=synthetic_data((6,), 72, "class", 3, seed=25, ntest=24)),
     Spec("mixed_layouts", net=MIXED_LAYOUTS, loss="cross_entropy",
          twin=lambda: Graph(("a", nn.Tanh()), nn.Conv2d(2, 2, 3, padding=1), Add("x"),

@@ -29,18 +29,27 @@ static void emit_s(Emit *e, const Node *n, const char *decl)
 }
 
 /* The statement giving d s d y: copied, or added (the sum rounded in a
- * bf16 run where s is bf16); whether it rounds. */
+ * bf16 run where s is bf16); d y itself rounded where s is bf16 and y is
+ * not (an fp32 sum's gradient is fp32; autograd casts s's part to s's
+ * type, as the broadcast's sum is rounded); whether it rounds. */
+static bool part_rounds(const Emit *e, const Node *n)
+{
+    return e->p->values[n->in2].lowp && !e->p->values[n->out].lowp;
+}
+
 static bool ds_rounds(const Emit *e, const Node *n)
 {
-    return n->skip_acc && e->p->values[n->in2].lowp;
+    return (n->skip_acc && e->p->values[n->in2].lowp) || part_rounds(e, n);
 }
 
 static const char *ds_update(Emit *e, const Node *n)
 {
+    const char *part = part_rounds(e, n) ? lowp_expr(e, "dy[i]") : "dy[i]";
     if (!n->skip_acc)
-        return "ds[i] = dy[i];";
+        return arena_printf(e->arena, "ds[i] = %s;", part);
+    const char *sum = arena_printf(e->arena, "ds[i] + %s", part);
     return arena_printf(e->arena, "ds[i] = %s;",
-                        ds_rounds(e, n) ? lowp_expr(e, "ds[i] + dy[i]") : "ds[i] + dy[i]");
+                        e->p->values[n->in2].lowp ? lowp_expr(e, sum) : sum);
 }
 
 /* y's value i: x[i] + s[i], or s's value broadcast onto x's i */
