@@ -635,15 +635,23 @@ static bool check_init(Program *p, const Stmt *s, Inits *out)
 {
     out->kind = s->name;
     if (s->name) {
-        static const char *const kinds[] = {"linear", "conv2d", "rnn"};
+        /* the layers that take initializers (an A_INIT argument), from the op table */
+        int nops, nkinds = 0;
+        const OpDef *const *ops = op_table(&nops);
+        const char *kinds[64], *list = "";
+        for (int i = 0; i < nops && nkinds < 64; i++)
+            if (takes_inits(ops[i])) {
+                kinds[nkinds++] = ops[i]->sig.name;
+                list = arena_printf(p->arena, "%s%s%s", list, *list ? ", " : "", ops[i]->sig.name);
+            }
         const OpDef *op = op_find(s->name);
         if (!op) {
-            unknown(p, s->name_loc, "layer", s->name, kinds, 3, "linear, conv2d, rnn");
+            unknown(p, s->name_loc, "layer", s->name, kinds, nkinds, list);
             return false;
         }
         if (!takes_inits(op)) {
-            diag_error(p->diag, s->name_loc, "'init %s': only linear, conv2d and rnn layers take "
-                       "initializers", s->name);
+            diag_error(p->diag, s->name_loc, "'init %s': %s takes no initializers (the layers "
+                       "that do: %s)", s->name, s->name, list);
             if (!strncmp(s->name, "batchnorm", 9))
                 diag_note(p->diag, s->name_loc, "a batchnorm's weight starts at ones and its bias "
                           "at zeros, as PyTorch's");
