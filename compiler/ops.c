@@ -267,8 +267,10 @@ static int runs(Emit *e, const Node *n, Run *r)
     const int nd = memory_order(x->rank, is_cn(e, n->in), xdim); /* (the ranks are equal) */
     memory_order(s->rank, is_cn(e, n->in2), sdim);
     Extent size[4], ssize[4], xs[4], ss[4], sstride[5], xacc = {1, false}, sacc = {1, false};
+    int xpos[5]; /* where each dimension (the batch first) lies in x's order */
     for (int k = nd - 1; k >= 0; k--) { /* strides, from the innermost dimension out */
         const int xd = xdim[k], sd = sdim[k];
+        xpos[xd + 1] = k;
         size[k] = xd < 0 ? (Extent){1, true} : (Extent){x->d[xd], false};
         ssize[k] = xd < 0 ? (Extent){1, true} : (Extent){s->d[xd], false};
         xs[k] = xacc;
@@ -292,11 +294,13 @@ static int runs(Emit *e, const Node *n, Run *r)
         }
         run_of[k] = nr - 1;
     }
-    bool found = false; /* s's dimensions from the outermost: the first kept */
-    for (int j = 0; j < nd && !found; j++)
-        for (int k = 0; k < nd && !found; k++)
-            if (xdim[k] == sdim[j] && kept[k])
-                r[run_of[k]].souter = found = true;
+    for (int j = 0; j < nd; j++) { /* s's dimensions from the outermost: the first kept */
+        const int k = xpos[sdim[j] + 1];
+        if (kept[k]) {
+            r[run_of[k]].souter = true;
+            break;
+        }
+    }
     return nr;
 }
 
