@@ -1,7 +1,7 @@
 # tests/flags.sh — the generated program's flags and its errors: each bad
 # flag, bad data file and bad weights file gives one clear message naming
 # the thing, exit status non-zero, and no crash.  The running program keeps
-# its name, and its OpenMP threads wait passively.
+# its name, and its OpenMP threads spin briefly, then sleep.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 
 cat > "$WORK/m.net" <<'NET'
@@ -179,8 +179,8 @@ expect_error "head.csv:1:1: not a number: 'a'; the line looks like a header: ski
     --data "$WORK/head.csv"
 
 # the program keeps its name while it runs, though it executes itself again
-# to make OpenMP's threads wait passively: pgrep finds it by name, once
-# the policy is in its environment (no OpenMP: no policy, nothing to wait
+# to make OpenMP's threads spin briefly, then sleep: pgrep finds it by
+# name, once the policy is in its environment (no OpenMP: no policy, nothing to wait
 # for)
 name=np$$
 cp "$p" "$WORK/$name"
@@ -191,9 +191,22 @@ if grep -q OMP_WAIT_POLICY "$p"; then
     until tr '\0' '\n' < /proc/$pid/environ 2> /dev/null | grep -qx OMP_WAIT_POLICY=passive ||
         [ $i -ge 100 ]; do sleep 0.1; i=$((i + 1)); done
     check "[ $i -lt 100 ]" "OMP_WAIT_POLICY=passive is not in the running program's environment"
+    check "tr '\\0' '\\n' < /proc/$pid/environ | grep -qx GOMP_SPINCOUNT=1000" \
+        "GOMP_SPINCOUNT=1000 is not in the running program's environment"
 fi
 check "pgrep -x $name | grep -qx $pid" "pgrep -x $name does not find it: it is '$(cat /proc/$pid/comm)'"
 stop $pid TERM
+# a spin count of the user's is kept
+if grep -q OMP_WAIT_POLICY "$p"; then
+    GOMP_SPINCOUNT=77 "$WORK/$name" --data "$WORK/ok.csv" --epochs 100000000 > /dev/null 2>&1 &
+    pid=$!
+    i=0
+    until tr '\0' '\n' < /proc/$pid/environ 2> /dev/null | grep -qx OMP_WAIT_POLICY=passive ||
+        [ $i -ge 100 ]; do sleep 0.1; i=$((i + 1)); done
+    check "[ $i -lt 100 ] && tr '\\0' '\\n' < /proc/$pid/environ | grep -qx GOMP_SPINCOUNT=77" \
+        "the user's GOMP_SPINCOUNT=77 is not what the running program has"
+    stop $pid TERM
+fi
 # under a debugger it does not: gdb would stop at the exec
 if command -v gdb > /dev/null 2>&1 && command -v timeout > /dev/null 2>&1; then
     timeout 60 gdb -q -batch -ex run --args "$p" --data "$WORK/ok.csv" --max-steps 1 --quiet \
