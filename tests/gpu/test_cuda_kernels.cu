@@ -841,7 +841,7 @@ static void test_conv_dx(nrt_cuda_net *net, int k, const char *geo, int n,
                          const std::vector<float> &w, const std::vector<float> &dy)
 {
     using G = nrt_k::ConvGeom<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW>;
-    const nrt_conv g = {C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, NRT_DOT_F32};
+    const nrt_conv g = {C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, NRT_DOT_F32, NULL};
     const size_t xs = (size_t)n * C * H * W;
     std::vector<float> want(xs), mag(xs);
     cpu_conv_dx(&g, n, CN_OUT, w.data(), dy.data(), want.data());
@@ -861,7 +861,7 @@ static void test_conv(nrt_cuda_net *net, const char *geo, std::initializer_list<
 {
     using G = nrt_k::ConvGeom<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW>;
     const ConvKernels k = conv_kernels<C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, CN>();
-    const nrt_conv g = {C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, NRT_DOT_F32};
+    const nrt_conv g = {C, H, W, O, OH, OW, KH, KW, SH, SW, PH, PW, NRT_DOT_F32, NULL};
     const int CKK = C * KH * KW;
     for (int n : batches) {
         const size_t xs = (size_t)n * C * H * W, ys = (size_t)O * n * OH * OW;
