@@ -388,7 +388,8 @@ static void emit_lowp_bwd(Emit *e, const Node *n)
 {
     const Program *p = e->p;
     /* (a part of a gradient is rounded where it is added: emit_grad_part) */
-    if ((p->values[n->in].lowp || casts_input(e, n)) && ir_root(p, n->in) != 0 && n->dx_buf < 0)
+    if ((p->values[n->in].lowp || casts_input(e, n)) && ir_root(p, n->in) != 0 && n->dx_buf < 0 &&
+        !keeps_rounding(p, n, true))
         emit_round_value(e, grad_expr(e, n->in), n->in);
     if (n->op->product && n->nparams > 0) {
         const Param *first = &p->params[n->param0], *last = &p->params[n->param0 + n->nparams - 1];
@@ -436,7 +437,8 @@ void emit_pass_calls(Emit *e, bool bwd)
             }
             emitf(e, "%s%s(net, n, %s, %s%s", open, pass_name(e, n, "fwd"), in,
                   value_expr(e, out), close);
-            if (!n->op->is_view && e->p->values[out].lowp)
+            /* (a product's epilogue rounds its sum before a fused activation) */
+            if (!n->op->is_view && e->p->values[out].lowp && !keeps_rounding(p, last_visible(n), false))
                 emit_round_value(e, value_expr(e, out), out);
         }
     }

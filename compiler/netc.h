@@ -302,6 +302,12 @@ typedef struct OpDef {
     bool aux_cpu_only;   /* its aux is the cpu passes' alone (conv2d's "xp") */
     bool product;        /* linear, conv2d, rnn: matrix products, which take
                             bf16 inputs in a bf16 run (autocast's list) */
+    /* Whether its output holds only its input's values and zeros (relu,
+     * maxpool2d, flatten), or, bwd, its d input only d output's values and
+     * zeros (not a max pool whose windows overlap, where they add up): a
+     * rounded input then gives a rounded output, and a bf16 run needs no
+     * rounding pass after it.  NULL: never. */
+    bool (*selects)(const Program *p, const Node *n, bool bwd);
 } OpDef;
 
 /* How a batch of images lies in memory: [n, C, H, W] (NC, the data's) or
@@ -604,7 +610,11 @@ const char *c_double(Arena *a, double v);
 /* The C expression of value v's memory, or of its gradient's. */
 const char *value_expr(Emit *e, int v);
 const char *grad_expr(Emit *e, int v);
-/* Whether n is the first product, which casts its input in a bf16 run. */
+/* Whether n's pass gives values rounded already, in a bf16 run: values of
+ * its bf16 input (bwd: of its output's gradient, rounded as the gradient
+ * of a bf16 value) and zeros (OpDef.selects). */
+bool keeps_rounding(const Program *p, const Node *n, bool bwd);
+/* Whether n is a product of an fp32 input, which it casts in a bf16 run. */
 bool casts_input(const Emit *e, const Node *n);
 /* The end of n's backward pass where its d x is a part of d x (ops.c). */
 void emit_grad_part(Emit *e, const Node *n);

@@ -69,6 +69,17 @@ bool same_shape(Program *p, Node *n)
     return true;
 }
 
+bool selects_always(const Program *p, const Node *n, bool bwd)
+{
+    (void)p, (void)n, (void)bwd;
+    return true;
+}
+
+bool keeps_rounding(const Program *p, const Node *n, bool bwd)
+{
+    return n->op->selects && p->values[n->in].lowp && n->op->selects(p, n, bwd);
+}
+
 int second_input(Program *p, Node *n, const ArgVal *a)
 {
     const char *what = arena_printf(p->arena, "%s reads", n->op->sig.name);
@@ -449,7 +460,8 @@ void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
 /* dy = dy * act'(y), for a fused activation, before the layer's own
  * backward; in bf16 rounded after, as a pass of its own (the loop then
  * has no branch on the precision, and vectorises: relu's select inside
- * one cost a mispredicted branch every other value). */
+ * one cost a mispredicted branch every other value), but for a relu's,
+ * which are some of dy's values, rounded, and zeros. */
 void emit_act_grad(Emit *e, const Node *n, int64_t size)
 {
     if (!n->fused)
@@ -457,6 +469,8 @@ void emit_act_grad(Emit *e, const Node *n, int64_t size)
     emitf(e, "/* through the fused %s */", n->fused->op->sig.name);
     emit_each(e, size);
     emitf(e, "    dy[i] = %s;", act_grad(e->arena, n->fused, n->fused->op->act, "dy[i]", NULL, "y[i]"));
+    if (keeps_rounding(e->p, n->fused, true))
+        return;
     emitf(e, "if (net->lowp)");
     emitf(e, "    nrt_round_lowp(net->lowp, dy, (size_t)n * %lld);", (long long)size);
 }

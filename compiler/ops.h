@@ -62,6 +62,8 @@ bool window(Program *p, Node *n, int64_t in, int k, int s, int pad, const char *
             int64_t *out);
 /* the shape rule of an op whose output is shaped as its input */
 bool same_shape(Program *p, Node *n);
+/* OpDef.selects of an op whose values are its input's both ways */
+bool selects_always(const Program *p, const Node *n, bool bwd);
 /* The value the name argument a of a two-input op (add, mul, concat)
  * names, set as n's second input (Node.in2); -1 with the error said. */
 int second_input(Program *p, Node *n, const ArgVal *a);

@@ -99,6 +99,53 @@ check "grep -q '^    %2  *shares %1.s memory (fused)$' '$ir'" "IR: memory reuse 
 check "grep -q '^  gradients    2 buffers of 1024' '$ir'" "IR: gradient buffers"
 check "grep -q '^    layer 0 xp  *\[2122, 2222) cpu only$' '$ir'" "IR: a cpu-only saved tensor"
 
+# A bf16 run rounds each bf16 value once: after the pass that makes it, but
+# not after a relu, a max pool or a flatten, whose outputs are their
+# input's values (and zeros), nor after a product whose epilogue rounded
+# its sum before a fused relu; nor their gradients, but for a max pool
+# whose windows overlap, where two add up.  The pass after each call, on
+# the cpu and the GPU: a rounding or not; and inside the cpu's backward
+# pass of the product, the fused relu's gradient not rounded again.
+cat > "$WORK/stem.net" <<'MODEL'
+model stem {
+    input  image[2, 8, 8]
+    target class(4)
+    conv2d(4, kernel=3, padding=1)
+    batchnorm2d
+    relu
+    maxpool2d(3, stride=2, padding=1)
+    maxpool2d(2)
+    conv2d(4, kernel=1)
+    relu
+    flatten
+    linear(4)
+    loss cross_entropy
+    optimizer sgd
+}
+MODEL
+"$NETC" --emit=c --no-line "$WORK/stem.net" -o "$WORK/stem.c" > "$WORK/stem.err" 2>&1
+check "[ $? -eq 0 ]" "stem: --emit=c failed: $(cat "$WORK/stem.err")"
+# rounds_after PASS: "R C": of PASS's C calls (cpu, and GPU where built
+# with CUDA), how many a rounding follows
+rounds_after() {
+    awk -v pass="$1" 'after { r += /if \(net->lowp\)/; after = 0 }
+        $0 ~ "^ *(TRY\\(cu_)?" pass "\\(net, n," { after = 1; c++ }
+        END { print r + 0, c + 0 }' "$WORK/stem.c"
+}
+for pass in conv2d_0_fwd batchnorm2d_1_fwd batchnorm2d_1_bwd maxpool2d_3_bwd conv2d_5_bwd; do
+    set -- $(rounds_after $pass)
+    check "[ $2 -gt 0 ] && [ $1 -eq $2 ]" "stem: $pass: $1 of its $2 calls rounded after it, not all"
+done
+for pass in relu_2_fwd maxpool2d_3_fwd maxpool2d_4_fwd conv2d_5_fwd relu_2_bwd maxpool2d_4_bwd \
+    flatten_7_bwd; do
+    set -- $(rounds_after $pass)
+    check "[ $2 -gt 0 ] && [ $1 -eq 0 ]" "stem: $pass: $1 of its $2 calls rounded after it, though its values are rounded"
+done
+check "! sed -n '/^static void conv2d_5_bwd/,/^}/p' '$WORK/stem.c' | grep -q 'round_lowp(net->lowp, dy,'" \
+    "stem: conv2d_5_bwd rounds its fused relu's gradient, which is rounded already"
+check "sed -n '/^static void conv2d_5_fwd/,/^}/p' '$WORK/stem.c' | grep -q 'round_lowp(net->lowp, r,'" \
+    "stem: conv2d_5_fwd's epilogue does not round its sum before the relu"
+
 # debuggers: a layer's pass is at its model line (DWARF 4, which every
 # addr2line reads)
 if command -v addr2line > /dev/null 2>&1 && command -v nm > /dev/null 2>&1; then

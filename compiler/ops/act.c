@@ -185,7 +185,8 @@ static void act_cu_bwd(Emit *e, const Node *n)
     .shape = same_shape, .emit_fwd = act_fwd, .emit_bwd = act_bwd, .act = &(a),            \
     .layout = LAYOUT_KEEP, .cu_fwd = act_cu_fwd, .cu_bwd = act_cu_bwd
 
-const OpDef op_relu = {.sig = {"relu", "max(x, 0)", NOARGS}, ACTIVATION(relu_act)};
+const OpDef op_relu = {.sig = {"relu", "max(x, 0)", NOARGS}, ACTIVATION(relu_act),
+                       .selects = selects_always};
 const OpDef op_leaky_relu = {.sig = {"leaky_relu", "x if x > 0 else negative_slope * x",
                                      {{"negative_slope", A_NUM, "0.01", 0, BIG, NULL, NULL}}},
                              ACTIVATION(leaky_act)};

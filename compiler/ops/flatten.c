@@ -65,4 +65,5 @@ static void flatten_cu_bwd(Emit *e, const Node *n) { cu_flatten(e, n, true); }
 const OpDef op_flatten = {
     .sig = {"flatten", "[C, H, W] -> [C*H*W] (nn.Flatten)", NOARGS},
     .shape = flatten_shape, .emit_fwd = flatten_fwd, .emit_bwd = flatten_bwd, .is_view = true,
-    .layout = LAYOUT_NC, .cu_fwd = flatten_cu_fwd, .cu_bwd = flatten_cu_bwd};
+    .layout = LAYOUT_NC, .cu_fwd = flatten_cu_fwd, .cu_bwd = flatten_cu_bwd,
+    .selects = selects_always};

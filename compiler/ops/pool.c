@@ -104,5 +104,14 @@ static void pool_cu_bwd(Emit *e, const Node *n) { cu_pool(e, n, true); }
     .shape = pool_shape, .emit_fwd = pool_fwd, .emit_bwd = pool_bwd, .layout = LAYOUT_KEEP, \
     .cu_fwd = pool_cu_fwd, .cu_bwd = pool_cu_bwd
 
-const OpDef op_maxpool2d = {POOLING("maxpool2d", "max pooling (nn.MaxPool2d; stride defaults to kernel)")};
+/* A max pool's output is some of its input's values; its d input holds d
+ * output's values and zeros where no two windows share an input value */
+static bool maxpool_selects(const Program *p, const Node *n, bool bwd)
+{
+    (void)p;
+    return !bwd || arg(n, PL_KERNEL) <= arg(n, PL_STRIDE);
+}
+
+const OpDef op_maxpool2d = {POOLING("maxpool2d", "max pooling (nn.MaxPool2d; stride defaults to kernel)"),
+                            .selects = maxpool_selects};
 const OpDef op_avgpool2d = {POOLING("avgpool2d", "average pooling (nn.AvgPool2d, count_include_pad=True)")};
