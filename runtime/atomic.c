@@ -79,11 +79,24 @@ static void sync_dir_of(const char *path)
     free(dir);
 }
 
+int nrt_atomic_target(const char *path, nrt_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || S_ISREG(st.st_mode))
+        return 0;
+    if (S_ISDIR(st.st_mode))
+        return nrt_errorf(err, "%s: cannot write: %s", path, strerror(EISDIR));
+    return nrt_errorf(err, "%s: not a regular file; the file written replaces what is there, "
+                      "so give the path of a file", path);
+}
+
 int nrt_atomic_open(nrt_atomic *w, const char *path, nrt_error *err)
 {
     *w = (nrt_atomic){.path = path};
     if (!path || !*path)
         return nrt_errorf(err, "no file name to write to");
+    if (nrt_atomic_target(path, err))
+        return -1;
     remove_stale_temps(path);
     size_t len = strlen(path) + 32;
     if (!(w->tmp = malloc(len)))

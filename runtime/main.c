@@ -1243,14 +1243,11 @@ static int probe_dir(const char *dir, const char *path, nrt_error *err)
 static int check_file(const char *path, int in_place, nrt_error *err)
 {
     struct stat st;
+    if (!in_place && nrt_atomic_target(path, err))
+        return -1;
     if (stat(path, &st) == 0) {
         if (S_ISDIR(st.st_mode))
             return nrt_errorf(err, "%s: cannot write: %s", path, strerror(EISDIR));
-        /* a save renames its temporary over the target: over a device
-         * (--save /dev/null, as root) it would replace the device */
-        if (!in_place && !S_ISREG(st.st_mode))
-            return nrt_errorf(err, "%s: not a regular file; the file written replaces what is "
-                              "there, so give the path of a file", path);
         if (in_place)
             return access(path, W_OK) == 0
                        ? 0

@@ -592,6 +592,10 @@ typedef struct nrt_atomic {
 } nrt_atomic;
 
 int nrt_atomic_open(nrt_atomic *w, const char *path, nrt_error *err);
+/* 0 if a file written whole can go to path: nothing is there, or a
+ * regular file; -1 (err) for a directory, a device or a pipe, which the
+ * rename would replace (-o /dev/null, as root).  nrt_atomic_open checks. */
+int nrt_atomic_target(const char *path, nrt_error *err);
 int nrt_atomic_close(nrt_atomic *w, nrt_error *err);
 int nrt_atomic_commit(nrt_atomic *w, nrt_error *err);
 void nrt_atomic_abort(nrt_atomic *w);

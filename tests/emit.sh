@@ -258,4 +258,17 @@ done
 # bad kinds are refused
 "$NETC" --emit=asm "$SRC/models/digits_cnn.net" > "$WORK/out" 2> "$WORK/err"
 check "[ $? -eq 2 ] && grep -q \"unknown output kind 'asm'\" '$WORK/err'" "--emit=asm: $(cat "$WORK/err")"
+
+# an output that is not a regular file is refused, not replaced: netc
+# renames its finished temporary over the output (-o /dev/null, run as
+# root, once made /dev/null a file); a pipe is not opened either (no hang)
+mkfifo "$WORK/fifo"
+for out in /dev/null "$WORK/fifo"; do
+    for kind in --emit=c --emit=ir ""; do
+        "$NETC" $kind "$SRC/models/digits_cnn.net" -o "$out" > "$WORK/out" 2> "$WORK/err"
+        check "[ $? -eq 1 ] && grep -qF 'netc: error: $out: not a regular file' '$WORK/err'" \
+            "netc $kind -o $out: $(cat "$WORK/err")"
+    done
+done
+check "[ -c /dev/null ] && [ -p '$WORK/fifo' ]" "/dev/null or the pipe was replaced"
 finish
