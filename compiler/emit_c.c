@@ -437,8 +437,8 @@ void emit_pass_calls(Emit *e, bool bwd)
             }
             emitf(e, "%s%s(net, n, %s, %s%s", open, pass_name(e, n, "fwd"), in,
                   value_expr(e, out), close);
-            /* (a product's epilogue rounds its sum before a fused activation) */
-            if (!n->op->is_view && e->p->values[out].lowp && !keeps_rounding(p, last_visible(n), false))
+            if (!n->op->is_view && e->p->values[out].lowp && !n->op->rounds_output &&
+                !keeps_rounding(p, n, false))
                 emit_round_value(e, value_expr(e, out), out);
         }
     }

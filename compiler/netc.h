@@ -308,6 +308,8 @@ typedef struct OpDef {
      * rounded input then gives a rounded output, and a bf16 run needs no
      * rounding pass after it.  NULL: never. */
     bool (*selects)(const Program *p, const Node *n, bool bwd);
+    bool rounds_output;  /* linear, conv2d, rnn: its pass leaves its output
+                            rounded in a bf16 run (in its epilogue) */
 } OpDef;
 
 /* How a batch of images lies in memory: [n, C, H, W] (NC, the data's) or

@@ -433,14 +433,20 @@ void cu_bcast_ds(Emit *e, const Node *n, const char *what, const char *part, con
  * low-precision product with its bias is) and the activation.  Each a pass
  * of its own over the row, none branching on the precision, so that they
  * vectorise at -O2 too (one loop rounding each value did not, where -O3
- * unswitched it: cifar10's -O2 step 23.2 -> 22.2 ms).  Without an
- * activation the caller's rounding of the layer's output is the sum's. */
+ * unswitched it: cifar10's -O2 step 23.2 -> 22.2 ms).  The layer's
+ * output leaves it rounded (OpDef.rounds_output): without a bias or an
+ * activation here, a rounding pass is all of it; an activation that does
+ * not keep the rounding of its input (keeps_rounding: relu's does) is
+ * rounded after. */
 void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
                           const char *bias_at)
 {
     bool bias = bias_at && n->nparams > 1;
-    if (!epilogue(e, n, bias))
+    if (!epilogue(e, n, bias)) {
+        emitf(e, "if (%s) /* bf16, fp16: the sum rounded */", lowp_flag(e));
+        emitf(e, "    nrt_round_lowp(%s, y, %s * %s);", lowp_flag(e), rows, len);
         return;
+    }
     emit_par_for(e, e->p->values[n->out].size, arena_printf(e->arena, "%s * %s", rows, len));
     emitf(e, "for (size_t i = 0; i < %s; i++) {", rows);
     emitf(e, "    float *r = y + i * %s;", len);
@@ -448,11 +454,15 @@ void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
         emitf(e, "    for (size_t k = 0; k < %s; k++)", len);
         emitf(e, "        r[k] += %s;", bias_at);
     }
+    emitf(e, "    if (%s)", lowp_flag(e));
+    emitf(e, "        nrt_round_lowp(%s, r, %s);", lowp_flag(e), len);
     if (n->fused) {
-        emitf(e, "    if (%s)", lowp_flag(e));
-        emitf(e, "        nrt_round_lowp(%s, r, %s);", lowp_flag(e), len);
         emitf(e, "    for (size_t k = 0; k < %s; k++)", len);
         emitf(e, "        r[k] = %s;", n->fused->op->act->fwd(e->arena, n->fused, "r[k]"));
+        if (!keeps_rounding(e->p, n->fused, false)) {
+            emitf(e, "    if (%s)", lowp_flag(e));
+            emitf(e, "        nrt_round_lowp(%s, r, %s);", lowp_flag(e), len);
+        }
     }
     emitf(e, "}");
 }
@@ -531,13 +541,21 @@ const char *cu_lowp(Emit *e, const char *params)
     return arena_printf(e->arena, "%s, int lowp", params);
 }
 
-/* y = act(y + b): the bias and the fused activation as one kernel. */
+/* y = act(y + b): the bias and the fused activation as one kernel, the
+ * sum rounded in a bf16 run (and the activation's value, where it does not
+ * keep the rounding); without either, the rounding alone: the layer's
+ * output leaves it rounded (OpDef.rounds_output). */
 void cu_epilogue(Emit *e, const Node *n, const char *count, const char *bias_index,
                         bool np)
 {
     const char *expr = epilogue(e, n, n->nparams > 1);
-    if (!expr)
+    if (!expr) {
+        emitf(e, "if (net->lowp) /* bf16, fp16: the sum rounded */");
+        emitf(e, "    TRY(nrt_cu_round_lowp(net, y, y, %s, err));", count);
         return;
+    }
+    if (n->fused && !keeps_rounding(e->p, n->fused, false))
+        expr = lowp_expr(e, expr); /* (the activation's value rounded too) */
     bool bias = n->nparams > 1;
     /* with np, the bias index is i / np */
     const char *params = !bias ? "float *y" : np ? "float *y, const float *b, size_t np"

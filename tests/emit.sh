@@ -99,13 +99,14 @@ check "grep -q '^    %2  *shares %1.s memory (fused)$' '$ir'" "IR: memory reuse 
 check "grep -q '^  gradients    2 buffers of 1024' '$ir'" "IR: gradient buffers"
 check "grep -q '^    layer 0 xp  *\[2122, 2222) cpu only$' '$ir'" "IR: a cpu-only saved tensor"
 
-# A bf16 run rounds each bf16 value once: after the pass that makes it, but
-# not after a relu, a max pool or a flatten, whose outputs are their
-# input's values (and zeros), nor after a product whose epilogue rounded
-# its sum before a fused relu; nor their gradients, but for a max pool
-# whose windows overlap, where two add up.  The pass after each call, on
-# the cpu and the GPU: a rounding or not; and inside the cpu's backward
-# pass of the product, the fused relu's gradient not rounded again.
+# A bf16 run rounds each bf16 value once: after the pass that makes it, or
+# in it (a product's, in its epilogue: its sum, then a fused activation's
+# value unless the activation keeps the rounding), but not after a relu, a
+# max pool or a flatten, whose outputs are their input's values (and
+# zeros); nor their gradients, but for a max pool whose windows overlap,
+# where two add up.  The pass after each call, on the cpu and the GPU: a
+# rounding or not; and inside the cpu's passes of the products, the
+# roundings of the sum and of a fused tanh, not of a fused relu's gradient.
 cat > "$WORK/stem.net" <<'MODEL'
 model stem {
     input  image[2, 8, 8]
@@ -119,6 +120,7 @@ model stem {
     relu
     flatten
     linear(4)
+    tanh
     loss cross_entropy
     optimizer sgd
 }
@@ -132,19 +134,22 @@ rounds_after() {
         $0 ~ "^ *(TRY\\(cu_)?" pass "\\(net, n," { after = 1; c++ }
         END { print r + 0, c + 0 }' "$WORK/stem.c"
 }
-for pass in conv2d_0_fwd batchnorm2d_1_fwd batchnorm2d_1_bwd maxpool2d_3_bwd conv2d_5_bwd; do
+for pass in batchnorm2d_1_fwd batchnorm2d_1_bwd maxpool2d_3_bwd conv2d_5_bwd; do
     set -- $(rounds_after $pass)
     check "[ $2 -gt 0 ] && [ $1 -eq $2 ]" "stem: $pass: $1 of its $2 calls rounded after it, not all"
 done
-for pass in relu_2_fwd maxpool2d_3_fwd maxpool2d_4_fwd conv2d_5_fwd relu_2_bwd maxpool2d_4_bwd \
-    flatten_7_bwd; do
+for pass in conv2d_0_fwd relu_2_fwd maxpool2d_3_fwd maxpool2d_4_fwd conv2d_5_fwd linear_8_fwd \
+    relu_2_bwd maxpool2d_4_bwd flatten_7_bwd; do
     set -- $(rounds_after $pass)
     check "[ $2 -gt 0 ] && [ $1 -eq 0 ]" "stem: $pass: $1 of its $2 calls rounded after it, though its values are rounded"
 done
-check "! sed -n '/^static void conv2d_5_bwd/,/^}/p' '$WORK/stem.c' | grep -q 'round_lowp(net->lowp, dy,'" \
-    "stem: conv2d_5_bwd rounds its fused relu's gradient, which is rounded already"
-check "sed -n '/^static void conv2d_5_fwd/,/^}/p' '$WORK/stem.c' | grep -q 'round_lowp(net->lowp, r,'" \
-    "stem: conv2d_5_fwd's epilogue does not round its sum before the relu"
+# the roundings in PASS's cpu function
+rounds_in() { sed -n "/^static void $1(/,/^}/p" "$WORK/stem.c" | grep -c 'nrt_round_lowp(net->lowp, '; }
+check "[ $(rounds_in conv2d_0_fwd) -eq 1 ]" "stem: conv2d_0_fwd does not round its sum once"
+check "[ $(rounds_in conv2d_5_fwd) -eq 1 ]" "stem: conv2d_5_fwd does not round its sum once (before the relu)"
+check "[ $(rounds_in linear_8_fwd) -eq 2 ]" "stem: linear_8_fwd does not round its sum and its tanh's value"
+check "[ $(rounds_in conv2d_5_bwd) -eq 0 ]" "stem: conv2d_5_bwd rounds its fused relu's gradient, rounded already"
+check "[ $(rounds_in linear_8_bwd) -eq 1 ]" "stem: linear_8_bwd does not round its fused tanh's gradient"
 
 # debuggers: a layer's pass is at its model line (DWARF 4, which every
 # addr2line reads)

@@ -189,8 +189,7 @@ static void conv2d_cu_fwd(Emit *e, const Node *n)
     emitf(e, "/* y[%lld, n*%lld] = W[%lld, %lld] cols(x): implicit GEMM, no columns stored */",
           c.O, c.P, c.O, c.CKK);
     cu_igemm(e, n, k, "fwd", c.C * c.H * c.W, c.O * c.P, c.O, c.P, t, "&x, &W, &y, &net->lowp");
-    if (n->fused || n->nparams > 1)
-        emitf(e, "size_t np = (size_t)n * %lld;", c.P);
+    emitf(e, "size_t np = (size_t)n * %lld;", c.P);
     cu_epilogue(e, n, arena_printf(e->arena, "(size_t)%lld * np", c.O), "i / np", true);
 }
 
@@ -254,4 +253,4 @@ const OpDef op_conv2d = {
     .shape = conv2d_shape, .emit_fwd = conv2d_fwd, .emit_bwd = conv2d_bwd,
     .takes_epilogue = true, .aux_name = "xp", .layout = LAYOUT_CN, .cu_fwd = conv2d_cu_fwd,
     .cu_bwd = conv2d_cu_bwd, .cu_workspace = conv2d_cu_workspace, .aux_cpu_only = true,
-    .product = true};
+    .product = true, .rounds_output = true};
