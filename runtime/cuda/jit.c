@@ -625,6 +625,11 @@ static int write_entry(const char *dir, const char *path, int kind,
         textf(why, cap, "cannot create cache directory %s: %s", dir, strerror(errno));
         return -1;
     }
+    /* a corrupt entry that is not a file (read_entry: a FIFO, a device) is
+     * the cache's to remove: nrt_atomic will not rename over one */
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        (void)unlink(path);
     nrt_atomic w;
     nrt_error err;
     if (nrt_atomic_open(&w, path, &err)) {
