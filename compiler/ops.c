@@ -428,16 +428,15 @@ void cu_bcast_ds(Emit *e, const Node *n, const char *what, const char *part, con
 
 /* The cpu's epilogue of a linear or conv2d layer, over `rows` rows of y,
  * each of `len` values: the bias added (bias_at: its value at value k of
- * row i; NULL where the product added it, as a convolution's does), then,
- * with a fused activation, in bf16 and fp16 the sum rounded (as autocast's
- * low-precision product with its bias is) and the activation.  Each a pass
- * of its own over the row, none branching on the precision, so that they
- * vectorise at -O2 too (one loop rounding each value did not, where -O3
- * unswitched it: cifar10's -O2 step 23.2 -> 22.2 ms).  The layer's
- * output leaves it rounded (OpDef.rounds_output): without a bias or an
- * activation here, a rounding pass is all of it; an activation that does
- * not keep the rounding of its input (keeps_rounding: relu's does) is
- * rounded after. */
+ * row i; NULL where the product added it, as a convolution's does), in
+ * bf16 and fp16 the sum rounded (as autocast's low-precision product with
+ * its bias is), then a fused activation, its value rounded again unless
+ * the activation keeps the rounding (keeps_rounding: relu's does).  Each a
+ * pass of its own over the row, none branching on the precision, so that
+ * they vectorise at -O2 too (one loop rounding each value did not, where
+ * -O3 unswitched it: cifar10's -O2 step 23.2 -> 22.2 ms).  Without a bias
+ * or an activation here, the rounding pass is all of it: the layer's
+ * output leaves its pass rounded (OpDef.rounds_output). */
 void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
                           const char *bias_at)
 {
