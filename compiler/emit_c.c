@@ -297,10 +297,8 @@ void emit_value_locals(Emit *e)
                   shape_str(e->arena, &p->values[v].shape));
 }
 
-/* "if (cond) dst[0..count) = src rounded to the run's precision;" (src
- * NULL: dst in place), on the cpu or the GPU. */
-static void emit_round(Emit *e, const char *cond, const char *dst, const char *src,
-                       const char *count)
+void emit_round(Emit *e, const char *cond, const char *dst, const char *src,
+                const char *count)
 {
     emitf(e, "if (%s)", cond);
     if (e->cuda)

@@ -616,6 +616,10 @@ const char *grad_expr(Emit *e, int v);
  * its bf16 input (bwd: of its output's gradient, rounded as the gradient
  * of a bf16 value) and zeros (OpDef.selects). */
 bool keeps_rounding(const Program *p, const Node *n, bool bwd);
+/* "if (cond) dst[0..count) = src rounded to the run's precision;" (src
+ * NULL: dst in place), on the cpu or the GPU. */
+void emit_round(Emit *e, const char *cond, const char *dst, const char *src,
+                const char *count);
 /* Whether n is a product of an fp32 input, which it casts in a bf16 run. */
 bool casts_input(const Emit *e, const Node *n);
 /* The end of n's backward pass where its d x is a part of d x (ops.c). */

@@ -442,8 +442,8 @@ void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
 {
     bool bias = bias_at && n->nparams > 1;
     if (!epilogue(e, n, bias)) {
-        emitf(e, "if (%s) /* bf16, fp16: the sum rounded */", lowp_flag(e));
-        emitf(e, "    nrt_round_lowp(%s, y, %s * %s);", lowp_flag(e), rows, len);
+        emitf(e, "/* bf16, fp16: the sum rounded */");
+        emit_round(e, "net->lowp", "y", NULL, arena_printf(e->arena, "%s * %s", rows, len));
         return;
     }
     emit_par_for(e, e->p->values[n->out].size, arena_printf(e->arena, "%s * %s", rows, len));
@@ -453,16 +453,15 @@ void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
         emitf(e, "    for (size_t k = 0; k < %s; k++)", len);
         emitf(e, "        r[k] += %s;", bias_at);
     }
-    emitf(e, "    if (%s)", lowp_flag(e));
-    emitf(e, "        nrt_round_lowp(%s, r, %s);", lowp_flag(e), len);
+    e->indent++;
+    emit_round(e, "net->lowp", "r", NULL, len);
     if (n->fused) {
-        emitf(e, "    for (size_t k = 0; k < %s; k++)", len);
-        emitf(e, "        r[k] = %s;", n->fused->op->act->fwd(e->arena, n->fused, "r[k]"));
-        if (!keeps_rounding(e->p, n->fused, false)) {
-            emitf(e, "    if (%s)", lowp_flag(e));
-            emitf(e, "        nrt_round_lowp(%s, r, %s);", lowp_flag(e), len);
-        }
+        emitf(e, "for (size_t k = 0; k < %s; k++)", len);
+        emitf(e, "    r[k] = %s;", n->fused->op->act->fwd(e->arena, n->fused, "r[k]"));
+        if (!keeps_rounding(e->p, n->fused, false))
+            emit_round(e, "net->lowp", "r", NULL, len);
     }
+    e->indent--;
     emitf(e, "}");
 }
 
@@ -478,10 +477,8 @@ void emit_act_grad(Emit *e, const Node *n, int64_t size)
     emitf(e, "/* through the fused %s */", n->fused->op->sig.name);
     emit_each(e, size);
     emitf(e, "    dy[i] = %s;", act_grad(e->arena, n->fused, n->fused->op->act, "dy[i]", NULL, "y[i]"));
-    if (keeps_rounding(e->p, n->fused, true))
-        return;
-    emitf(e, "if (net->lowp)");
-    emitf(e, "    nrt_round_lowp(net->lowp, dy, (size_t)n * %lld);", (long long)size);
+    if (!keeps_rounding(e->p, n->fused, true))
+        emit_round(e, "net->lowp", "dy", NULL, batch_count(e, (long long)size));
 }
 
 
@@ -549,8 +546,8 @@ void cu_epilogue(Emit *e, const Node *n, const char *count, const char *bias_ind
 {
     const char *expr = epilogue(e, n, n->nparams > 1);
     if (!expr) {
-        emitf(e, "if (net->lowp) /* bf16, fp16: the sum rounded */");
-        emitf(e, "    TRY(nrt_cu_round_lowp(net, y, y, %s, err));", count);
+        emitf(e, "/* bf16, fp16: the sum rounded */");
+        emit_round(e, "net->lowp", "y", NULL, count);
         return;
     }
     if (n->fused && !keeps_rounding(e->p, n->fused, false))

@@ -1243,15 +1243,15 @@ static int probe_dir(const char *dir, const char *path, nrt_error *err)
 static int check_file(const char *path, int in_place, nrt_error *err)
 {
     struct stat st;
-    if (!in_place && nrt_atomic_target(path, err))
-        return -1;
-    if (stat(path, &st) == 0) {
+    if (!in_place) {
+        if (nrt_atomic_target(path, err))
+            return -1;
+    } else if (stat(path, &st) == 0) {
         if (S_ISDIR(st.st_mode))
             return nrt_errorf(err, "%s: cannot write: %s", path, strerror(EISDIR));
-        if (in_place)
-            return access(path, W_OK) == 0
-                       ? 0
-                       : nrt_errorf(err, "%s: cannot write: %s", path, strerror(errno));
+        return access(path, W_OK) == 0
+                   ? 0
+                   : nrt_errorf(err, "%s: cannot write: %s", path, strerror(errno));
     }
     const char *slash = strrchr(path, '/');
     if (!slash)

@@ -180,8 +180,8 @@ expect_error "head.csv:1:1: not a number: 'a'; the line looks like a header: ski
 
 # the program keeps its name while it runs, though it executes itself again
 # to make OpenMP's threads spin briefly, then sleep: pgrep finds it by
-# name, once the policy is in its environment (no OpenMP: no policy, nothing to wait
-# for)
+# name, once the policy is in its environment (no OpenMP: no policy,
+# nothing to wait for)
 name=np$$
 cp "$p" "$WORK/$name"
 "$WORK/$name" --data "$WORK/ok.csv" --epochs 100000000 > /dev/null 2>&1 &
