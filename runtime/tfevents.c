@@ -359,7 +359,7 @@ static int create_file(nrt_tb *tb, const char *dir, nrt_error *err)
 {
     char host[TB_HOST_MAX + 1];
     host_name(host, sizeof host);
-    long long secs = (long long)time(NULL);
+    long long secs = (long long)wall_time(); /* the events' clock (time() may trail it) */
     long pid = (long)getpid();
     size_t dlen = strlen(dir);
     const char *sep = dlen && dir[dlen - 1] == '/' ? "" : "/";
