@@ -241,7 +241,7 @@ static void emit_node(Emit *e, const Node *n)
 {
     emit_layer_comment(e, n);
     emit_at(e, n->stmt->loc.first_line);
-    emitf(e, "static void %s(nrt_net *net, int n, const float *x, float *y)", pass_name(e, n, "fwd"));
+    emitf(e, "NRT_PASS static void %s(nrt_net *net, int n, const float *x, float *y)", pass_name(e, n, "fwd"));
     emitf(e, "{");
     e->indent++;
     bool uses_net =
@@ -253,7 +253,7 @@ static void emit_node(Emit *e, const Node *n)
     e->indent--;
     emitf(e, "}");
     emit_blank(e);
-    emitf(e, "static void %s(nrt_net *net, int n, const float *x, const float *y, float *dy, float *dx)",
+    emitf(e, "NRT_PASS static void %s(nrt_net *net, int n, const float *x, const float *y, float *dy, float *dx)",
           pass_name(e, n, "bwd"));
     emitf(e, "{");
     e->indent++;
@@ -466,7 +466,7 @@ static void emit_forward(Emit *e)
 {
     const Program *p = e->p;
     emitf(e, "/* The forward pass over a batch; returns the mean loss. */");
-    emitf(e, "static float forward(nrt_net *net, const nrt_batch *b, const float **out)");
+    emitf(e, "NRT_PASS static float forward(nrt_net *net, const nrt_batch *b, const float **out)");
     emitf(e, "{");
     e->indent++;
     emitf(e, "int n = b->n;");
@@ -492,7 +492,7 @@ static void emit_backward(Emit *e)
     const Program *p = e->p;
     emitf(e, "/* The backward pass, after forward() on the same batch in training mode:");
     emitf(e, " * d loss / d output is already in %s. */", grad_expr(e, p->nvalues - 1));
-    emitf(e, "static void backward(nrt_net *net, const nrt_batch *b)");
+    emitf(e, "NRT_PASS static void backward(nrt_net *net, const nrt_batch *b)");
     emitf(e, "{");
     e->indent++;
     emitf(e, "int n = b->n;");

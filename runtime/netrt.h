@@ -722,6 +722,25 @@ typedef struct nrt_init {
 #define NRT_PAR_FOR(values)
 #endif
 
+/* A generated pass (and forward and backward) is compiled twice where the
+ * compiler can, for AVX2 and for the x86-64 baseline (SSE2), and the
+ * program runs the one its cpu has, chosen as it starts (GCC's and
+ * Clang's target_clones, through an ifunc): one binary whose elementwise
+ * loops take 8-float vectors wherever there are.  Both give the same bits:
+ * the loops are elementwise or sum in the order written (no -ffast-math),
+ * and AVX2 alone brings no FMA to contract a multiply and an add into.
+ * Not at -O0, which vectorises nothing: a debugger finds each pass under
+ * its own name. */
+#if !defined(NRT_PASS) && defined(__OPTIMIZE__) && defined(__x86_64__) && defined(__ELF__) && \
+    !defined(__CUDACC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define NRT_PASS __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef NRT_PASS /* (-DNRT_PASS= builds the baseline alone) */
+#define NRT_PASS
+#endif
+
 /* One parameter tensor of a model, as generated code describes it. */
 typedef struct nrt_param {
     const char *name;  /* PyTorch's state_dict name: "0.weight", "fc1.bias" */

@@ -144,7 +144,7 @@ for pass in conv2d_0_fwd relu_2_fwd maxpool2d_3_fwd maxpool2d_4_fwd conv2d_5_fwd
     check "[ $2 -gt 0 ] && [ $1 -eq 0 ]" "stem: $pass: $1 of its $2 calls rounded after it, though its values are rounded"
 done
 # the roundings in PASS's cpu function
-rounds_in() { sed -n "/^static void $1(/,/^}/p" "$WORK/stem.c" | grep -c 'nrt_round_lowp(net->lowp, '; }
+rounds_in() { sed -n "/^NRT_PASS static void $1(/,/^}/p" "$WORK/stem.c" | grep -c 'nrt_round_lowp(net->lowp, '; }
 check "[ $(rounds_in conv2d_0_fwd) -eq 1 ]" "stem: conv2d_0_fwd does not round its sum once"
 check "[ $(rounds_in conv2d_5_fwd) -eq 1 ]" "stem: conv2d_5_fwd does not round its sum once (before the relu)"
 check "[ $(rounds_in linear_8_fwd) -eq 2 ]" "stem: linear_8_fwd does not round its sum and its tanh's value"
