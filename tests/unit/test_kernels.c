@@ -130,6 +130,50 @@ static void check_gemm_at(int dot, int ta, int tb, int m, int n, int k, float al
     free(c0);
 }
 
+/* The products below the packing threshold (m n k < 4096, gemm_small):
+ * each element of C is the fp32 sum, in the order of p from 0, of its
+ * products rounded, then alpha s, or alpha s + beta c (no FMA), whatever
+ * the blocking of the loops around it: the same bits as one element at a
+ * time.  Shapes with one row, one column and k = 1 among them (boston_mlp's
+ * last layer and its gradients). */
+static void test_sgemm_small_order(void)
+{
+    static const int sh[][3] = {{32, 1, 32}, {1, 32, 32}, {32, 32, 1}, {7, 9, 5},
+                                {13, 3, 17}, {3, 30, 11}, {9, 8, 1}, {1, 1, 40}};
+    int bad = 0;
+    for (size_t t = 0; t < sizeof sh / sizeof *sh; t++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int bi = 0; bi < 3; bi++) {
+                    const int m = sh[t][0], n = sh[t][1], k = sh[t][2];
+                    const float alpha = bi == 2 ? 0.7f : 1.0f, beta = bi == 0 ? 0.0f : 0.37f;
+                    const int lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 3;
+                    float *a = randv((size_t)(ta ? k : m) * lda);
+                    float *b = randv((size_t)(tb ? n : k) * ldb), *c = randv((size_t)m * ldc);
+                    float *c0 = malloc((size_t)m * ldc * sizeof *c0);
+                    memcpy(c0, c, (size_t)m * ldc * sizeof *c);
+                    nrt_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+                    for (int i = 0; i < m; i++)
+                        for (int j = 0; j < n; j++) {
+                            float s = 0.0f;
+                            for (int p = 0; p < k; p++) {
+                                const float x = ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p];
+                                const float y = tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j];
+                                const float xy = x * y;
+                                s += xy;
+                            }
+                            const float e = c0[(size_t)i * ldc + j];
+                            const float want = beta == 0.0f ? alpha * s : alpha * s + beta * e;
+                            if (memcmp(&want, &c[(size_t)i * ldc + j], sizeof want) && bad++ < 3)
+                                CHECK(0, "small sgemm ta=%d tb=%d %dx%dx%d beta=%g: C[%d][%d] = "
+                                         "%.9g, the in-order sum %.9g", ta, tb, m, n, k, beta, i,
+                                      j, c[(size_t)i * ldc + j], want);
+                        }
+                    free(a), free(b), free(c), free(c0);
+                }
+    CHECK(bad == 0, "small sgemm: %d elements not the in-order sum", bad);
+}
+
 static void check_gemm(int ta, int tb, int m, int n, int k, float alpha, float beta, int pad,
                        int nanc)
 {
@@ -2285,6 +2329,7 @@ int main(int argc, char **argv)
         return bench();
     test_sgemm();
     test_sgemm_threads();
+    test_sgemm_small_order();
     test_dots();
     test_im2col();
     test_maxpool();
