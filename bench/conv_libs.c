@@ -22,6 +22,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
+
 #define DNNL_CHECK(call)                                                                    \
     do {                                                                                    \
         dnnl_status_t st_ = (call);                                                         \
@@ -36,38 +38,17 @@ struct shape {
     int n, c, o, h, k, p;
 };
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static float *filled(size_t n, unsigned seed)
-{
-    float *v = malloc(n * sizeof *v);
-    if (!v) {
-        fprintf(stderr, "conv_libs: out of memory\n");
-        exit(1);
-    }
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1103515245u + 12345u;
-        v[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
-    }
-    return v;
-}
-
 /* One pass, timed: the best of runs over about 0.25 s, in ms. */
 typedef void (*pass_fn)(void *ctx);
 
 static double best_ms(pass_fn f, void *ctx)
 {
-    double best = 1e30, start = now();
+    double best = 1e30, start = bench_now();
     f(ctx); /* warm up */
-    for (int reps = 0; reps < 5 || now() - start < 0.25; reps++) {
-        double t0 = now();
+    for (int reps = 0; reps < 5 || bench_now() - start < 0.25; reps++) {
+        double t0 = bench_now();
         f(ctx);
-        double dt = now() - t0;
+        double dt = bench_now() - t0;
         if (dt < best)
             best = dt;
     }
@@ -128,7 +109,7 @@ static dnnl_memory_t dnnl_mem(dnnl_engine_t eng, const_dnnl_primitive_desc_t pd,
     void *h;
     DNNL_CHECK(dnnl_memory_get_data_handle(m, &h));
     const size_t bytes = dnnl_memory_desc_get_size(md);
-    float *v = filled(bytes / sizeof(float), seed);
+    float *v = bench_values(bytes / sizeof(float), seed);
     memcpy(h, v, bytes);
     free(v);
     return m;
@@ -258,10 +239,10 @@ static void nrt_times(const struct shape *s, double ms[3])
     const size_t hp = (size_t)s->h + 2 * s->p;
     const size_t xs = (size_t)s->n * s->c * s->h * s->h, ys = (size_t)s->n * s->o * oh * oh;
     const size_t ws = (size_t)s->o * s->c * s->k * s->k;
-    t.x = filled(xs, 1), t.w = filled(ws, 2), t.dy = filled(ys, 5);
-    t.xp = filled((size_t)s->n * s->c * hp * hp, 0), t.y = filled(ys, 4);
-    t.dw = filled(ws, 7), t.dx = filled(xs, 6);
-    t.scratch = filled((size_t)s->n * nrt_conv2d_dx_scratch(&t.g), 0);
+    t.x = bench_values(xs, 1), t.w = bench_values(ws, 2), t.dy = bench_values(ys, 5);
+    t.xp = bench_values((size_t)s->n * s->c * hp * hp, 0), t.y = bench_values(ys, 4);
+    t.dw = bench_values(ws, 7), t.dx = bench_values(xs, 6);
+    t.scratch = bench_values((size_t)s->n * nrt_conv2d_dx_scratch(&t.g), 0);
     ms[0] = best_ms(nrt_fwd, &t);
     ms[1] = best_ms(nrt_dw, &t);
     ms[2] = s->p < s->k ? best_ms(nrt_dx, &t) : 0.0;

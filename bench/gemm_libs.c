@@ -25,6 +25,8 @@
 
 #include <netrt.h>
 
+#include "bench.h"
+
 #ifdef HAVE_LIBXSMM
 #include <libxsmm.h>
 #endif
@@ -44,27 +46,6 @@ struct lib {
     const char *name;
     cblas_sgemm_fn sgemm; /* NULL: libxsmm */
 };
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static float *values(size_t n, unsigned seed)
-{
-    float *v = malloc(n * sizeof *v);
-    if (!v) {
-        fprintf(stderr, "gemm_libs: out of memory\n");
-        exit(1);
-    }
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1103515245u + 12345u;
-        v[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
-    }
-    return v;
-}
 
 /* One product by library l (-1: built in); 0 if it has no kernel for it. */
 typedef struct {
@@ -105,18 +86,18 @@ static double time_call(const call *q, const struct lib *l)
 {
     if (!run(q, l))
         return -1.0;
-    double t0 = now();
+    double t0 = bench_now();
     int calls = 0;
-    while (now() - t0 < 2e-4 || calls < 3) {
+    while (bench_now() - t0 < 2e-4 || calls < 3) {
         run(q, l);
         calls++;
     }
     double best = 1e30;
     for (int r = 0; r < REPS; r++) {
-        t0 = now();
+        t0 = bench_now();
         for (int i = 0; i < calls; i++)
             run(q, l);
-        double t = (now() - t0) / calls;
+        double t = (bench_now() - t0) / calls;
         if (t < best)
             best = t;
     }
@@ -169,8 +150,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < ns; i++) {
         const struct shape *s = &sh[i];
         call q = {.s = s, .lda = s->ta ? s->m : s->k, .ldb = s->tb ? s->k : s->n, .ldc = s->n};
-        float *a = values((size_t)s->m * s->k, 1), *b = values((size_t)s->k * s->n, 2);
-        float *ref = values((size_t)s->m * s->n, 3), *c = values((size_t)s->m * s->n, 4);
+        float *a = bench_values((size_t)s->m * s->k, 1);
+        float *b = bench_values((size_t)s->k * s->n, 2);
+        float *ref = bench_values((size_t)s->m * s->n, 3);
+        float *c = bench_values((size_t)s->m * s->n, 4);
         q.a = a, q.b = b;
 #ifdef HAVE_LIBXSMM
         {
