@@ -1,4 +1,5 @@
-# tests/isa.sh — the cpu gives the same bits on AVX2 as on AVX-512:
+# tests/isa.sh — the cpu gives the same bits on AVX2 as on AVX-512, and
+# the generated passes' AVX2 clone the same as their baseline's (below):
 # tests/gpu/parity.sh with DEVICE=cpu-avx2 (a run against the same run
 # under NETRT_CPU_ISA=avx2, every step's loss equal) over every
 # models/*.net and every tests/gradcheck model, in file order and
@@ -23,11 +24,23 @@ check "[ $? -eq 1 ] && grep -q \"error: NETRT_CPU_ISA is 'avx3': auto or avx2\" 
 check "[ $? -eq 0 ] && grep -q 'precision fp32: products as fp32 multiply-adds (\(AVX2\|portable\|OpenBLAS\), NETRT_CPU_ISA)' '$WORK/avx2.out'" \
     "NETRT_CPU_ISA=avx2: $(head -3 "$WORK/avx2.out")"
 
+# The generated passes' two clones (NRT_PASS, netrt.h): the AVX2 one the
+# cpu picks against the x86-64 baseline's (-DNRT_PASS=), every model and
+# tests/gradcheck model in fp32 and bf16, the same bits; on a cpu without
+# AVX2 both runs are the baseline's.
+gradcheck_data_dir "$WORK/data" 40
+for p in fp32 bf16; do
+    (cd "$SRC" && DEVICE=cpu-baseline STEPS=10 SAMPLES=75 BATCH=16 PRECISION=$p \
+        DATA_DIR="$WORK/data" sh "$SRC/tests/gpu/parity.sh" "$SRC"/models/*.net \
+        "$SRC"/tests/gradcheck/*.net) > "$WORK/clones.$p" 2>&1
+    check "[ $? -eq 0 ]" "the passes' AVX2 and baseline clones in $p: $(grep -v -e '^ok' -e '^skip' "$WORK/clones.$p")"
+    tail -n 1 "$WORK/clones.$p"
+done
+
 if ! grep -q '^flags.* avx512f' /proc/cpuinfo 2> /dev/null; then
     echo "no AVX-512 here: no AVX2 to compare it with"
     finish
 fi
-gradcheck_data_dir "$WORK/data" 40
 cd "$SRC" || exit 1 # the models name their data from the source tree
 export NETRT_CPU_CONV=builtin NETRT_CPU_BF16=fp32
 for p in fp32 bf16; do

@@ -21,7 +21,10 @@
 #            must agree bit for bit: the check a machine without a GPU can
 #            make of this script and of the cpu side.  DEVICE=cpu-avx2
 #            compares the cpu with itself under NETRT_CPU_ISA=avx2 (its
-#            products on AVX2, not AVX-512), bit for bit too.
+#            products on AVX2, not AVX-512), bit for bit too.  DEVICE=cpu-baseline
+#            compares the program with itself built with -DNRT_PASS=: its
+#            generated passes in their x86-64 baseline (SSE2) clone, not the
+#            AVX2 one the cpu picks (netrt.h), bit for bit too.
 #   STEPS    steps per run (default: 100)
 #   RTOL     the tolerance (default: 1e-4)
 #   KEEP     a directory to keep the logs in (default: none)
@@ -113,7 +116,7 @@ data_flags() {
     done
 }
 
-a_env= b_env=
+a_env= b_env= b_cflags=
 if [ "$DEVICE" = cpu ]; then
     a_flags="--device cpu --threads 1"
     b_flags="--device cpu --threads 2"
@@ -123,6 +126,11 @@ elif [ "$DEVICE" = cpu-avx2 ]; then
     b_flags="--device cpu"
     b_env=NETRT_CPU_ISA=avx2
     rtol=0 # nor the instruction set the built-in kernels run on
+elif [ "$DEVICE" = cpu-baseline ]; then
+    a_flags="--device cpu"
+    b_flags="--device cpu"
+    b_cflags="${NETC_CFLAGS:--O3 -fno-math-errno} -DNRT_PASS="
+    rtol=0 # nor the clone of the generated passes
 else
     a_flags="--device cpu"
     b_flags="--device $DEVICE"
@@ -142,7 +150,16 @@ for model in "$@"; do
         failed=$((failed + 1))
         continue
     fi
-    if [ $first = 1 ] && [ "$DEVICE" != cpu ] && [ "$DEVICE" != cpu-avx2 ]; then
+    a_prog=$prog b_prog=$prog
+    if [ -n "$b_cflags" ]; then
+        b_prog=$prog.b
+        if ! NETC_CFLAGS=$b_cflags "$NETC" "$model" -o "$b_prog" > "$work/$name.netc.b.log" 2>&1; then
+            echo "FAIL $name: netc with NETC_CFLAGS=$b_cflags: $(head -5 "$work/$name.netc.b.log")"
+            failed=$((failed + 1))
+            continue
+        fi
+    fi
+    if [ $first = 1 ] && [ "${DEVICE#cpu}" = "$DEVICE" ]; then
         first=0
         if $bound "$prog" --list-devices 2>&1 | grep -q '^no CUDA device'; then
             echo "parity.sh: no CUDA device: skipped"
@@ -164,9 +181,9 @@ for model in "$@"; do
         [ "$order" = --no-shuffle ] && flags="$flags --no-shuffle"
         ok=1
         for side in a b; do
-            eval "dev=\$${side}_flags envs=\$${side}_env"
+            eval "dev=\$${side}_flags envs=\$${side}_env run=\$${side}_prog"
             # shellcheck disable=SC2086,SC2154
-            if ! $bound env $envs "$prog" $dev $flags $(data_flags "$name") \
+            if ! $bound env $envs "$run" $dev $flags $(data_flags "$name") \
                 --metrics "$work/$name$order.$side.jsonl" > "$work/$name$order.$side.out" 2>&1; then
                 if grep -q 'built without stb_image' "$work/$name$order.$side.out"; then
                     ok=skip # image data, and a runtime configured without stb_image
