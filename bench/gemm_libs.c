@@ -47,7 +47,9 @@ struct lib {
     cblas_sgemm_fn sgemm; /* NULL: libxsmm */
 };
 
-/* One product by library l (-1: built in); 0 if it has no kernel for it. */
+/* One product, its operands and, where built with it, its libxsmm kernel;
+ * run() computes it by library l (NULL: the built-in path), 0 if l has no
+ * kernel for it. */
 typedef struct {
     const struct shape *s;
     const float *a, *b;

@@ -46,7 +46,7 @@ for m in $MODELS; do
     "$NETC" "$root/models/$m.net" --emit=c --no-cuda --no-line -o "$work/$m.c"
     batch=$(sed -n 's/^ *\.batch = \([0-9]*\),.*/\1/p' "$work/$m.c")
     first_linear=0
-    grep -q '^NRT_PASS static void linear_0_fwd\|^static void linear_0_fwd' "$work/$m.c" &&
+    grep -q '^NRT_PASS static void linear_0_fwd(' "$work/$m.c" &&
         first_linear=1
     sed -n 's/.*nrt_gemm(net->dot, \([01]\), \([01]\), \([0-9n]*\), \([0-9n]*\), \([0-9n]*\),.*/\1 \2 \3 \4 \5/p' \
         "$work/$m.c" |
