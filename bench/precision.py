@@ -19,7 +19,10 @@ weights, the optimizer's state and the data set together.  bf16's products
 run on AMX's tiles (NETRT_CPU_BF16=amx), as AVX512-BF16's pairs
 (avx512bf16), each where the cpu has it, else the next, or as fp32
 multiply-adds of the bf16 values (fp32); auto, the default, picks by the
-cpu (runtime/backend.c), and each column says what ran.
+cpu (runtime/backend.c), and each column says what ran.  The values
+between layers are kept in 16 bits where that takes less memory
+(NETRT_ACT_BITS=auto, the default), or always (16) or never (32): the
+last two columns.
 """
 import argparse
 import json
@@ -33,7 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 # model: epochs per run
-EPOCHS = {"digits_cnn": 4, "cifar10": 4, "cnn101": 4, "airline_rnn": 40}
+EPOCHS = {"digits_cnn": 4, "cifar10": 4, "cnn101": 4, "airline_rnn": 40, "digits_resnet": 4,
+          "resnet20": 3}
 
 # One run under a fresh interpreter, which prints its exit status, output and
 # peak resident memory (getrusage's RUSAGE_CHILDREN: the largest child's).
@@ -42,13 +46,15 @@ RUN_ONE = ("import json, resource, subprocess, sys\n"
            "print(json.dumps({'rc': r.returncode, 'out': r.stdout, 'err': r.stderr,\n"
            "  'kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))\n")
 
-CONFIGS = [  # (column, --precision, NETRT_CPU_BF16)
-    ("fp32", "fp32", None),
-    ("bf16", "bf16", None),
-    ("bf16 amx", "bf16", "amx"),
-    ("bf16 avx512bf16", "bf16", "avx512bf16"),
-    ("bf16 fp32", "bf16", "fp32"),
-    ("fp16", "fp16", None),
+CONFIGS = [  # (column, --precision, the environment's NETRT_CPU_BF16 and NETRT_ACT_BITS)
+    ("fp32", "fp32", {}),
+    ("bf16", "bf16", {}),
+    ("bf16 amx", "bf16", {"NETRT_CPU_BF16": "amx"}),
+    ("bf16 avx512bf16", "bf16", {"NETRT_CPU_BF16": "avx512bf16"}),
+    ("bf16 fp32", "bf16", {"NETRT_CPU_BF16": "fp32"}),
+    ("fp16", "fp16", {}),
+    ("bf16 16-bit values", "bf16", {"NETRT_ACT_BITS": "16"}),
+    ("bf16 32-bit values", "bf16", {"NETRT_ACT_BITS": "32"}),
 ]
 
 
@@ -84,6 +90,7 @@ def measure(o, work):
     subprocess.run(mk + [f"{work}/c101.bin", "--records", "320", "--classes", "101", "--seed", "3"],
                    check=True)
     data = {"cifar10": ["--data", f"{work}/c10.bin", "--test-data", f"{work}/c10.bin"],
+            "resnet20": ["--data", f"{work}/c10.bin", "--test-data", f"{work}/c10.bin"],
             "cnn101": ["--data", f"{work}/c101.bin", "--test-data", f"{work}/c101.bin"]}
     rows = {}
     for m in o.models:
@@ -103,8 +110,8 @@ def measure(o, work):
             for col, prec, how in CONFIGS:
                 env = dict(os.environ, OMP_NUM_THREADS=str(o.threads))
                 env.pop("NETRT_CPU_BF16", None)
-                if how:
-                    env["NETRT_CPU_BF16"] = how
+                env.pop("NETRT_ACT_BITS", None)
+                env.update(how)
                 metrics = f"{work}/{m}.jsonl"
                 r = subprocess.run([sys.executable, "-c", RUN_ONE, prog, "--device", "cpu",
                                     "--seed", "1", "--precision", prec, "--metrics", metrics]

@@ -216,6 +216,9 @@ void emit_driver(Emit *e, bool cuda)
               (long long)p->cast_size,
               p->cast_size == p->values[p->nodes[p->first_product].in].size
                   ? "first product's input" : "products' fp32 inputs");
+    if (p->half_act_size)
+        emitf(e, ".half_act_size = %lld, /* bf16, fp16: values kept in 16 bits */",
+              (long long)p->half_act_size);
     e->indent--;
     emitf(e, "};");
     emit_blank(e);

@@ -16,6 +16,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* forward_half and backward_half (the second plan): the value each fp32
+ * working copy w0, w1, w2 holds (a root value, or -1), the one last
+ * written or loaded, and the locals the function uses. */
+typedef struct HalfGlue {
+    int held[3];
+    int last;
+    bool *used;  /* [nvalues]: h%d, a value's 16 bits */
+    bool work[3];/* w0, w1, w2 */
+} HalfGlue;
+
+/* Working copy k's local (w0, w1, w2), now used. */
+static const char *work_name(Emit *e, int k)
+{
+    e->half->work[k] = true;
+    return arena_printf(e->arena, "w%d", k);
+}
+
 void emitf(Emit *e, const char *fmt, ...)
 {
     if (!e->out)
@@ -114,11 +131,20 @@ const char *c_double(Arena *a, double v)
     return arena_strdup(a, buf);
 }
 
+/* In forward_half and backward_half a value kept in 16 bits is read and
+ * written in the working copy holding it; NULL where backward does not
+ * read it. */
 const char *value_expr(Emit *e, int v)
 {
     int r = ir_root(e->p, v);
     if (r == 0)
         return e->cuda ? "net->x" : "b->x";
+    if (e->half && e->p->values[r].half) {
+        for (int k = 0; k < 2; k++)
+            if (e->half->held[k] == r)
+                return work_name(e, k);
+        return "NULL";
+    }
     return arena_printf(e->arena, "a%d", r);
 }
 
@@ -212,6 +238,17 @@ static const char *lowp_weights(const Node *n)
     return n->op->product ? "(net->lowp ? net->wlp : net->param)" : "net->param";
 }
 
+/* Inside a pass, the activation memory at per-sample offset off, or at
+ * half_off where the run keeps its values in 16 bits (the cpu's second
+ * plan, fuse.c). */
+static const char *act_memory(Emit *e, int64_t off, int64_t half_off)
+{
+    if (e->cuda || !e->p->half_act_size)
+        return arena_printf(e->arena, "net->act + (size_t)net->cap * %lld", (long long)off);
+    return arena_printf(e->arena, "net->act + (size_t)net->cap * (net->half ? %lld : %lld)",
+                        (long long)half_off, (long long)off);
+}
+
 /* Declarations every pass function of n starts with. */
 void emit_pass_locals(Emit *e, const Node *n, bool bwd)
 {
@@ -231,10 +268,24 @@ void emit_pass_locals(Emit *e, const Node *n, bool bwd)
     }
     /* (the GPU's convolutions read x itself, not the cpu's padded copy) */
     if (n->aux_size && !(e->cuda && !strcmp(n->op->aux_name, "xp")))
-        emitf(e, "float *%s = net->act + (size_t)net->cap * %lld;", n->op->aux_name,
-              (long long)n->aux_offset);
+        emitf(e, "float *%s = %s;", n->op->aux_name,
+              act_memory(e, n->aux_offset, n->aux_half_offset));
     if (n->iaux_size)
         emitf(e, "int32_t *arg = net->iact + (size_t)net->cap * %lld;", (long long)n->iaux_offset);
+}
+
+/* Whether n's backward pass reads x: a layer with weights or state does,
+ * and an activation whose derivative needs it; y: one whose derivative
+ * needs it, itself or fused. */
+static bool bwd_reads_x(const Node *n)
+{
+    return n->op->takes_epilogue || n->nparams || n->nbufs || n->op->bwd_reads_x ||
+           (n->op->act && n->op->act->needs & NEEDS_X);
+}
+
+static bool bwd_reads_y(const Node *n)
+{
+    return (n->op->act && n->op->act->needs & NEEDS_Y) || n->fused;
 }
 
 static void emit_node(Emit *e, const Node *n)
@@ -259,11 +310,9 @@ static void emit_node(Emit *e, const Node *n)
     e->indent++;
     if (!uses_net)
         emitf(e, "(void)net;");
-    /* a layer with weights reads x, and an activation whose derivative needs it */
-    if (!n->op->takes_epilogue && !n->nparams && !n->nbufs && !n->op->bwd_reads_x &&
-        !(n->op->act && n->op->act->needs & NEEDS_X))
+    if (!bwd_reads_x(n))
         emitf(e, "(void)x;");
-    if (!(n->op->act && n->op->act->needs & NEEDS_Y) && !n->fused)
+    if (!bwd_reads_y(n))
         emitf(e, "(void)y;");
     emit_pass_locals(e, n, true);
     n->op->emit_bwd(e, n);
@@ -280,21 +329,110 @@ const Node *last_visible(const Node *n)
     return n->fused ? n->fused : n;
 }
 
+/* A value read by name inside a pass (add's s): where the run keeps it
+ * in 16 bits, forward_half and backward_half have loaded it into the
+ * third working copy. */
 const char *value_memory(Emit *e, int v)
 {
+    const IrValue *val = &e->p->values[ir_root(e->p, v)];
     if (ir_root(e->p, v) == 0)
         return "net->x";
-    return arena_printf(e->arena, "net->act + (size_t)net->cap * %lld",
-                        (long long)e->p->values[ir_root(e->p, v)].offset);
+    if (val->half && !e->cuda)
+        return act_memory(e, val->offset, e->p->half_work[2]);
+    return act_memory(e, val->offset, val->half_offset);
+}
+
+static bool is_half(const Emit *e, int v)
+{
+    return e->half && e->p->values[ir_root(e->p, v)].half;
+}
+
+/* v's 16 bits into working copy k (nothing if it holds them already) */
+static void half_load(Emit *e, int v, int k)
+{
+    HalfGlue *h = e->half;
+    if (h->held[k] == v)
+        return;
+    h->used[v] = true;
+    emitf(e, "nrt_half_load(net->lowp, %s, h%d, (size_t)n * %lld);", work_name(e, k), v,
+          (long long)e->p->values[v].size);
+    h->held[k] = v;
+}
+
+/* Which of w0 and w1 takes a new value, keeping the one that holds keep,
+ * or else the last used. */
+static int half_free(const HalfGlue *h, int keep)
+{
+    if (keep >= 0 && (h->held[0] == keep || h->held[1] == keep))
+        return h->held[0] == keep;
+    return h->held[0] == h->last;
+}
+
+/* Root v, kept in 16 bits, in w0 or w1: loaded if in neither. */
+static void half_in(Emit *e, int v, int keep)
+{
+    HalfGlue *h = e->half;
+    if (h->held[0] != v && h->held[1] != v)
+        half_load(e, v, half_free(h, keep));
+    h->last = v;
+}
+
+/* Before n's pass in forward_half or backward_half: its operands loaded
+ * (backward: those it reads), and in forward its output given a working
+ * copy. */
+static void half_before(Emit *e, const Node *n, bool bwd)
+{
+    const Program *p = e->p;
+    HalfGlue *h = e->half;
+    const int x = ir_root(p, n->in), y = ir_root(p, last_visible(n)->out);
+    if (n->in2 >= 0 && is_half(e, n->in2) && (!bwd || n->op->bwd_reads_s))
+        half_load(e, ir_root(p, n->in2), 2);
+    const bool need_x = is_half(e, x) && (!bwd || bwd_reads_x(n));
+    const bool need_y = is_half(e, y) && bwd && bwd_reads_y(n);
+    if (need_y)
+        half_in(e, y, need_x ? x : -1);
+    if (need_x)
+        half_in(e, x, need_y ? y : -1);
+    if (!bwd && is_half(e, y)) {
+        h->held[half_free(h, is_half(e, x) ? x : -1)] = y;
+        h->last = y;
+    }
+}
+
+/* After n's forward pass (and the rounding of its output) in
+ * forward_half: the output's 16 bits kept for backward. */
+static void half_after(Emit *e, const Node *n)
+{
+    const int y = ir_root(e->p, last_visible(n)->out);
+    if (!is_half(e, y))
+        return;
+    e->half->used[y] = true;
+    emitf(e, "nrt_half_keep(net->lowp, h%d, %s, (size_t)n * %lld);", y, value_expr(e, y),
+          (long long)e->p->values[y].size);
 }
 
 void emit_value_locals(Emit *e)
 {
     const Program *p = e->p;
-    for (int v = 1; v < p->nvalues; v++)
-        if (p->values[v].alias < 0)
-            emitf(e, "float *a%d = %s; /* %s */", v, value_memory(e, v),
-                  shape_str(e->arena, &p->values[v].shape));
+    for (int v = 1; v < p->nvalues; v++) {
+        const IrValue *val = &p->values[v];
+        if (val->alias >= 0)
+            continue;
+        if (!e->half)
+            emitf(e, "float *a%d = net->act + (size_t)net->cap * %lld; /* %s */", v,
+                  (long long)val->offset, shape_str(e->arena, &val->shape));
+        else if (!val->half)
+            emitf(e, "float *a%d = net->act + (size_t)net->cap * %lld; /* %s */", v,
+                  (long long)val->half_offset, shape_str(e->arena, &val->shape));
+        else if (e->half->used[v])
+            emitf(e, "uint16_t *h%d = (uint16_t *)(void *)(net->act + (size_t)net->cap * %lld); "
+                  "/* %s, 16 bits */", v, (long long)val->half_offset,
+                  shape_str(e->arena, &val->shape));
+    }
+    for (int k = 0; e->half && k < 3; k++)
+        if (e->half->work[k])
+            emitf(e, "float *w%d = net->act + (size_t)net->cap * %lld;", k,
+                  (long long)p->half_work[k]);
 }
 
 void emit_round(Emit *e, const char *cond, const char *dst, const char *src,
@@ -410,6 +548,8 @@ void emit_pass_calls(Emit *e, bool bwd)
         if (!ir_emits_passes(p, n))
             continue;
         int out = last_visible(n)->out;
+        if (e->half)
+            half_before(e, n, bwd);
         const char *in = casts_input(e, n) ? cast_name(e, n) : value_expr(e, n->in);
         if (bwd) {
             /* (a later part of the input's gradient: none where it is not asked for) */
@@ -438,6 +578,8 @@ void emit_pass_calls(Emit *e, bool bwd)
             if (!n->op->is_view && e->p->values[out].lowp && !n->op->rounds_output &&
                 !keeps_rounding(p, n, false))
                 emit_round_value(e, value_expr(e, out), out);
+            if (e->half)
+                half_after(e, n);
         }
     }
 }
@@ -462,16 +604,56 @@ static void emit_named_input(Emit *e)
         }
 }
 
+/* The locals of forward or backward; of forward_half and backward_half,
+ * those its calls use (found by writing them once to nowhere). */
+static void emit_glue_locals(Emit *e, bool bwd)
+{
+    HalfGlue *h = e->half;
+    if (h) {
+        FILE *out = e->out;
+        e->out = NULL;
+        emit_pass_calls(e, bwd);
+        e->out = out;
+        h->held[0] = h->held[1] = h->held[2] = h->last = -1;
+    }
+    emit_value_locals(e);
+}
+
+/* forward() and backward() begin by handing a run that keeps its values
+ * in 16 bits to their _half twins. */
+static void emit_half_dispatch(Emit *e, bool bwd)
+{
+    if (!e->p->half_act_size || e->half)
+        return;
+    if (bwd) {
+        emitf(e, "if (net->half) {");
+        emitf(e, "    backward_half(net, b);");
+        emitf(e, "    return;");
+        emitf(e, "}");
+    } else {
+        emitf(e, "if (net->half)");
+        emitf(e, "    return forward_half(net, b, out);");
+    }
+}
+
 static void emit_forward(Emit *e)
 {
     const Program *p = e->p;
-    emitf(e, "/* The forward pass over a batch; returns the mean loss. */");
-    emitf(e, "NRT_PASS static float forward(nrt_net *net, const nrt_batch *b, const float **out)");
+    if (e->half) {
+        emitf(e, "/* The forward pass where a bf16 or fp16 run keeps its values in 16 bits");
+        emitf(e, " * (net->half): each pass reads and writes fp32 working copies (w0, w1; w2");
+        emitf(e, " * a value read by name), and each output's 16 bits are kept for backward. */");
+    } else {
+        emitf(e, "/* The forward pass over a batch; returns the mean loss. */");
+    }
+    emitf(e, "NRT_PASS static float forward%s(nrt_net *net, const nrt_batch *b, const float **out)",
+          e->half ? "_half" : "");
     emitf(e, "{");
     e->indent++;
+    emit_half_dispatch(e, false);
     emitf(e, "int n = b->n;");
     emit_named_input(e);
-    emit_value_locals(e);
+    emit_glue_locals(e, false);
     emit_lowp_input(e, true);
     emit_pass_calls(e, false);
     int last = p->nvalues - 1;
@@ -490,14 +672,21 @@ static void emit_forward(Emit *e)
 static void emit_backward(Emit *e)
 {
     const Program *p = e->p;
-    emitf(e, "/* The backward pass, after forward() on the same batch in training mode:");
-    emitf(e, " * d loss / d output is already in %s. */", grad_expr(e, p->nvalues - 1));
-    emitf(e, "NRT_PASS static void backward(nrt_net *net, const nrt_batch *b)");
+    if (e->half) {
+        emitf(e, "/* The backward pass after forward_half: each pass's x and y, where it");
+        emitf(e, " * reads them, loaded from their 16 bits into working copies. */");
+    } else {
+        emitf(e, "/* The backward pass, after forward() on the same batch in training mode:");
+        emitf(e, " * d loss / d output is already in %s. */", grad_expr(e, p->nvalues - 1));
+    }
+    emitf(e, "NRT_PASS static void backward%s(nrt_net *net, const nrt_batch *b)",
+          e->half ? "_half" : "");
     emitf(e, "{");
     e->indent++;
+    emit_half_dispatch(e, true);
     emitf(e, "int n = b->n;");
     emit_named_input(e);
-    emit_value_locals(e);
+    emit_glue_locals(e, true);
     emit_lowp_input(e, false);
     emit_pass_calls(e, true);
     e->indent--;
@@ -523,6 +712,15 @@ void emit_c(FILE *out, const Program *p, const EmitOptions *o, Arena *a, bool cu
     for (int i = 0; i < p->nnodes; i++)
         if (ir_emits_passes(p, &p->nodes[i]))
             emit_node(&e, &p->nodes[i]);
+    if (p->half_act_size) {
+        HalfGlue h = {.held = {-1, -1, -1}, .last = -1,
+                      .used = arena_alloc(a, sizeof(bool) * (size_t)p->nvalues)};
+        memset(h.used, 0, sizeof(bool) * (size_t)p->nvalues);
+        e.half = &h;
+        emit_forward(&e);
+        emit_backward(&e);
+        e.half = NULL;
+    }
     emit_forward(&e);
     emit_backward(&e);
     if (cuda)

@@ -18,6 +18,14 @@
  * the cpu's passes do (conv2d's padded input), so that the GPU allocates
  * the buffer up to cuda_act_size.
  *
+ * The second plan: a bf16 or fp16 run on the cpu may keep its
+ * low-precision values in 16 bits (IrValue.half; every such value but
+ * the output), at half their size, and run each pass on fp32 working
+ * copies: two, a pass's x and y, and a third for a value read by name
+ * (add's), each as large as the largest such value.  The passes are the
+ * same; emit_c.c's forward_half and backward_half copy values in and out.
+ * Where it takes no less memory than the first, the runtime keeps to that.
+ *
  * Gradients: walking backward, each value's gradient takes a buffer when
  * the backward pass of its last reader writes it, and gives it back when
  * its producer's backward pass has read it; elementwise ops and views
@@ -153,6 +161,46 @@ static void plan_gradients(Program *p)
     p->grad_buffers = h.used;
 }
 
+/* Places the aux of the nodes whose op keeps it for the cpu alone
+ * (cpu_only) or not from off on, in the first plan or the second. */
+static int64_t place_aux(Program *p, int64_t off, bool cpu_only, bool half)
+{
+    for (int i = 0; i < p->nnodes; i++) {
+        Node *n = &p->nodes[i];
+        if (n->op->aux_cpu_only == cpu_only) {
+            *(half ? &n->aux_half_offset : &n->aux_offset) = off;
+            off += n->aux_size;
+        }
+    }
+    return off;
+}
+
+static void plan_half(Program *p)
+{
+    const int out = ir_root(p, p->nvalues - 1);
+    int64_t off = 0, work = 0;
+    bool named = false;
+    for (int v = 1; v < p->nvalues; v++) {
+        IrValue *val = &p->values[v];
+        if (val->alias >= 0)
+            continue;
+        val->half = val->lowp && v != out;
+        val->half_offset = off;
+        off += val->half ? (val->size + 1) / 2 : val->size;
+        if (val->half && val->size > work)
+            work = val->size;
+    }
+    if (!work)
+        return;
+    for (int i = 0; i < p->nnodes; i++)
+        named |= p->nodes[i].in2 >= 0 && p->values[ir_root(p, p->nodes[i].in2)].half;
+    for (int k = 0; k < 3; k++) {
+        p->half_work[k] = off;
+        off += k < 2 || named ? work : 0;
+    }
+    p->half_act_size = place_aux(p, place_aux(p, off, false, true), true, true);
+}
+
 void fuse_and_plan(Program *p)
 {
     fuse(p, ir_readers(p));
@@ -167,17 +215,8 @@ void fuse_and_plan(Program *p)
             off += val->size;
         }
     }
-    for (int cpu_only = 0; cpu_only < 2; cpu_only++) {
-        if (cpu_only)
-            p->cuda_act_size = off;
-        for (int i = 0; i < p->nnodes; i++) {
-            Node *n = &p->nodes[i];
-            if (n->op->aux_cpu_only == cpu_only) {
-                n->aux_offset = off;
-                off += n->aux_size;
-            }
-        }
-    }
+    off = p->cuda_act_size = place_aux(p, off, false, false);
+    off = place_aux(p, off, true, false);
     for (int i = 0; i < p->nnodes; i++) {
         Node *n = &p->nodes[i];
         n->iaux_offset = ioff;
@@ -187,6 +226,7 @@ void fuse_and_plan(Program *p)
     }
     p->act_size = off;
     p->iact_size = ioff;
+    plan_half(p);
 
     plan_gradients(p);
 }

@@ -289,6 +289,7 @@ typedef struct OpDef {
     const char *aux_name;/* what the node keeps for backward: "mask", "xp" */
     bool elementwise;    /* not an activation, but d x can overwrite d y (dropout) */
     bool bwd_reads_x;    /* its backward reads x, having no weights (mul) */
+    bool bwd_reads_s;    /* its backward reads the value it names (mul's s) */
     int layout;          /* the layout of its output: LAYOUT_KEEP (as its
                             input), LAYOUT_CN or LAYOUT_NC */
     /* The CUDA passes (emit_cuda.c): host statements (emitf) that launch
@@ -434,6 +435,9 @@ typedef struct IrValue {
     bool cn;            /* laid out [C, n, H, W] (chosen by fuse.c) */
     bool lowp;          /* bf16 when the run is: a product's output (linear,
                            conv2d), or a value made from one */
+    bool half;          /* kept in 16 bits where a bf16 or fp16 run on the cpu
+                           uses the second plan (a lowp value, not the output) */
+    int64_t half_offset;/* its per-sample offset in that plan, in floats */
 } IrValue;
 
 struct Node {
@@ -461,6 +465,7 @@ struct Node {
     int64_t iaux_size;  /* int32s per sample kept for backward (maxpool argmax) */
     int64_t scratch;    /* floats of scratch a sample, alive within one pass */
     int64_t aux_offset, iaux_offset; /* placed by the memory plan */
+    int64_t aux_half_offset; /* aux_offset in the second plan */
 };
 
 struct Program {
@@ -507,6 +512,10 @@ struct Program {
     int64_t act_size, iact_size, grad_size, scratch_size;
     int grad_buffers;   /* how many gradient buffers backward uses (2 or more) */
     int64_t cuda_act_size; /* the GPU's: act_size less the cpu-only aux */
+    /* the second plan, a bf16 or fp16 run's on the cpu (fuse.c): the size
+     * (0: no value is kept in 16 bits), and where the working copies lie:
+     * two for a pass's x and y, the third for a value read by name */
+    int64_t half_act_size, half_work[3];
     /* backward order (autodiff.c): node indices, last layer first */
     int *bwd;
     int nbwd;
@@ -584,6 +593,7 @@ struct Emit {
     Arena *arena;
     int indent;
     bool cuda;          /* emitting CUDA passes (emit_cuda.c) */
+    struct HalfGlue *half; /* emitting forward_half, backward_half (emit_c.c) */
     const EmitOptions *opt;
     Emit *kern;         /* the kernel source, while emit_cuda.c writes it */
     KernelList *kernels;/* the kernels' names, in order */

@@ -77,17 +77,29 @@ int nrt_dot_of(int prec, nrt_error *err)
     return want != 0 && nrt_dot_native() ? NRT_DOT_BF16 : NRT_DOT_F32;
 }
 
-int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err)
+int nrt_half_of(const nrt_model *m, int prec, nrt_error *err)
+{
+    const char *bits = getenv("NETRT_ACT_BITS");
+    const int auto_ = !bits || !*bits || !strcmp(bits, "auto");
+    if (!auto_ && strcmp(bits, "16") && strcmp(bits, "32"))
+        return nrt_errorf(err, "NETRT_ACT_BITS is '%s': auto, 16 or 32", bits);
+    if (prec == NRT_FP32 || !m->half_act_size || (bits && !strcmp(bits, "32")))
+        return 0;
+    return !auto_ || m->half_act_size < m->act_size;
+}
+
+int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, int half, nrt_error *err)
 {
     int ok = 1;
     *net = (nrt_net){0};
     net->model = m;
     net->cap = cap;
-    size_t c = (size_t)cap;
+    net->half = half;
+    size_t c = (size_t)cap, act_size = half ? m->half_act_size : m->act_size;
     net->param = alloc_floats(m->param_count, sizeof(float), &ok);
     net->grad = alloc_floats(m->param_count + 1, sizeof(float), &ok); /* + a rank's loss */
     net->buffers = alloc_floats(m->buffer_bytes, 1, &ok);
-    net->act = alloc_floats(c * m->act_size, sizeof(float), &ok);
+    net->act = alloc_floats(c * act_size, sizeof(float), &ok);
     net->iact = alloc_floats(c * m->iact_size, sizeof(int32_t), &ok);
     for (int i = 0; i < nrt_grad_buffers(m); i++)
         net->gbuf[i] = alloc_floats(c * m->grad_size, sizeof(float), &ok);
@@ -96,7 +108,7 @@ int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err)
     if (!ok) {
         nrt_net_free(net);
         return nrt_errorf(err, "out of memory for a batch of %d (%.1f MiB of activations)",
-                          cap, (double)(c * (m->act_size + 2 * m->grad_size + m->scratch_size)) * 4 / 1048576);
+                          cap, (double)(c * (act_size + 2 * m->grad_size + m->scratch_size)) * 4 / 1048576);
     }
     return 0;
 }
@@ -460,7 +472,9 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
     if (!c)
         return nrt_errorf(err, "out of memory");
     c->m = m;
-    if (nrt_net_alloc(&c->net, m, rc->cap, err) || nrt_optim_init(&c->opt, &rc->optim, m->param_count, err)) {
+    const int half = nrt_half_of(m, rc->precision, err);
+    if (half < 0 || nrt_net_alloc(&c->net, m, rc->cap, half, err) ||
+        nrt_optim_init(&c->opt, &rc->optim, m->param_count, err)) {
         cpu_close(c);
         return -1;
     }
@@ -519,6 +533,8 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
     else if (c->net.dot == NRT_DOT_AVX2)
         snprintf(be->products, sizeof be->products, "fp32 multiply-adds (%s, NETRT_CPU_ISA)",
                  nrt_dot_isa(c->net.dot));
+    if (c->net.half) /* (the line's 160 bytes hold the longest of both) */
+        strcat(be->products, "; values kept in 16 bits");
     return 0;
 }
 

@@ -2891,3 +2891,25 @@ void nrt_round_lowp_scaled(int prec, float *p, size_t n, float s)
         p[i] *= s;
     nrt_round_lowp(prec, p, n);
 }
+
+/* (bf16's bits, of a rounded value, are its top half; the loops a
+ * precision, so that bf16's is vectorised) */
+void nrt_half_keep(int prec, uint16_t *dst, const float *src, size_t n)
+{
+    if (prec == NRT_BF16)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = (uint16_t)(nrt_f32_bits(nrt_bf16(src[i])) >> 16);
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = nrt_half_bits(prec, src[i]);
+}
+
+void nrt_half_load(int prec, float *dst, const uint16_t *src, size_t n)
+{
+    if (prec == NRT_BF16)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = nrt_f32_of((uint32_t)src[i] << 16);
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = nrt_half_value(prec, src[i]);
+}

@@ -106,6 +106,20 @@ static inline NRT_HD uint16_t nrt_half_bits(int p, float v)
     return (uint16_t)(sign | (((a >> 23) - 112u) << 10) | ((a >> 13) & 0x3ffu));
 }
 
+/* The float that 16 bits of precision p (bf16 or fp16) store: the
+ * inverse of nrt_half_bits, exact (every bf16 and fp16 value is a float). */
+static inline NRT_HD float nrt_half_value(int p, uint16_t h)
+{
+    if (p == NRT_BF16)
+        return nrt_f32_of((uint32_t)h << 16);
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu) /* infinity, or a NaN (its payload kept, quiet) */
+        return nrt_f32_of(sign | 0x7f800000u | m << 13 | (m ? 0x00400000u : 0u));
+    if (e == 0) /* zero or a subnormal: m steps of 2^-24 */
+        return nrt_f32_of(sign | nrt_f32_bits((float)m * 5.9604644775390625e-8f));
+    return nrt_f32_of(sign | (e + 112u) << 23 | m << 13);
+}
+
 /* Whether v is neither infinite nor NaN. */
 static inline NRT_HD int nrt_f32_finite(float v)
 {

@@ -35,7 +35,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 19
+#define NETRT_ABI 20
 
 #ifdef __cplusplus
 extern "C" {
@@ -575,6 +575,17 @@ static inline int nrt_precision_parse(const char *s)
 void nrt_round_lowp(int prec, float *p, size_t n);
 void nrt_round_lowp_to(int prec, float *dst, const float *src, size_t n);
 void nrt_round_lowp_scaled(int prec, float *p, size_t n, float s);
+/* A value kept in 16 bits (nrt_net.half): dst[0..n) the 16 bits of src
+ * rounded to prec (nrt_half_bits); and back, dst[0..n) the floats that
+ * src's bits store (nrt_half_value).  Of a value already rounded to prec,
+ * the round trip gives back the same bits. */
+void nrt_half_keep(int prec, uint16_t *dst, const float *src, size_t n);
+void nrt_half_load(int prec, float *dst, const uint16_t *src, size_t n);
+/* Whether a run in precision prec keeps m's low-precision values in 16
+ * bits: NETRT_ACT_BITS=16 where m has such values, 32 never, auto (the
+ * default) where that takes less memory than 4 bytes each (the working
+ * copies weigh against it in a small model); -1 (err) for another value. */
+int nrt_half_of(const struct nrt_model *m, int prec, nrt_error *err);
 
 /* --------------------------------------------------------------- atomic.c */
 
@@ -810,6 +821,11 @@ typedef struct nrt_net {
     int lowp;
     float *wlp, *xlp;
     float loss_scale;
+    /* a bf16 or fp16 run's values kept in 16 bits (the model's second
+     * memory plan, half_act_size): the generated forward_half and
+     * backward_half run each layer's passes on fp32 working copies and
+     * keep its output's 16 bits in act (nrt_half_keep, nrt_half_load) */
+    int half;
     int dot; /* the products' arithmetic: enum nrt_dot */
     struct nrt_dnnl *dnnl; /* the convolutions' passes on oneDNN, made at their
                               first call and kept (conv_dnnl.c); NULL without */
@@ -1070,6 +1086,11 @@ typedef struct nrt_model {
     /* floats a sample of the first product's input, which a bf16 run casts
      * (rounds into the net's xlp); 0: the model has no product */
     size_t lowp_in_size;
+    /* floats of activations per sample where a bf16 or fp16 run keeps its
+     * low-precision values in 16 bits (nrt_net.half): those values at half
+     * their size, three fp32 working copies, the rest as in act_size; 0:
+     * the model has no such value */
+    size_t half_act_size;
 } nrt_model;
 
 /* The gradient buffers m's backward uses. */
@@ -1134,7 +1155,7 @@ int nrt_checkpoint_load(const char *dir, const struct nrt_model *m, const nrt_op
 
 /* The cpu's buffers for a batch of up to cap samples, zeroed; and their
  * release (safe on a zeroed or half-allocated net). */
-int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, nrt_error *err);
+int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, int half, nrt_error *err);
 /* The cpu's products' arithmetic (enum nrt_dot) in precision prec, as
  * NETRT_CPU_BF16 asks (-1, err set, for a value it does not know). */
 int nrt_dot_of(int prec, nrt_error *err);

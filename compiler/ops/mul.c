@@ -122,5 +122,5 @@ const OpDef op_mul = {
             "(a gate)",
             {{"name", A_NAME, NULL, 0, 0, NULL, NULL}}},
     .shape = mul_shape, .emit_fwd = mul_fwd, .emit_bwd = mul_bwd, .elementwise = true,
-    .bwd_reads_x = true,
+    .bwd_reads_x = true, .bwd_reads_s = true,
     .layout = LAYOUT_KEEP, .cu_fwd = mul_cu_fwd, .cu_bwd = mul_cu_bwd};

@@ -24,7 +24,10 @@
 #            products on AVX2, not AVX-512), bit for bit too.  DEVICE=cpu-baseline
 #            compares the program with itself built with -DNRT_PASS=: its
 #            generated passes in their x86-64 baseline (SSE2) clone, not the
-#            AVX2 one the cpu picks (netrt.h), bit for bit too.
+#            AVX2 one the cpu picks (netrt.h), bit for bit too.  DEVICE=cpu-act16
+#            compares the cpu keeping a bf16 or fp16 run's values in 16 bits
+#            (NETRT_ACT_BITS=16) with it keeping them in 32 (=32), bit for bit
+#            too (with PRECISION bf16 or fp16; in fp32 both runs are the same).
 #   STEPS    steps per run (default: 100)
 #   RTOL     the tolerance (default: 1e-4)
 #   KEEP     a directory to keep the logs in (default: none)
@@ -126,6 +129,12 @@ elif [ "$DEVICE" = cpu-avx2 ]; then
     b_flags="--device cpu"
     b_env=NETRT_CPU_ISA=avx2
     rtol=0 # nor the instruction set the built-in kernels run on
+elif [ "$DEVICE" = cpu-act16 ]; then
+    a_flags="--device cpu"
+    b_flags="--device cpu"
+    a_env=NETRT_ACT_BITS=32
+    b_env=NETRT_ACT_BITS=16
+    rtol=0 # a value rounded to 16 bits keeps them exactly
 elif [ "$DEVICE" = cpu-baseline ]; then
     a_flags="--device cpu"
     b_flags="--device cpu"

@@ -2291,6 +2291,55 @@ static void test_fp16(void)
  * the scale, a non-finite gradient found before it (and the step skipped,
  * the scale halved, the tracker reset), growth after NRT_SCALE_INTERVAL
  * clean steps, and none where the grown scale would not be finite. */
+/* A value kept in 16 bits (nrt_net.half): every one of the 65536 bit
+ * patterns, bf16's and fp16's, read as a float (nrt_half_value; fp16's
+ * against the compiler's _Float16 where it has one), and that float's
+ * bits again (nrt_half_bits) the same (NaNs aside: they come back quiet);
+ * nrt_half_keep and nrt_half_load over an array (bf16's vectorised
+ * loops), a rounded value back as it was, an unrounded one as
+ * nrt_lowp rounds it. */
+static void test_half_storage(void)
+{
+    for (int p = NRT_BF16; p <= NRT_FP16; p++) {
+        long long differ = 0, nans = 0, wrong_value = 0;
+        for (uint32_t h = 0; h < 65536; h++) {
+            const float v = nrt_half_value(p, (uint16_t)h);
+            if (isnan(v)) {
+                nans++;
+                continue;
+            }
+            differ += nrt_half_bits(p, v) != h;
+            wrong_value += nrt_lowp(p, v) != v && !isnan(v);
+#ifdef __FLT16_MAX__
+            if (p == NRT_FP16) {
+                _Float16 f;
+                const uint16_t bits = (uint16_t)h;
+                memcpy(&f, &bits, sizeof f);
+                wrong_value += nrt_f32_bits((float)f) != nrt_f32_bits(v);
+            }
+#endif
+        }
+        CHECK(differ == 0 && wrong_value == 0 && nans == (p == NRT_BF16 ? 254 : 2046),
+              "nrt_half_value %s: %lld patterns not back to their bits, %lld values wrong, %lld NaNs",
+              nrt_precision_name(p), differ, wrong_value, nans);
+        enum { N = 1000 };
+        float src[N], round[N], back[N];
+        uint16_t kept[N];
+        for (int i = 0; i < N; i++) {
+            src[i] = (float)(nrt_rng_uniform(&rng) * 8.0 - 4.0) * (i % 7 == 0 ? 1e-6f : 1.0f);
+            round[i] = nrt_lowp(p, src[i]);
+        }
+        nrt_half_keep(p, kept, src, N);
+        nrt_half_load(p, back, kept, N);
+        CHECK(!memcmp(back, round, sizeof back), "nrt_half_keep/load %s: not the rounded values",
+              nrt_precision_name(p));
+        nrt_half_keep(p, kept, round, N);
+        nrt_half_load(p, back, kept, N);
+        CHECK(!memcmp(back, round, sizeof back), "nrt_half_keep/load %s: a rounded value changed",
+              nrt_precision_name(p));
+    }
+}
+
 static void test_scaler(void)
 {
     nrt_scaler s = {3.0f, 0, 0};
@@ -2345,6 +2394,7 @@ int main(int argc, char **argv)
     test_losses();
     test_bf16();
     test_fp16();
+    test_half_storage();
     test_scaler();
     return check_summary("test_kernels");
 }
