@@ -24,6 +24,7 @@ typedef struct HalfGlue {
     int last;
     bool *used;  /* [nvalues]: h%d, a value's 16 bits */
     bool work[3];/* w0, w1, w2 */
+    bool bwd;    /* backward_half */
 } HalfGlue;
 
 /* Working copy k's local (w0, w1, w2), now used. */
@@ -274,18 +275,17 @@ void emit_pass_locals(Emit *e, const Node *n, bool bwd)
         emitf(e, "int32_t *arg = net->iact + (size_t)net->cap * %lld;", (long long)n->iaux_offset);
 }
 
-/* Whether n's backward pass reads x: a layer with weights or state does,
- * and an activation whose derivative needs it; y: one whose derivative
- * needs it, itself or fused. */
-static bool bwd_reads_x(const Node *n)
+/* Whether the cpu's backward passes take hx and hy: the 16 bits of x and
+ * y where the run keeps them so (and the pass reads them: reads_16). */
+bool bwd_halves(const Emit *e)
 {
-    return n->op->takes_epilogue || n->nparams || n->nbufs || n->op->bwd_reads_x ||
-           (n->op->act && n->op->act->needs & NEEDS_X);
+    return !e->cuda && e->p->half_act_size;
 }
 
-static bool bwd_reads_y(const Node *n)
+bool reads_16(const Emit *e, const Node *n, bool y)
 {
-    return (n->op->act && n->op->act->needs & NEEDS_Y) || n->fused;
+    const int v = y ? last_visible(n)->out : n->in;
+    return bwd_halves(e) && ir_bwd_reads_16(n, y) && e->p->values[ir_root(e->p, v)].half;
 }
 
 static void emit_node(Emit *e, const Node *n)
@@ -304,15 +304,21 @@ static void emit_node(Emit *e, const Node *n)
     e->indent--;
     emitf(e, "}");
     emit_blank(e);
-    emitf(e, "NRT_PASS static void %s(nrt_net *net, int n, const float *x, const float *y, float *dy, float *dx)",
-          pass_name(e, n, "bwd"));
+    emitf(e, "NRT_PASS static void %s(nrt_net *net, int n, const float *x, const float *y,%s float *dy, "
+          "float *dx)", pass_name(e, n, "bwd"), bwd_halves(e) ? " const uint16_t *hx, const uint16_t *hy," : "");
     emitf(e, "{");
     e->indent++;
-    if (!uses_net)
+    if (!uses_net && !reads_16(e, n, false) && !reads_16(e, n, true))
         emitf(e, "(void)net;");
-    if (!bwd_reads_x(n))
+    if (bwd_halves(e) && !reads_16(e, n, false))
+        emitf(e, "(void)hx;");
+    if (bwd_halves(e) && !reads_16(e, n, true))
+        emitf(e, "(void)hy;");
+    if (n->op->x_in_aux)
+        emitf(e, "(void)x; /* %s, kept by forward, stands for it */", n->op->aux_name);
+    else if (!ir_bwd_reads_x(n))
         emitf(e, "(void)x;");
-    if (!bwd_reads_y(n))
+    if (!ir_bwd_reads_y(n))
         emitf(e, "(void)y;");
     emit_pass_locals(e, n, true);
     n->op->emit_bwd(e, n);
@@ -387,8 +393,8 @@ static void half_before(Emit *e, const Node *n, bool bwd)
     const int x = ir_root(p, n->in), y = ir_root(p, last_visible(n)->out);
     if (n->in2 >= 0 && is_half(e, n->in2) && (!bwd || n->op->bwd_reads_s))
         half_load(e, ir_root(p, n->in2), 2);
-    const bool need_x = is_half(e, x) && (!bwd || bwd_reads_x(n));
-    const bool need_y = is_half(e, y) && bwd && bwd_reads_y(n);
+    const bool need_x = is_half(e, x) && (!bwd || (ir_bwd_reads_x(n) && !ir_bwd_reads_16(n, false)));
+    const bool need_y = is_half(e, y) && bwd && ir_bwd_reads_y(n) && !ir_bwd_reads_16(n, true);
     if (need_y)
         half_in(e, y, need_x ? x : -1);
     if (need_x)
@@ -399,16 +405,38 @@ static void half_before(Emit *e, const Node *n, bool bwd)
     }
 }
 
-/* After n's forward pass (and the rounding of its output) in
- * forward_half: the output's 16 bits kept for backward. */
-static void half_after(Emit *e, const Node *n)
+static void emit_round_value(Emit *e, const char *expr, int v);
+
+/* A backward pass's hx and hy, and a comma: the 16 bits it reads itself
+ * (backward_half), or NULL. */
+static const char *halves(Emit *e, const Node *n)
+{
+    const char *h[2];
+    for (int y = 0; y < 2; y++) {
+        const int v = ir_root(e->p, y ? last_visible(n)->out : n->in);
+        h[y] = e->half && reads_16(e, n, y) ? arena_printf(e->arena, "h%d", v) : "NULL";
+        if (e->half && reads_16(e, n, y))
+            e->half->used[v] = true;
+    }
+    return arena_printf(e->arena, "%s, %s, ", h[0], h[1]);
+}
+
+/* After n's forward pass in forward_half: the output's 16 bits kept for
+ * backward, rounded first in the same sweep where the pass leaves that to
+ * the caller (round). */
+static void half_after(Emit *e, const Node *n, bool round)
 {
     const int y = ir_root(e->p, last_visible(n)->out);
     if (!is_half(e, y))
         return;
+    if (e->p->values[y].half_offset < 0) { /* read by the next pass alone */
+        if (round)
+            emit_round_value(e, value_expr(e, y), y);
+        return;
+    }
     e->half->used[y] = true;
-    emitf(e, "nrt_half_keep(net->lowp, h%d, %s, (size_t)n * %lld);", y, value_expr(e, y),
-          (long long)e->p->values[y].size);
+    emitf(e, "nrt_half_%skeep(net->lowp, h%d, %s, (size_t)n * %lld);", round ? "round_" : "", y,
+          value_expr(e, y), (long long)e->p->values[y].size);
 }
 
 void emit_value_locals(Emit *e)
@@ -424,13 +452,16 @@ void emit_value_locals(Emit *e)
         else if (!val->half)
             emitf(e, "float *a%d = net->act + (size_t)net->cap * %lld; /* %s */", v,
                   (long long)val->half_offset, shape_str(e->arena, &val->shape));
-        else if (e->half->used[v])
+        else if (e->half->used[v] && val->half_offset >= 0)
             emitf(e, "uint16_t *h%d = (uint16_t *)(void *)(net->act + (size_t)net->cap * %lld); "
                   "/* %s, 16 bits */", v, (long long)val->half_offset,
                   shape_str(e->arena, &val->shape));
     }
+    /* (forward's x and y: the gradient buffers, free until the loss) */
     for (int k = 0; e->half && k < 3; k++)
-        if (e->half->work[k])
+        if (e->half->work[k] && k < 2 && !e->half->bwd)
+            emitf(e, "float *w%d = net->gbuf[%d];", k, k);
+        else if (e->half->work[k])
             emitf(e, "float *w%d = net->act + (size_t)net->cap * %lld;", k,
                   (long long)p->half_work[k]);
 }
@@ -557,8 +588,9 @@ void emit_pass_calls(Emit *e, bool bwd)
                              : ir_root(p, n->in) == 0
                                  ? arena_printf(e->arena, "net->dinput ? net->gbuf[%d] : NULL", n->dx_buf)
                                  : arena_printf(e->arena, "net->gbuf[%d]", n->dx_buf);
-            emitf(e, "%s%s(net, n, %s, %s, %s, %s%s", open, pass_name(e, n, "bwd"),
-                  in, value_expr(e, out), grad_expr(e, out), dx, close);
+            emitf(e, "%s%s(net, n, %s, %s, %s%s, %s%s", open, pass_name(e, n, "bwd"), in,
+                  value_expr(e, out), bwd_halves(e) ? halves(e, n) : "", grad_expr(e, out), dx,
+                  close);
             emit_lowp_bwd(e, n);
             /* on a GPU, several ranks start summing them while backward goes on */
             if (e->cuda && n->nparams > 0 && p->params[n->param0].offset < final) {
@@ -575,11 +607,12 @@ void emit_pass_calls(Emit *e, bool bwd)
             }
             emitf(e, "%s%s(net, n, %s, %s%s", open, pass_name(e, n, "fwd"), in,
                   value_expr(e, out), close);
-            if (!n->op->is_view && e->p->values[out].lowp && !n->op->rounds_output &&
-                !keeps_rounding(p, n, false))
+            const bool round = !n->op->is_view && e->p->values[out].lowp &&
+                               !n->op->rounds_output && !keeps_rounding(p, n, false);
+            if (round && !is_half(e, out))
                 emit_round_value(e, value_expr(e, out), out);
             if (e->half)
-                half_after(e, n);
+                half_after(e, n, round);
         }
     }
 }
@@ -610,6 +643,8 @@ static void emit_glue_locals(Emit *e, bool bwd)
 {
     HalfGlue *h = e->half;
     if (h) {
+        h->bwd = bwd;
+        h->work[0] = h->work[1] = h->work[2] = false;
         FILE *out = e->out;
         e->out = NULL;
         emit_pass_calls(e, bwd);

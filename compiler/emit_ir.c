@@ -143,6 +143,20 @@ static void emit_plan(Emit *e)
                   (long long)n->aux_offset, (long long)(n->aux_offset + n->aux_size),
                   n->op->aux_cpu_only ? " cpu only" : "");
     }
+    if (p->half_act_size) {
+        const int64_t work = p->half_work[1] - p->half_work[0];
+        const bool smaller = p->half_act_size < p->act_size;
+        emitf(e, "  in 16 bits   %lld where a bf16 or fp16 run on the cpu keeps its values so "
+              "(NETRT_ACT_BITS;", (long long)p->half_act_size);
+        emitf(e, "               auto %s: %s than %lld): each low-precision value but the "
+              "output at", smaller ? "does" : "does not", smaller ? "less" : "no less",
+              (long long)p->act_size);
+        emitf(e, "               half its size, fp32 working copies of %lld at %lld, %lld%s",
+              (long long)work, (long long)p->half_work[0], (long long)p->half_work[1],
+              p->half_work[2] >= 0
+                  ? arena_printf(e->arena, " and %lld (a value read by name)", (long long)p->half_work[2])
+                  : "");
+    }
     emitf(e, "  int32        %lld", (long long)p->iact_size);
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];

@@ -20,11 +20,16 @@
  *
  * The second plan: a bf16 or fp16 run on the cpu may keep its
  * low-precision values in 16 bits (IrValue.half; every such value but
- * the output), at half their size, and run each pass on fp32 working
- * copies: two, a pass's x and y, and a third for a value read by name
- * (add's), each as large as the largest such value.  The passes are the
- * same; emit_c.c's forward_half and backward_half copy values in and out.
- * Where it takes no less memory than the first, the runtime keeps to that.
+ * the output), and run each pass on fp32 working copies of its x and y.
+ * In forward those are the gradient buffers, free until the loss; a value
+ * read by no pass but the next (in forward or backward) lives there
+ * alone, and the others are kept in 16 bits, at half their size.
+ * Backward's activation derivatives read the 16 bits themselves; what
+ * the other passes read is loaded into two working copies of its own, as
+ * large as the largest value it loads, and a value read by name (add's)
+ * into a third.  The passes are the same; emit_c.c's forward_half and
+ * backward_half copy values in and out.  Where the plan takes no less
+ * memory than the first, the runtime keeps to that.
  *
  * Gradients: walking backward, each value's gradient takes a buffer when
  * the backward pass of its last reader writes it, and gives it back when
@@ -36,6 +41,8 @@
  * (Node.dx_buf, Node.skip_acc).
  */
 #include "netc.h"
+
+#include <string.h>
 
 /* (a layer's output read again, by an add, is kept as it is: no
  * activation folds into it) */
@@ -175,28 +182,64 @@ static int64_t place_aux(Program *p, int64_t off, bool cpu_only, bool half)
     return off;
 }
 
+/* Which values (roots) a run keeping them in 16 bits reads after the pass
+ * right after their producer's, so must keep (kept): those a backward
+ * pass reads (loaded, into backward's working copies), those read by name,
+ * and those a later pass reads; and which values backward loads. */
+static void mark_kept(const Program *p, bool *kept, bool *loaded)
+{
+    int prev = -1; /* the last node with passes */
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        if (!ir_emits_passes(p, n))
+            continue;
+        const int x = ir_root(p, n->in), y = ir_root(p, (n->fused ? n->fused : n)->out);
+        loaded[x] |= ir_bwd_reads_x(n) && !ir_bwd_reads_16(n, false);
+        loaded[y] |= ir_bwd_reads_y(n) && !ir_bwd_reads_16(n, true);
+        kept[x] |= ir_bwd_reads_x(n) || prev != x - 1;
+        kept[y] |= ir_bwd_reads_y(n);
+        if (n->in2 >= 0) {
+            const int s = ir_root(p, n->in2);
+            kept[s] = true;
+            loaded[s] |= n->op->bwd_reads_s;
+        }
+        prev = i;
+    }
+}
+
 static void plan_half(Program *p)
 {
     const int out = ir_root(p, p->nvalues - 1);
-    int64_t off = 0, work = 0;
-    bool named = false;
+    bool *kept = arena_alloc(p->arena, 2 * sizeof(bool) * (size_t)p->nvalues), *loaded = kept + p->nvalues;
+    memset(kept, 0, 2 * sizeof(bool) * (size_t)p->nvalues);
+    mark_kept(p, kept, loaded);
+    int64_t off = 0, fwd = 0, bwd = 0, named = 0;
     for (int v = 1; v < p->nvalues; v++) {
         IrValue *val = &p->values[v];
         if (val->alias >= 0)
             continue;
         val->half = val->lowp && v != out;
-        val->half_offset = off;
-        off += val->half ? (val->size + 1) / 2 : val->size;
-        if (val->half && val->size > work)
-            work = val->size;
+        val->half_offset = !val->half || kept[v] ? off : -1;
+        off += !val->half ? val->size : kept[v] ? (val->size + 1) / 2 : 0;
+        if (val->half && val->size > fwd)
+            fwd = val->size;
+        if (val->half && loaded[v] && val->size > bwd)
+            bwd = val->size;
     }
-    if (!work)
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        if (n->in2 >= 0 && p->values[ir_root(p, n->in2)].half &&
+            p->values[ir_root(p, n->in2)].size > named)
+            named = p->values[ir_root(p, n->in2)].size;
+    }
+    /* (forward's working copies are gbuf[0] and gbuf[1], as large as the
+     * largest value) */
+    if (!fwd || fwd > p->grad_size)
         return;
-    for (int i = 0; i < p->nnodes; i++)
-        named |= p->nodes[i].in2 >= 0 && p->values[ir_root(p, p->nodes[i].in2)].half;
+    const int64_t work[3] = {bwd, bwd, named};
     for (int k = 0; k < 3; k++) {
-        p->half_work[k] = off;
-        off += k < 2 || named ? work : 0;
+        p->half_work[k] = work[k] ? off : -1;
+        off += work[k];
     }
     p->half_act_size = place_aux(p, place_aux(p, off, false, true), true, true);
 }
@@ -226,7 +269,7 @@ void fuse_and_plan(Program *p)
     }
     p->act_size = off;
     p->iact_size = ioff;
-    plan_half(p);
 
     plan_gradients(p);
+    plan_half(p);
 }

@@ -45,6 +45,24 @@ bool ir_emits_passes(const Program *p, const Node *n)
     return !n->absorbed && !ir_is_view(p, n);
 }
 
+bool ir_bwd_reads_x(const Node *n)
+{
+    if (n->op->x_in_aux)
+        return false;
+    return n->op->takes_epilogue || n->nparams || n->nbufs || n->op->bwd_reads_x ||
+           (n->op->act && n->op->act->needs & NEEDS_X);
+}
+
+bool ir_bwd_reads_y(const Node *n)
+{
+    return (n->op->act && n->op->act->needs & NEEDS_Y) || n->fused;
+}
+
+bool ir_bwd_reads_16(const Node *n, bool y)
+{
+    return y ? ir_bwd_reads_y(n) : n->op->act && n->op->act->needs & NEEDS_X;
+}
+
 /* v with room for one more of its n elements of elem bytes: itself, or a
  * copy twice as large (*cap grows) in the arena. */
 static void *room_for_one(Arena *a, void *v, int n, int *cap, size_t elem)

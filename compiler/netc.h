@@ -290,6 +290,8 @@ typedef struct OpDef {
     bool elementwise;    /* not an activation, but d x can overwrite d y (dropout) */
     bool bwd_reads_x;    /* its backward reads x, having no weights (mul) */
     bool bwd_reads_s;    /* its backward reads the value it names (mul's s) */
+    bool x_in_aux;       /* its cpu backward reads the copy of x it keeps (aux),
+                            not x (conv2d's padded xp) */
     int layout;          /* the layout of its output: LAYOUT_KEEP (as its
                             input), LAYOUT_CN or LAYOUT_NC */
     /* The CUDA passes (emit_cuda.c): host statements (emitf) that launch
@@ -435,9 +437,11 @@ typedef struct IrValue {
     bool cn;            /* laid out [C, n, H, W] (chosen by fuse.c) */
     bool lowp;          /* bf16 when the run is: a product's output (linear,
                            conv2d), or a value made from one */
-    bool half;          /* kept in 16 bits where a bf16 or fp16 run on the cpu
-                           uses the second plan (a lowp value, not the output) */
-    int64_t half_offset;/* its per-sample offset in that plan, in floats */
+    bool half;          /* 16 bits where a bf16 or fp16 run on the cpu uses the
+                           second plan (a lowp value, not the output) */
+    int64_t half_offset;/* its per-sample offset in that plan, in floats; -1: a
+                           half value nothing reads after the next pass, which
+                           lives in a working copy alone */
 } IrValue;
 
 struct Node {
@@ -513,8 +517,9 @@ struct Program {
     int grad_buffers;   /* how many gradient buffers backward uses (2 or more) */
     int64_t cuda_act_size; /* the GPU's: act_size less the cpu-only aux */
     /* the second plan, a bf16 or fp16 run's on the cpu (fuse.c): the size
-     * (0: no value is kept in 16 bits), and where the working copies lie:
-     * two for a pass's x and y, the third for a value read by name */
+     * (0: no value is in 16 bits), and where the working copies lie:
+     * backward's two for a pass's x and y, the third for a value read by
+     * name (-1: none is); forward's x and y are in gbuf[0] and gbuf[1] */
     int64_t half_act_size, half_work[3];
     /* backward order (autodiff.c): node indices, last layer first */
     int *bwd;
@@ -540,6 +545,16 @@ const char *dims_list(Arena *a, int rank, const int64_t *d);
 /* Whether n has pass functions of its own: not a view, not an activation
  * living in its producer's epilogue (each such node is a fusion group). */
 bool ir_emits_passes(const Program *p, const Node *n);
+/* Whether n's backward pass (the cpu's) reads x: a layer with weights or
+ * state does (but one reading the copy it keeps, conv2d's xp), and an
+ * activation whose derivative needs it; y: one whose derivative needs it,
+ * itself or fused. */
+bool ir_bwd_reads_x(const Node *n);
+bool ir_bwd_reads_y(const Node *n);
+/* Whether it reads y (or x) in elementwise loops alone, which read a
+ * value's 16 bits where the run keeps it so (hy, hx): an activation's
+ * derivative, its own or fused; the others read fp32 working copies. */
+bool ir_bwd_reads_16(const Node *n, bool y);
 int64_t shape_size(const Shape *s);
 
 /* ------------------------------------------------------------------ sema.c */
@@ -646,6 +661,11 @@ const char *pass_name(Emit *e, const Node *n, const char *pass);
 void emit_layer_comment(Emit *e, const Node *n);
 void emit_pass_locals(Emit *e, const Node *n, bool bwd);
 const Node *last_visible(const Node *n);
+/* Whether the cpu's backward passes take hx and hy (a program with a
+ * plan keeping values in 16 bits), and whether n's reads y's (or x's)
+ * there: ir_bwd_reads_16 of a value so kept. */
+bool bwd_halves(const Emit *e);
+bool reads_16(const Emit *e, const Node *n, bool y);
 void emit_value_locals(Emit *e);
 /* The calls of the layers' passes in forward() or backward(), and the
  * #if that checks the runtime's ABI. */

@@ -208,6 +208,40 @@ void emit_each(Emit *e, int64_t size)
     emitf(e, "for (size_t i = 0; i < %s; i++)", values);
 }
 
+static void emit_loop(Emit *e, int64_t size, const char *const *lines, int nl)
+{
+    const char *values = batch_count(e, (long long)size);
+    emit_par_for(e, size, values);
+    emitf(e, "for (size_t i = 0; i < %s; i++)%s", values, nl > 1 ? " {" : "");
+    for (int k = 0; k < nl; k++)
+        emitf(e, "    %s", lines[k]);
+    if (nl > 1)
+        emitf(e, "}");
+}
+
+void emit_each_16(Emit *e, const Node *n, bool y, int64_t size, const char *const *lines,
+                  const char *const *lines16, int nl)
+{
+    if (!reads_16(e, n, y)) {
+        emit_loop(e, size, lines, nl);
+        return;
+    }
+    emitf(e, "if (h%c) { /* %c kept in 16 bits */", y ? 'y' : 'x', y ? 'y' : 'x');
+    e->indent++;
+    emit_loop(e, size, lines16, nl);
+    e->indent--;
+    emitf(e, "} else {");
+    e->indent++;
+    emit_loop(e, size, lines, nl);
+    e->indent--;
+    emitf(e, "}");
+}
+
+const char *half_at(Emit *e, bool y)
+{
+    return arena_printf(e->arena, "nrt_half_value(net->lowp, h%c[i])", y ? 'y' : 'x');
+}
+
 /* ---------------------------------------------------- broadcasting */
 
 /* Whether the value is laid out channel first ([C, n, H, W]) */
@@ -475,8 +509,12 @@ void emit_act_grad(Emit *e, const Node *n, int64_t size)
     if (!n->fused)
         return;
     emitf(e, "/* through the fused %s */", n->fused->op->sig.name);
-    emit_each(e, size);
-    emitf(e, "    dy[i] = %s;", act_grad(e->arena, n->fused, n->fused->op->act, "dy[i]", NULL, "y[i]"));
+    const Act *act = n->fused->op->act;
+    const char *line = arena_printf(e->arena, "dy[i] = %s;",
+                                    act_grad(e->arena, n->fused, act, "dy[i]", NULL, "y[i]")),
+               *line16 = arena_printf(e->arena, "dy[i] = %s;",
+                                      act_grad(e->arena, n->fused, act, "dy[i]", NULL, half_at(e, true)));
+    emit_each_16(e, n, true, size, &line, &line16, 1);
     if (!keeps_rounding(e->p, n->fused, true))
         emit_round(e, "net->lowp", "dy", NULL, batch_count(e, (long long)size));
 }

@@ -15,6 +15,10 @@
  *                           parameters by their state_dict suffix, with
  *                           weight and bias shortened: W_ih_l0, b_hh_l0)
  * and a backward pass function sees x, y, W (not b) and
+ *     const uint16_t *hx, *hy;  in a program whose bf16 and fp16 runs may keep
+ *                       values in 16 bits: their bits, where this run does
+ *                       and the pass reads them itself (an activation's
+ *                       derivative: reads_16), else NULL
  *     float *dy;        d loss / d y; the pass may overwrite it
  *     float *dx;        d loss / d x to be written, or NULL when not needed
  *     float *dW, *db;   d loss / d W and d b, to be overwritten (dW_ih_l0, ...)
@@ -89,6 +93,14 @@ const char *lowp_flag(const Emit *e);
 const char *lowp_expr(Emit *e, const char *expr);
 void emit_par_for(Emit *e, int64_t size, const char *values);
 void emit_each(Emit *e, int64_t size);
+/* A backward loop of an activation's derivative over size values a
+ * sample, its body lines reading x[i] or y[i] (y): in a run keeping that
+ * value in 16 bits, where the pass reads them (reads_16), twice, as
+ * lines16 reading hx[i] or hy[i] too. */
+void emit_each_16(Emit *e, const Node *n, bool y, int64_t size, const char *const *lines,
+                  const char *const *lines16, int nl);
+/* x[i] or y[i] from the 16 bits of hx or hy: "nrt_half_value(net->lowp, hy[i])" */
+const char *half_at(Emit *e, bool y);
 void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
                    const char *bias_at);
 void emit_act_grad(Emit *e, const Node *n, int64_t size);

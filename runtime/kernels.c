@@ -2867,8 +2867,10 @@ int nrt_correct(const float *logits, const int32_t *label, int n, int k)
 
 /* ------------------------------------------------------------ precision */
 
-/* (a loop a precision, so that each is vectorised) */
-void nrt_round_lowp_to(int prec, float *dst, const float *src, size_t n)
+/* (a loop a precision, so that each is vectorised, and on AVX2 where the
+ * cpu has it: integer operations on the floats' bits, the same bits from
+ * either clone) */
+NRT_PASS void nrt_round_lowp_to(int prec, float *dst, const float *src, size_t n)
 {
     if (prec == NRT_BF16)
         for (size_t i = 0; i < n; i++)
@@ -2894,7 +2896,7 @@ void nrt_round_lowp_scaled(int prec, float *p, size_t n, float s)
 
 /* (bf16's bits, of a rounded value, are its top half; the loops a
  * precision, so that bf16's is vectorised) */
-void nrt_half_keep(int prec, uint16_t *dst, const float *src, size_t n)
+NRT_PASS void nrt_half_keep(int prec, uint16_t *dst, const float *src, size_t n)
 {
     if (prec == NRT_BF16)
         for (size_t i = 0; i < n; i++)
@@ -2904,7 +2906,23 @@ void nrt_half_keep(int prec, uint16_t *dst, const float *src, size_t n)
             dst[i] = nrt_half_bits(prec, src[i]);
 }
 
-void nrt_half_load(int prec, float *dst, const uint16_t *src, size_t n)
+NRT_PASS void nrt_half_round_keep(int prec, uint16_t *dst, float *p, size_t n)
+{
+    if (prec == NRT_BF16) {
+        for (size_t i = 0; i < n; i++) {
+            const float r = nrt_bf16(p[i]);
+            p[i] = r;
+            dst[i] = (uint16_t)(nrt_f32_bits(r) >> 16);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            p[i] = nrt_lowp(prec, p[i]);
+            dst[i] = nrt_half_bits(prec, p[i]);
+        }
+    }
+}
+
+NRT_PASS void nrt_half_load(int prec, float *dst, const uint16_t *src, size_t n)
 {
     if (prec == NRT_BF16)
         for (size_t i = 0; i < n; i++)

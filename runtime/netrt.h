@@ -581,6 +581,9 @@ void nrt_round_lowp_scaled(int prec, float *p, size_t n, float s);
  * the round trip gives back the same bits. */
 void nrt_half_keep(int prec, uint16_t *dst, const float *src, size_t n);
 void nrt_half_load(int prec, float *dst, const uint16_t *src, size_t n);
+/* p[0..n) rounded in place (nrt_round_lowp), and its 16 bits kept in dst:
+ * one sweep for both. */
+void nrt_half_round_keep(int prec, uint16_t *dst, float *p, size_t n);
 /* Whether a run in precision prec keeps m's low-precision values in 16
  * bits: NETRT_ACT_BITS=16 where m has such values, 32 never, auto (the
  * default) where that takes less memory than 4 bytes each (the working

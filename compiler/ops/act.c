@@ -151,12 +151,13 @@ static void act_bwd(Emit *e, const Node *n)
 {
     emitf(e, "if (!dx)");
     emitf(e, "    return;");
-    const char *values = batch_count(e, (long long)value_size(e, n));
-    emit_par_for(e, value_size(e, n), values);
-    emitf(e, "for (size_t i = 0; i < %s; i++) {", values);
-    emitf(e, "    float g = dy[i];");
-    emitf(e, "    dx[i] = %s;", act_grad(e->arena, n, n->op->act, "g", "x[i]", "y[i]"));
-    emitf(e, "}");
+    const Act *act = n->op->act;
+    const char *lines[2] = {"float g = dy[i];", arena_printf(e->arena, "dx[i] = %s;",
+                                                             act_grad(e->arena, n, act, "g", "x[i]", "y[i]"))},
+               *lines16[2] = {lines[0], arena_printf(e->arena, "dx[i] = %s;",
+                                                     act_grad(e->arena, n, act, "g", half_at(e, false),
+                                                              half_at(e, true)))};
+    emit_each_16(e, n, act->needs & NEEDS_Y, value_size(e, n), lines, lines16, 2);
 }
 
 static void act_cu_fwd(Emit *e, const Node *n)

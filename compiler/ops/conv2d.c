@@ -95,7 +95,6 @@ static void conv2d_bwd(Emit *e, const Node *n)
 {
     struct conv c = conv_of(e->p, n);
     conv_geometry(e, c);
-    emitf(e, "(void)x; /* xp, kept by forward, stands for it */");
     emit_act_grad(e, n, c.O * c.P);
     if (n->nparams > 1)
         emitf(e, "nrt_row_sums(dy, %lld, (size_t)n * %lld, db);", c.O, c.P);
@@ -253,4 +252,4 @@ const OpDef op_conv2d = {
     .shape = conv2d_shape, .emit_fwd = conv2d_fwd, .emit_bwd = conv2d_bwd,
     .takes_epilogue = true, .aux_name = "xp", .layout = LAYOUT_CN, .cu_fwd = conv2d_cu_fwd,
     .cu_bwd = conv2d_cu_bwd, .cu_workspace = conv2d_cu_workspace, .aux_cpu_only = true,
-    .product = true, .rounds_output = true};
+    .x_in_aux = true, .product = true, .rounds_output = true};

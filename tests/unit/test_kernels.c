@@ -2297,7 +2297,7 @@ static void test_fp16(void)
  * bits again (nrt_half_bits) the same (NaNs aside: they come back quiet);
  * nrt_half_keep and nrt_half_load over an array (bf16's vectorised
  * loops), a rounded value back as it was, an unrounded one as
- * nrt_lowp rounds it. */
+ * nrt_lowp rounds it; nrt_half_round_keep rounding both. */
 static void test_half_storage(void)
 {
     for (int p = NRT_BF16; p <= NRT_FP16; p++) {
@@ -2336,6 +2336,12 @@ static void test_half_storage(void)
         nrt_half_keep(p, kept, round, N);
         nrt_half_load(p, back, kept, N);
         CHECK(!memcmp(back, round, sizeof back), "nrt_half_keep/load %s: a rounded value changed",
+              nrt_precision_name(p));
+        memset(kept, 0, sizeof kept);
+        nrt_half_round_keep(p, kept, src, N);
+        nrt_half_load(p, back, kept, N);
+        CHECK(!memcmp(src, round, sizeof src) && !memcmp(back, round, sizeof back),
+              "nrt_half_round_keep %s: the values or their 16 bits not rounded",
               nrt_precision_name(p));
     }
 }
