@@ -374,7 +374,7 @@ static int half_free(const HalfGlue *h, int keep)
     return h->held[0] == h->last;
 }
 
-/* Root v, kept in 16 bits, in w0 or w1: loaded if in neither. */
+/* Root v, kept in 16 bits, in forward's w0 or w1: loaded if in neither. */
 static void half_in(Emit *e, int v, int keep)
 {
     HalfGlue *h = e->half;
@@ -393,13 +393,16 @@ static void half_before(Emit *e, const Node *n, bool bwd)
     const int x = ir_root(p, n->in), y = ir_root(p, last_visible(n)->out);
     if (n->in2 >= 0 && is_half(e, n->in2) && (!bwd || n->op->bwd_reads_s))
         half_load(e, ir_root(p, n->in2), 2);
-    const bool need_x = is_half(e, x) && (!bwd || (ir_bwd_reads_x(n) && !ir_bwd_reads_16(n, false)));
-    const bool need_y = is_half(e, y) && bwd && ir_bwd_reads_y(n) && !ir_bwd_reads_16(n, true);
-    if (need_y)
-        half_in(e, y, need_x ? x : -1);
-    if (need_x)
-        half_in(e, x, need_y ? y : -1);
-    if (!bwd && is_half(e, y)) {
+    if (bwd) { /* x in w0, y in w1 */
+        if (is_half(e, y) && ir_bwd_reads_y(n) && !ir_bwd_reads_16(n, true))
+            half_load(e, y, 1);
+        if (is_half(e, x) && ir_bwd_reads_x(n) && !ir_bwd_reads_16(n, false))
+            half_load(e, x, 0);
+        return;
+    }
+    if (is_half(e, x))
+        half_in(e, x, -1);
+    if (is_half(e, y)) {
         h->held[half_free(h, is_half(e, x) ? x : -1)] = y;
         h->last = y;
     }

@@ -14,6 +14,36 @@
 
 #include <string.h>
 
+/* The second plan (fuse.c): where each value lies in a bf16 or fp16 run
+ * on the cpu that keeps its values in 16 bits. */
+static void emit_half_plan(Emit *e)
+{
+    const Program *p = e->p;
+    const bool smaller = p->half_act_size < p->act_size;
+    emitf(e, "  in 16 bits   %lld where a bf16 or fp16 run on the cpu keeps its values so",
+          (long long)p->half_act_size);
+    emitf(e, "               (NETRT_ACT_BITS; auto does %s: %s than %lld); forward's working",
+          smaller ? "so" : "not", smaller ? "less" : "no less", (long long)p->act_size);
+    emitf(e, "               copies are gbuf[0] and gbuf[1]");
+    for (int v = 1; v < p->nvalues; v++) {
+        const IrValue *val = &p->values[v];
+        const char *name = arena_printf(e->arena, "%%%d", v);
+        if (val->alias >= 0)
+            continue;
+        if (val->half_offset < 0)
+            emitf(e, "    %-18s none: read by the next pass alone, in forward's working copies", name);
+        else
+            emitf(e, "    %-18s [%lld, %lld)%s", name, (long long)val->half_offset,
+                  (long long)(val->half_offset + (val->half ? (val->size + 1) / 2 : val->size)),
+                  val->half ? " 16 bits" : "");
+    }
+    static const char *const work[3] = {"backward's x", "backward's y", "a named value"};
+    for (int k = 0; k < 3; k++)
+        if (p->half_work[k] >= 0)
+            emitf(e, "    %-18s [%lld, %lld)", work[k], (long long)p->half_work[k],
+                  (long long)(p->half_work[k] + p->half_work_size[k]));
+}
+
 /* The fusion group a node belongs to: g0, g1, …, or -1 for a view. */
 static int group_of(const Program *p, const Node *n)
 {
@@ -143,20 +173,8 @@ static void emit_plan(Emit *e)
                   (long long)n->aux_offset, (long long)(n->aux_offset + n->aux_size),
                   n->op->aux_cpu_only ? " cpu only" : "");
     }
-    if (p->half_act_size) {
-        const int64_t work = p->half_work[1] - p->half_work[0];
-        const bool smaller = p->half_act_size < p->act_size;
-        emitf(e, "  in 16 bits   %lld where a bf16 or fp16 run on the cpu keeps its values so "
-              "(NETRT_ACT_BITS;", (long long)p->half_act_size);
-        emitf(e, "               auto %s: %s than %lld): each low-precision value but the "
-              "output at", smaller ? "does" : "does not", smaller ? "less" : "no less",
-              (long long)p->act_size);
-        emitf(e, "               half its size, fp32 working copies of %lld at %lld, %lld%s",
-              (long long)work, (long long)p->half_work[0], (long long)p->half_work[1],
-              p->half_work[2] >= 0
-                  ? arena_printf(e->arena, " and %lld (a value read by name)", (long long)p->half_work[2])
-                  : "");
-    }
+    if (p->half_act_size)
+        emit_half_plan(e);
     emitf(e, "  int32        %lld", (long long)p->iact_size);
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];

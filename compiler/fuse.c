@@ -25,9 +25,10 @@
  * read by no pass but the next (in forward or backward) lives there
  * alone, and the others are kept in 16 bits, at half their size.
  * Backward's activation derivatives read the 16 bits themselves; what
- * the other passes read is loaded into two working copies of its own, as
- * large as the largest value it loads, and a value read by name (add's)
- * into a third.  The passes are the same; emit_c.c's forward_half and
+ * the other passes read is loaded into working copies of backward's own,
+ * one for x (a product's, a batchnorm's input), one for y (none reads it
+ * today), one for a value read by name (add's, mul's), each as large as
+ * the largest value it takes.  The passes are the same; emit_c.c's forward_half and
  * backward_half copy values in and out.  Where the plan takes no less
  * memory than the first, the runtime keeps to that.
  *
@@ -186,7 +187,7 @@ static int64_t place_aux(Program *p, int64_t off, bool cpu_only, bool half)
  * right after their producer's, so must keep (kept): those a backward
  * pass reads (loaded, into backward's working copies), those read by name,
  * and those a later pass reads; and which values backward loads. */
-static void mark_kept(const Program *p, bool *kept, bool *loaded)
+static void mark_kept(const Program *p, bool *kept, bool *loaded_x, bool *loaded_y)
 {
     int prev = -1; /* the last node with passes */
     for (int i = 0; i < p->nnodes; i++) {
@@ -194,14 +195,13 @@ static void mark_kept(const Program *p, bool *kept, bool *loaded)
         if (!ir_emits_passes(p, n))
             continue;
         const int x = ir_root(p, n->in), y = ir_root(p, (n->fused ? n->fused : n)->out);
-        loaded[x] |= ir_bwd_reads_x(n) && !ir_bwd_reads_16(n, false);
-        loaded[y] |= ir_bwd_reads_y(n) && !ir_bwd_reads_16(n, true);
+        loaded_x[x] |= ir_bwd_reads_x(n) && !ir_bwd_reads_16(n, false);
+        loaded_y[y] |= ir_bwd_reads_y(n) && !ir_bwd_reads_16(n, true);
         kept[x] |= ir_bwd_reads_x(n) || prev != x - 1;
         kept[y] |= ir_bwd_reads_y(n);
         if (n->in2 >= 0) {
             const int s = ir_root(p, n->in2);
             kept[s] = true;
-            loaded[s] |= n->op->bwd_reads_s;
         }
         prev = i;
     }
@@ -210,10 +210,12 @@ static void mark_kept(const Program *p, bool *kept, bool *loaded)
 static void plan_half(Program *p)
 {
     const int out = ir_root(p, p->nvalues - 1);
-    bool *kept = arena_alloc(p->arena, 2 * sizeof(bool) * (size_t)p->nvalues), *loaded = kept + p->nvalues;
-    memset(kept, 0, 2 * sizeof(bool) * (size_t)p->nvalues);
-    mark_kept(p, kept, loaded);
-    int64_t off = 0, fwd = 0, bwd = 0, named = 0;
+    const size_t nv = (size_t)p->nvalues;
+    bool *kept = arena_alloc(p->arena, 3 * sizeof(bool) * nv), *loaded_x = kept + nv,
+         *loaded_y = loaded_x + nv;
+    memset(kept, 0, 3 * sizeof(bool) * nv);
+    mark_kept(p, kept, loaded_x, loaded_y);
+    int64_t off = 0, fwd = 0, work[3] = {0, 0, 0};
     for (int v = 1; v < p->nvalues; v++) {
         IrValue *val = &p->values[v];
         if (val->alias >= 0)
@@ -223,22 +225,23 @@ static void plan_half(Program *p)
         off += !val->half ? val->size : kept[v] ? (val->size + 1) / 2 : 0;
         if (val->half && val->size > fwd)
             fwd = val->size;
-        if (val->half && loaded[v] && val->size > bwd)
-            bwd = val->size;
+        if (val->half && loaded_x[v] && val->size > work[0])
+            work[0] = val->size;
+        if (val->half && loaded_y[v] && val->size > work[1])
+            work[1] = val->size;
     }
     for (int i = 0; i < p->nnodes; i++) {
-        const Node *n = &p->nodes[i];
-        if (n->in2 >= 0 && p->values[ir_root(p, n->in2)].half &&
-            p->values[ir_root(p, n->in2)].size > named)
-            named = p->values[ir_root(p, n->in2)].size;
+        const IrValue *s = p->nodes[i].in2 >= 0 ? &p->values[ir_root(p, p->nodes[i].in2)] : NULL;
+        if (s && s->half && s->size > work[2])
+            work[2] = s->size;
     }
     /* (forward's working copies are gbuf[0] and gbuf[1], as large as the
      * largest value) */
     if (!fwd || fwd > p->grad_size)
         return;
-    const int64_t work[3] = {bwd, bwd, named};
     for (int k = 0; k < 3; k++) {
         p->half_work[k] = work[k] ? off : -1;
+        p->half_work_size[k] = work[k];
         off += work[k];
     }
     p->half_act_size = place_aux(p, place_aux(p, off, false, true), true, true);

@@ -520,7 +520,7 @@ struct Program {
      * (0: no value is in 16 bits), and where the working copies lie:
      * backward's two for a pass's x and y, the third for a value read by
      * name (-1: none is); forward's x and y are in gbuf[0] and gbuf[1] */
-    int64_t half_act_size, half_work[3];
+    int64_t half_act_size, half_work[3], half_work_size[3];
     /* backward order (autodiff.c): node indices, last layer first */
     int *bwd;
     int nbwd;
