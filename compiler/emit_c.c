@@ -6,7 +6,12 @@
  * the shapes; their bodies come from the op table (ops.c, ops/) with every shape
  * written in as a constant, so only the batch size is left to run time.
  * Then forward() and backward() call them in order, with the buffers of the
- * memory plan, and driver.c adds the model descriptor and main().
+ * memory plan, and driver.c adds the model descriptor and main().  Where
+ * the model has fuse.c's second plan, forward_half() and backward_half()
+ * call the same passes for a bf16 or fp16 run that keeps its values in 16
+ * bits, copying them to and from fp32 working copies around the passes
+ * (HalfGlue tracks which copy holds what), and forward() and backward()
+ * hand such a run to them.
  *
  * Output depends on nothing but the model: no dates, no absolute paths, so
  * the same input gives byte-identical output.
@@ -375,11 +380,11 @@ static int half_free(const HalfGlue *h, int keep)
 }
 
 /* Root v, kept in 16 bits, in forward's w0 or w1: loaded if in neither. */
-static void half_in(Emit *e, int v, int keep)
+static void half_in(Emit *e, int v)
 {
     HalfGlue *h = e->half;
     if (h->held[0] != v && h->held[1] != v)
-        half_load(e, v, half_free(h, keep));
+        half_load(e, v, half_free(h, -1));
     h->last = v;
 }
 
@@ -401,7 +406,7 @@ static void half_before(Emit *e, const Node *n, bool bwd)
         return;
     }
     if (is_half(e, x))
-        half_in(e, x, -1);
+        half_in(e, x);
     if (is_half(e, y)) {
         h->held[half_free(h, is_half(e, x) ? x : -1)] = y;
         h->last = y;
@@ -679,8 +684,9 @@ static void emit_forward(Emit *e)
     const Program *p = e->p;
     if (e->half) {
         emitf(e, "/* The forward pass where a bf16 or fp16 run keeps its values in 16 bits");
-        emitf(e, " * (net->half): each pass reads and writes fp32 working copies (w0, w1; w2");
-        emitf(e, " * a value read by name), and each output's 16 bits are kept for backward. */");
+        emitf(e, " * (net->half): each pass reads and writes fp32 working copies (w0 and w1, the");
+        emitf(e, " * gradient buffers, free until the loss; w2 a value read by name), and the");
+        emitf(e, " * 16 bits of each value read again are kept (h1, ...). */");
     } else {
         emitf(e, "/* The forward pass over a batch; returns the mean loss. */");
     }
@@ -711,8 +717,9 @@ static void emit_backward(Emit *e)
 {
     const Program *p = e->p;
     if (e->half) {
-        emitf(e, "/* The backward pass after forward_half: each pass's x and y, where it");
-        emitf(e, " * reads them, loaded from their 16 bits into working copies. */");
+        emitf(e, "/* The backward pass after forward_half: an activation's derivative reads");
+        emitf(e, " * the 16 bits of its x or y itself (hx, hy); what the other passes read is");
+        emitf(e, " * loaded into working copies (w0 x, w2 a value read by name). */");
     } else {
         emitf(e, "/* The backward pass, after forward() on the same batch in training mode:");
         emitf(e, " * d loss / d output is already in %s. */", grad_expr(e, p->nvalues - 1));

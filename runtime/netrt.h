@@ -826,8 +826,9 @@ typedef struct nrt_net {
     float loss_scale;
     /* a bf16 or fp16 run's values kept in 16 bits (the model's second
      * memory plan, half_act_size): the generated forward_half and
-     * backward_half run each layer's passes on fp32 working copies and
-     * keep its output's 16 bits in act (nrt_half_keep, nrt_half_load) */
+     * backward_half run each layer's passes on fp32 working copies (in
+     * forward gbuf[0] and gbuf[1]) and keep in act the 16 bits of each
+     * value read again (nrt_half_keep, nrt_half_load) */
     int half;
     int dot; /* the products' arithmetic: enum nrt_dot */
     struct nrt_dnnl *dnnl; /* the convolutions' passes on oneDNN, made at their
@@ -1090,9 +1091,10 @@ typedef struct nrt_model {
      * (rounds into the net's xlp); 0: the model has no product */
     size_t lowp_in_size;
     /* floats of activations per sample where a bf16 or fp16 run keeps its
-     * low-precision values in 16 bits (nrt_net.half): those values at half
-     * their size, three fp32 working copies, the rest as in act_size; 0:
-     * the model has no such value */
+     * low-precision values in 16 bits (nrt_net.half): those read again at
+     * half their size, those not read again nowhere, backward's fp32
+     * working copies, the rest as in act_size; 0: the model has no such
+     * value */
     size_t half_act_size;
 } nrt_model;
 
