@@ -2346,6 +2346,42 @@ static void test_half_storage(void)
     }
 }
 
+/* fp16's rounding and 16 bits over arrays (on F16C where the cpu has
+ * it, eight at a time, the rest one by one) against nrt_fp16,
+ * nrt_half_bits and nrt_half_value value by value, bit for bit: values of
+ * every exponent with random significands, NaNs and infinities among
+ * them, at a length that leaves a remainder; and every 16-bit pattern
+ * read back. */
+static void test_fp16_arrays(void)
+{
+    enum { N = 256 * 16 + 5 };
+    static float src[N], got[N], back[N];
+    static uint16_t bits[N];
+    for (int i = 0; i < N; i++)
+        src[i] = nrt_f32_of((uint32_t)(i % 256) << 23 | ((uint32_t)nrt_rng_next(&rng) & 0x807fffffu));
+    long long wrong = 0;
+    nrt_round_lowp_to(NRT_FP16, got, src, N);
+    for (int i = 0; i < N; i++)
+        wrong += nrt_f32_bits(got[i]) != nrt_f32_bits(nrt_fp16(src[i]));
+    nrt_half_keep(NRT_FP16, bits, src, N);
+    for (int i = 0; i < N; i++)
+        wrong += bits[i] != nrt_half_bits(NRT_FP16, src[i]);
+    memcpy(back, src, sizeof back);
+    memset(bits, 0, sizeof bits);
+    nrt_half_round_keep(NRT_FP16, bits, back, N);
+    for (int i = 0; i < N; i++)
+        wrong += nrt_f32_bits(back[i]) != nrt_f32_bits(got[i]) ||
+                 bits[i] != nrt_half_bits(NRT_FP16, src[i]);
+    static uint16_t all[65536];
+    static float all_back[65536];
+    for (uint32_t h = 0; h < 65536; h++)
+        all[h] = (uint16_t)h;
+    nrt_half_load(NRT_FP16, all_back, all, 65536);
+    for (uint32_t h = 0; h < 65536; h++)
+        wrong += nrt_f32_bits(all_back[h]) != nrt_f32_bits(nrt_half_value(NRT_FP16, (uint16_t)h));
+    CHECK(wrong == 0, "fp16 over arrays: %lld values or bits not those of one by one", wrong);
+}
+
 static void test_scaler(void)
 {
     nrt_scaler s = {3.0f, 0, 0};
@@ -2401,6 +2437,7 @@ int main(int argc, char **argv)
     test_bf16();
     test_fp16();
     test_half_storage();
+    test_fp16_arrays();
     test_scaler();
     return check_summary("test_kernels");
 }
