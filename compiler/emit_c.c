@@ -10,7 +10,7 @@
  * the model has fuse.c's second plan, forward_half() and backward_half()
  * call the same passes for a bf16 or fp16 run that keeps its values in 16
  * bits, copying them to and from fp32 working copies around the passes
- * (HalfGlue tracks which copy holds what), and forward() and backward()
+ * (Glue tracks which copy holds what), and forward() and backward()
  * hand such a run to them.
  *
  * Output depends on nothing but the model: no dates, no absolute paths, so
@@ -21,22 +21,32 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* forward_half and backward_half (the second plan): the value each fp32
- * working copy w0, w1, w2 holds (a root value, or -1), the one last
+/* The cpu's forward and backward over its fp32 plan (plan 0), or
+ * forward_half and backward_half over its 16-bit one (1): the value each
+ * fp32 working copy w0, w1, w2 holds (a root value, or -1), the one last
  * written or loaded, and the locals the function uses. */
-typedef struct HalfGlue {
+typedef struct Glue {
+    int plan;
+    bool bwd;    /* backward */
     int held[3];
     int last;
     bool *used;  /* [nvalues]: h%d, a value's 16 bits */
     bool work[3];/* w0, w1, w2 */
-    bool bwd;    /* backward_half */
-} HalfGlue;
+} Glue;
 
 /* Working copy k's local (w0, w1, w2), now used. */
 static const char *work_name(Emit *e, int k)
 {
-    e->half->work[k] = true;
+    e->glue->work[k] = true;
     return arena_printf(e->arena, "w%d", k);
+}
+
+/* Whether root r lives in forward's working copies: a value no pass reads
+ * but the next (no memory of its own in the plan), or one kept in 16 bits. */
+static bool in_work(const Emit *e, int r)
+{
+    const IrValue *val = &e->p->values[r];
+    return e->glue && r > 0 && (val->cpu_offset[e->glue->plan] < 0 || (e->glue->plan && val->half));
 }
 
 void emitf(Emit *e, const char *fmt, ...)
@@ -137,17 +147,16 @@ const char *c_double(Arena *a, double v)
     return arena_strdup(a, buf);
 }
 
-/* In forward_half and backward_half a value kept in 16 bits is read and
- * written in the working copy holding it; NULL where backward does not
- * read it. */
+/* On the cpu a value living in working copies (in_work) is read and
+ * written in the one holding it; NULL where backward does not read it. */
 const char *value_expr(Emit *e, int v)
 {
     int r = ir_root(e->p, v);
     if (r == 0)
         return e->cuda ? "net->x" : "b->x";
-    if (e->half && e->p->values[r].half) {
+    if (in_work(e, r)) {
         for (int k = 0; k < 2; k++)
-            if (e->half->held[k] == r)
+            if (e->glue->held[k] == r)
                 return work_name(e, k);
         return "NULL";
     }
@@ -244,15 +253,16 @@ static const char *lowp_weights(const Node *n)
     return n->op->product ? "(net->lowp ? net->wlp : net->param)" : "net->param";
 }
 
-/* Inside a pass, the activation memory at per-sample offset off, or at
- * half_off where the run keeps its values in 16 bits (the cpu's second
- * plan, fuse.c). */
-static const char *act_memory(Emit *e, int64_t off, int64_t half_off)
+/* Inside a pass, the activation memory at per-sample offset gpu in the
+ * GPU's plan, or on the cpu cpu[0] in its fp32 plan, cpu[1] where the run
+ * keeps its values in 16 bits (fuse.c). */
+static const char *act_memory(Emit *e, int64_t gpu, const int64_t cpu[2])
 {
     if (e->cuda || !e->p->half_act_size)
-        return arena_printf(e->arena, "net->act + (size_t)net->cap * %lld", (long long)off);
+        return arena_printf(e->arena, "net->act + (size_t)net->cap * %lld",
+                            (long long)(e->cuda ? gpu : cpu[0]));
     return arena_printf(e->arena, "net->act + (size_t)net->cap * (net->half ? %lld : %lld)",
-                        (long long)half_off, (long long)off);
+                        (long long)cpu[1], (long long)cpu[0]);
 }
 
 /* Declarations every pass function of n starts with. */
@@ -275,7 +285,7 @@ void emit_pass_locals(Emit *e, const Node *n, bool bwd)
     /* (the GPU's convolutions read x itself, not the cpu's padded copy) */
     if (n->aux_size && !(e->cuda && !strcmp(n->op->aux_name, "xp")))
         emitf(e, "float *%s = %s;", n->op->aux_name,
-              act_memory(e, n->aux_offset, n->aux_half_offset));
+              act_memory(e, n->aux_offset, n->aux_cpu_offset));
     if (n->iaux_size)
         emitf(e, "int32_t *arg = net->iact + (size_t)net->cap * %lld;", (long long)n->iaux_offset);
 }
@@ -348,20 +358,19 @@ const char *value_memory(Emit *e, int v)
     const IrValue *val = &e->p->values[ir_root(e->p, v)];
     if (ir_root(e->p, v) == 0)
         return "net->x";
-    if (val->half && !e->cuda)
-        return act_memory(e, val->offset, e->p->half_work[2]);
-    return act_memory(e, val->offset, val->half_offset);
+    const int64_t cpu[2] = {val->cpu_offset[0], val->half ? e->p->half_work[2] : val->cpu_offset[1]};
+    return act_memory(e, val->offset, cpu);
 }
 
 static bool is_half(const Emit *e, int v)
 {
-    return e->half && e->p->values[ir_root(e->p, v)].half;
+    return e->glue && e->glue->plan && e->p->values[ir_root(e->p, v)].half;
 }
 
 /* v's 16 bits into working copy k (nothing if it holds them already) */
 static void half_load(Emit *e, int v, int k)
 {
-    HalfGlue *h = e->half;
+    Glue *h = e->glue;
     if (h->held[k] == v)
         return;
     h->used[v] = true;
@@ -372,29 +381,31 @@ static void half_load(Emit *e, int v, int k)
 
 /* Which of w0 and w1 takes a new value, keeping the one that holds keep,
  * or else the last used. */
-static int half_free(const HalfGlue *h, int keep)
+static int half_free(const Glue *h, int keep)
 {
     if (keep >= 0 && (h->held[0] == keep || h->held[1] == keep))
         return h->held[0] == keep;
     return h->held[0] == h->last;
 }
 
-/* Root v, kept in 16 bits, in forward's w0 or w1: loaded if in neither. */
+/* Root v in forward's w0 or w1: loaded from its 16 bits if in neither
+ * (a value with no memory of its own is there, written by the pass
+ * before). */
 static void half_in(Emit *e, int v)
 {
-    HalfGlue *h = e->half;
+    Glue *h = e->glue;
     if (h->held[0] != v && h->held[1] != v)
         half_load(e, v, half_free(h, -1));
     h->last = v;
 }
 
-/* Before n's pass in forward_half or backward_half: its operands loaded
- * (backward: those it reads), and in forward its output given a working
- * copy. */
-static void half_before(Emit *e, const Node *n, bool bwd)
+/* Before n's pass on the cpu: in forward its operands in working copies
+ * where they live there and its output given one; in backward_half those
+ * it reads loaded. */
+static void glue_before(Emit *e, const Node *n, bool bwd)
 {
     const Program *p = e->p;
-    HalfGlue *h = e->half;
+    Glue *h = e->glue;
     const int x = ir_root(p, n->in), y = ir_root(p, last_visible(n)->out);
     if (n->in2 >= 0 && is_half(e, n->in2) && (!bwd || n->op->bwd_reads_s))
         half_load(e, ir_root(p, n->in2), 2);
@@ -405,9 +416,9 @@ static void half_before(Emit *e, const Node *n, bool bwd)
             half_load(e, x, 0);
         return;
     }
-    if (is_half(e, x))
+    if (in_work(e, x))
         half_in(e, x);
-    if (is_half(e, y)) {
+    if (in_work(e, y)) {
         h->held[half_free(h, is_half(e, x) ? x : -1)] = y;
         h->last = y;
     }
@@ -422,27 +433,28 @@ static const char *halves(Emit *e, const Node *n)
     const char *h[2];
     for (int y = 0; y < 2; y++) {
         const int v = ir_root(e->p, y ? last_visible(n)->out : n->in);
-        h[y] = e->half && reads_16(e, n, y) ? arena_printf(e->arena, "h%d", v) : "NULL";
-        if (e->half && reads_16(e, n, y))
-            e->half->used[v] = true;
+        const bool bits = e->glue && e->glue->plan && reads_16(e, n, y);
+        h[y] = bits ? arena_printf(e->arena, "h%d", v) : "NULL";
+        if (bits)
+            e->glue->used[v] = true;
     }
     return arena_printf(e->arena, "%s, %s, ", h[0], h[1]);
 }
 
-/* After n's forward pass in forward_half: the output's 16 bits kept for
- * backward, rounded first in the same sweep where the pass leaves that to
- * the caller (round). */
-static void half_after(Emit *e, const Node *n, bool round)
+/* After n's forward pass on the cpu, where its output lives in a working
+ * copy: rounded where the pass leaves that to the caller (round), and in
+ * forward_half its 16 bits kept for backward, in the same sweep. */
+static void glue_after(Emit *e, const Node *n, bool round)
 {
     const int y = ir_root(e->p, last_visible(n)->out);
-    if (!is_half(e, y))
+    if (!in_work(e, y))
         return;
-    if (e->p->values[y].half_offset < 0) { /* read by the next pass alone */
+    if (e->p->values[y].cpu_offset[e->glue->plan] < 0) { /* read by the next pass alone */
         if (round)
             emit_round_value(e, value_expr(e, y), y);
         return;
     }
-    e->half->used[y] = true;
+    e->glue->used[y] = true;
     emitf(e, "nrt_half_%skeep(net->lowp, h%d, %s, (size_t)n * %lld);", round ? "round_" : "", y,
           value_expr(e, y), (long long)e->p->values[y].size);
 }
@@ -450,26 +462,25 @@ static void half_after(Emit *e, const Node *n, bool round)
 void emit_value_locals(Emit *e)
 {
     const Program *p = e->p;
+    const Glue *g = e->glue;
     for (int v = 1; v < p->nvalues; v++) {
         const IrValue *val = &p->values[v];
-        if (val->alias >= 0)
+        const int64_t off = g ? val->cpu_offset[g->plan] : val->offset;
+        if (val->alias >= 0 || off < 0)
             continue;
-        if (!e->half)
+        if (!g || !g->plan || !val->half)
             emitf(e, "float *a%d = net->act + (size_t)net->cap * %lld; /* %s */", v,
-                  (long long)val->offset, shape_str(e->arena, &val->shape));
-        else if (!val->half)
-            emitf(e, "float *a%d = net->act + (size_t)net->cap * %lld; /* %s */", v,
-                  (long long)val->half_offset, shape_str(e->arena, &val->shape));
-        else if (e->half->used[v] && val->half_offset >= 0)
+                  (long long)off, shape_str(e->arena, &val->shape));
+        else if (g->used[v])
             emitf(e, "uint16_t *h%d = (uint16_t *)(void *)(net->act + (size_t)net->cap * %lld); "
-                  "/* %s, 16 bits */", v, (long long)val->half_offset,
-                  shape_str(e->arena, &val->shape));
+                  "/* %s, 16 bits */", v, (long long)off, shape_str(e->arena, &val->shape));
     }
-    /* (forward's x and y: the gradient buffers, free until the loss) */
-    for (int k = 0; e->half && k < 3; k++)
-        if (e->half->work[k] && k < 2 && !e->half->bwd)
+    if (g && !g->bwd && (g->work[0] || g->work[1]))
+        emitf(e, "/* the working copies: the gradient buffers, free until the loss */");
+    for (int k = 0; g && k < 3; k++)
+        if (g->work[k] && k < 2 && !g->bwd)
             emitf(e, "float *w%d = net->gbuf[%d];", k, k);
-        else if (e->half->work[k])
+        else if (g->work[k])
             emitf(e, "float *w%d = net->act + (size_t)net->cap * %lld;", k,
                   (long long)p->half_work[k]);
 }
@@ -587,8 +598,8 @@ void emit_pass_calls(Emit *e, bool bwd)
         if (!ir_emits_passes(p, n))
             continue;
         int out = last_visible(n)->out;
-        if (e->half)
-            half_before(e, n, bwd);
+        if (e->glue)
+            glue_before(e, n, bwd);
         const char *in = casts_input(e, n) ? cast_name(e, n) : value_expr(e, n->in);
         if (bwd) {
             /* (a later part of the input's gradient: none where it is not asked for) */
@@ -617,10 +628,10 @@ void emit_pass_calls(Emit *e, bool bwd)
                   value_expr(e, out), close);
             const bool round = !n->op->is_view && e->p->values[out].lowp &&
                                !n->op->rounds_output && !keeps_rounding(p, n, false);
-            if (round && !is_half(e, out))
+            if (round && !in_work(e, ir_root(p, out)))
                 emit_round_value(e, value_expr(e, out), out);
-            if (e->half)
-                half_after(e, n, round);
+            if (e->glue)
+                glue_after(e, n, round);
         }
     }
 }
@@ -649,7 +660,7 @@ static void emit_named_input(Emit *e)
  * those its calls use (found by writing them once to nowhere). */
 static void emit_glue_locals(Emit *e, bool bwd)
 {
-    HalfGlue *h = e->half;
+    Glue *h = e->glue;
     if (h) {
         h->bwd = bwd;
         h->work[0] = h->work[1] = h->work[2] = false;
@@ -666,7 +677,7 @@ static void emit_glue_locals(Emit *e, bool bwd)
  * in 16 bits to their _half twins. */
 static void emit_half_dispatch(Emit *e, bool bwd)
 {
-    if (!e->p->half_act_size || e->half)
+    if (!e->p->half_act_size || e->glue->plan)
         return;
     if (bwd) {
         emitf(e, "if (net->half) {");
@@ -682,7 +693,7 @@ static void emit_half_dispatch(Emit *e, bool bwd)
 static void emit_forward(Emit *e)
 {
     const Program *p = e->p;
-    if (e->half) {
+    if (e->glue->plan) {
         emitf(e, "/* The forward pass where a bf16 or fp16 run keeps its values in 16 bits");
         emitf(e, " * (net->half): each pass reads and writes fp32 working copies (w0 and w1, the");
         emitf(e, " * gradient buffers, free until the loss; w2 a value read by name), and the");
@@ -691,7 +702,7 @@ static void emit_forward(Emit *e)
         emitf(e, "/* The forward pass over a batch; returns the mean loss. */");
     }
     emitf(e, "NRT_PASS static float forward%s(nrt_net *net, const nrt_batch *b, const float **out)",
-          e->half ? "_half" : "");
+          e->glue->plan ? "_half" : "");
     emitf(e, "{");
     e->indent++;
     emit_half_dispatch(e, false);
@@ -716,7 +727,7 @@ static void emit_forward(Emit *e)
 static void emit_backward(Emit *e)
 {
     const Program *p = e->p;
-    if (e->half) {
+    if (e->glue->plan) {
         emitf(e, "/* The backward pass after forward_half: an activation's derivative reads");
         emitf(e, " * the 16 bits of its x or y itself (hx, hy); what the other passes read is");
         emitf(e, " * loaded into working copies (w0 x, w2 a value read by name). */");
@@ -725,7 +736,7 @@ static void emit_backward(Emit *e)
         emitf(e, " * d loss / d output is already in %s. */", grad_expr(e, p->nvalues - 1));
     }
     emitf(e, "NRT_PASS static void backward%s(nrt_net *net, const nrt_batch *b)",
-          e->half ? "_half" : "");
+          e->glue->plan ? "_half" : "");
     emitf(e, "{");
     e->indent++;
     emit_half_dispatch(e, true);
@@ -757,17 +768,15 @@ void emit_c(FILE *out, const Program *p, const EmitOptions *o, Arena *a, bool cu
     for (int i = 0; i < p->nnodes; i++)
         if (ir_emits_passes(p, &p->nodes[i]))
             emit_node(&e, &p->nodes[i]);
-    if (p->half_act_size) {
-        HalfGlue h = {.held = {-1, -1, -1}, .last = -1,
-                      .used = arena_alloc(a, sizeof(bool) * (size_t)p->nvalues)};
-        memset(h.used, 0, sizeof(bool) * (size_t)p->nvalues);
-        e.half = &h;
+    for (int plan = p->half_act_size ? 1 : 0; plan >= 0; plan--) {
+        Glue g = {.plan = plan, .held = {-1, -1, -1}, .last = -1,
+                  .used = arena_alloc(a, sizeof(bool) * (size_t)p->nvalues)};
+        memset(g.used, 0, sizeof(bool) * (size_t)p->nvalues);
+        e.glue = &g;
         emit_forward(&e);
         emit_backward(&e);
-        e.half = NULL;
     }
-    emit_forward(&e);
-    emit_backward(&e);
+    e.glue = NULL;
     if (cuda)
         emit_cuda_host(&e);
     emit_driver(&e, cuda);

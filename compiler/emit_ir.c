@@ -14,34 +14,38 @@
 
 #include <string.h>
 
-/* The second plan (fuse.c): where each value lies in a bf16 or fp16 run
- * on the cpu that keeps its values in 16 bits. */
-static void emit_half_plan(Emit *e)
+/* The cpu's plan (fuse.c): where each value, working copy and saved
+ * tensor lies in an fp32 run (plan 0) or one keeping its values in 16
+ * bits (1). */
+static void emit_cpu_plan(Emit *e, int plan)
 {
     const Program *p = e->p;
-    const bool smaller = p->half_act_size < p->act_size;
-    emitf(e, "  in 16 bits   %lld where a bf16 or fp16 run on the cpu keeps its values so",
-          (long long)p->half_act_size);
-    emitf(e, "               (NETRT_ACT_BITS; auto does %s: %s than %lld); forward's working",
-          smaller ? "so" : "not", smaller ? "less" : "no less", (long long)p->act_size);
-    emitf(e, "               copies are gbuf[0] and gbuf[1]");
     for (int v = 1; v < p->nvalues; v++) {
         const IrValue *val = &p->values[v];
         const char *name = arena_printf(e->arena, "%%%d", v);
+        const int64_t off = val->cpu_offset[plan];
+        const bool half = plan && val->half;
         if (val->alias >= 0)
-            continue;
-        if (val->half_offset < 0)
+            emitf(e, "    %-18s shares %%%d's memory (%s)", name, ir_root(p, v),
+                  p->nodes[v - 1].absorbed ? "fused" : "a view");
+        else if (off < 0)
             emitf(e, "    %-18s none: read by the next pass alone, in forward's working copies", name);
         else
-            emitf(e, "    %-18s [%lld, %lld)%s", name, (long long)val->half_offset,
-                  (long long)(val->half_offset + (val->half ? (val->size + 1) / 2 : val->size)),
-                  val->half ? " 16 bits" : "");
+            emitf(e, "    %-18s [%lld, %lld)%s", name, (long long)off,
+                  (long long)(off + (half ? (val->size + 1) / 2 : val->size)), half ? " 16 bits" : "");
     }
     static const char *const work[3] = {"backward's x", "backward's y", "a named value"};
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 3 && plan; k++)
         if (p->half_work[k] >= 0)
             emitf(e, "    %-18s [%lld, %lld)", work[k], (long long)p->half_work[k],
                   (long long)(p->half_work[k] + p->half_work_size[k]));
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        if (n->aux_size)
+            emitf(e, "    %-18s [%lld, %lld)%s", arena_printf(e->arena, "layer %d %s", n->index, n->op->aux_name),
+                  (long long)n->aux_cpu_offset[plan], (long long)(n->aux_cpu_offset[plan] + n->aux_size),
+                  n->op->aux_cpu_only ? " cpu only" : "");
+    }
 }
 
 /* The fusion group a node belongs to: g0, g1, …, or -1 for a view. */
@@ -155,26 +159,18 @@ static void emit_plan(Emit *e)
         emitf(e, "    %-18s bytes [%zu, %zu) %s", b->name, b->offset,
               b->offset + b->size * (b->dtype == NRT_I64 ? 8 : 4), b->dtype == NRT_I64 ? "int64" : "float32");
     }
-    emitf(e, "  activations  %lld (on a GPU %lld: no cpu-only saved tensors)", (long long)p->act_size,
-          (long long)p->cuda_act_size);
-    for (int v = 1; v < p->nvalues; v++) {
-        const IrValue *val = &p->values[v];
-        if (val->alias < 0)
-            emitf(e, "    %-18s [%lld, %lld)", arena_printf(e->arena, "%%%d", v),
-                  (long long)val->offset, (long long)(val->offset + val->size));
-        else
-            emitf(e, "    %-18s shares %%%d's memory (%s)", arena_printf(e->arena, "%%%d", v),
-                  ir_root(p, v), p->nodes[v - 1].absorbed ? "fused" : "a view");
+    emitf(e, "  activations  %lld on the cpu (on a GPU %lld: every value its own, no cpu-only",
+          (long long)p->act_size, (long long)p->cuda_act_size);
+    emitf(e, "               saved tensors); forward's working copies are gbuf[0] and gbuf[1]");
+    emit_cpu_plan(e, 0);
+    if (p->half_act_size) {
+        const bool smaller = p->half_act_size < p->act_size;
+        emitf(e, "  in 16 bits   %lld where a bf16 or fp16 run on the cpu keeps its values so",
+              (long long)p->half_act_size);
+        emitf(e, "               (NETRT_ACT_BITS; auto does %s: %s than %lld)", smaller ? "so" : "not",
+              smaller ? "less" : "no less", (long long)p->act_size);
+        emit_cpu_plan(e, 1);
     }
-    for (int i = 0; i < p->nnodes; i++) {
-        const Node *n = &p->nodes[i];
-        if (n->aux_size)
-            emitf(e, "    %-18s [%lld, %lld)%s", arena_printf(e->arena, "layer %d %s", n->index, n->op->aux_name),
-                  (long long)n->aux_offset, (long long)(n->aux_offset + n->aux_size),
-                  n->op->aux_cpu_only ? " cpu only" : "");
-    }
-    if (p->half_act_size)
-        emit_half_plan(e);
     emitf(e, "  int32        %lld", (long long)p->iact_size);
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];

@@ -170,23 +170,25 @@ static void plan_gradients(Program *p)
 }
 
 /* Places the aux of the nodes whose op keeps it for the cpu alone
- * (cpu_only) or not from off on, in the first plan or the second. */
-static int64_t place_aux(Program *p, int64_t off, bool cpu_only, bool half)
+ * (cpu_only) or not from off on: in the GPU's plan (plan -1) or the cpu's
+ * plan (0 or 1). */
+static int64_t place_aux(Program *p, int64_t off, bool cpu_only, int plan)
 {
     for (int i = 0; i < p->nnodes; i++) {
         Node *n = &p->nodes[i];
         if (n->op->aux_cpu_only == cpu_only) {
-            *(half ? &n->aux_half_offset : &n->aux_offset) = off;
+            *(plan < 0 ? &n->aux_offset : &n->aux_cpu_offset[plan]) = off;
             off += n->aux_size;
         }
     }
     return off;
 }
 
-/* Which values (roots) a run keeping them in 16 bits reads after the pass
- * right after their producer's, so must keep (kept): those a backward
- * pass reads (loaded, into backward's working copies), those read by name,
- * and those a later pass reads; and which values backward loads. */
+/* Which values (roots) the cpu reads after the pass right after their
+ * producer's, so must keep (kept): those a backward pass reads, those
+ * read by name, those a later pass reads, and the output (the loss's);
+ * and which values a 16-bit run's backward loads into working copies (the
+ * others an activation's derivative reads in 16 bits itself). */
 static void mark_kept(const Program *p, bool *kept, bool *loaded_x, bool *loaded_y)
 {
     int prev = -1; /* the last node with passes */
@@ -199,52 +201,52 @@ static void mark_kept(const Program *p, bool *kept, bool *loaded_x, bool *loaded
         loaded_y[y] |= ir_bwd_reads_y(n) && !ir_bwd_reads_16(n, true);
         kept[x] |= ir_bwd_reads_x(n) || prev != x - 1;
         kept[y] |= ir_bwd_reads_y(n);
-        if (n->in2 >= 0) {
-            const int s = ir_root(p, n->in2);
-            kept[s] = true;
-        }
+        if (n->in2 >= 0)
+            kept[ir_root(p, n->in2)] = true;
         prev = i;
     }
+    kept[ir_root(p, p->nvalues - 1)] = true;
 }
 
-static void plan_half(Program *p)
+/* The cpu's plan: fp32 (plan 0) or 16-bit (1). */
+static void plan_cpu(Program *p, const bool *kept, const bool *loaded_x, const bool *loaded_y,
+                     int plan)
 {
     const int out = ir_root(p, p->nvalues - 1);
-    const size_t nv = (size_t)p->nvalues;
-    bool *kept = arena_alloc(p->arena, 3 * sizeof(bool) * nv), *loaded_x = kept + nv,
-         *loaded_y = loaded_x + nv;
-    memset(kept, 0, 3 * sizeof(bool) * nv);
-    mark_kept(p, kept, loaded_x, loaded_y);
-    int64_t off = 0, fwd = 0, work[3] = {0, 0, 0};
+    int64_t off = 0, work[3] = {0, 0, 0};
+    bool half = false;
     for (int v = 1; v < p->nvalues; v++) {
         IrValue *val = &p->values[v];
         if (val->alias >= 0)
             continue;
-        val->half = val->lowp && v != out;
-        val->half_offset = !val->half || kept[v] ? off : -1;
-        off += !val->half ? val->size : kept[v] ? (val->size + 1) / 2 : 0;
-        if (val->half && val->size > fwd)
-            fwd = val->size;
-        if (val->half && loaded_x[v] && val->size > work[0])
+        if (plan) {
+            val->half = val->lowp && v != out;
+            half |= val->half;
+        }
+        /* (forward's working copies are gbuf[0] and gbuf[1], as large as
+         * the largest value: grad_size) */
+        const bool home = kept[v] || val->size > p->grad_size;
+        val->cpu_offset[plan] = home ? off : -1;
+        off += !home ? 0 : plan && val->half ? (val->size + 1) / 2 : val->size;
+        if (plan && val->half && loaded_x[v] && val->size > work[0])
             work[0] = val->size;
-        if (val->half && loaded_y[v] && val->size > work[1])
+        if (plan && val->half && loaded_y[v] && val->size > work[1])
             work[1] = val->size;
     }
-    for (int i = 0; i < p->nnodes; i++) {
+    for (int i = 0; i < p->nnodes && plan; i++) {
         const IrValue *s = p->nodes[i].in2 >= 0 ? &p->values[ir_root(p, p->nodes[i].in2)] : NULL;
         if (s && s->half && s->size > work[2])
             work[2] = s->size;
     }
-    /* (forward's working copies are gbuf[0] and gbuf[1], as large as the
-     * largest value) */
-    if (!fwd || fwd > p->grad_size)
+    if (plan && !half)
         return;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 3 && plan; k++) {
         p->half_work[k] = work[k] ? off : -1;
         p->half_work_size[k] = work[k];
         off += work[k];
     }
-    p->half_act_size = place_aux(p, place_aux(p, off, false, true), true, true);
+    off = place_aux(p, place_aux(p, off, false, plan), true, plan);
+    *(plan ? &p->half_act_size : &p->act_size) = off;
 }
 
 void fuse_and_plan(Program *p)
@@ -252,6 +254,8 @@ void fuse_and_plan(Program *p)
     fuse(p, ir_readers(p));
     choose_layouts(p);
 
+    /* the GPU's plan: every value its own memory, then the aux its passes
+     * keep (not the cpu-only) */
     int64_t off = 0, ioff = 0;
     for (int v = 1; v < p->nvalues; v++) {
         IrValue *val = &p->values[v];
@@ -261,8 +265,7 @@ void fuse_and_plan(Program *p)
             off += val->size;
         }
     }
-    off = p->cuda_act_size = place_aux(p, off, false, false);
-    off = place_aux(p, off, true, false);
+    p->cuda_act_size = place_aux(p, off, false, -1);
     for (int i = 0; i < p->nnodes; i++) {
         Node *n = &p->nodes[i];
         n->iaux_offset = ioff;
@@ -270,9 +273,14 @@ void fuse_and_plan(Program *p)
         if (n->scratch > p->scratch_size)
             p->scratch_size = n->scratch;
     }
-    p->act_size = off;
     p->iact_size = ioff;
 
     plan_gradients(p);
-    plan_half(p);
+    const size_t nv = (size_t)p->nvalues;
+    bool *kept = arena_alloc(p->arena, 3 * sizeof(bool) * nv), *loaded_x = kept + nv,
+         *loaded_y = loaded_x + nv;
+    memset(kept, 0, 3 * sizeof(bool) * nv);
+    mark_kept(p, kept, loaded_x, loaded_y);
+    for (int plan = 0; plan < 2; plan++)
+        plan_cpu(p, kept, loaded_x, loaded_y, plan);
 }

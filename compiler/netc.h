@@ -431,17 +431,18 @@ typedef struct IrValue {
     Shape shape;
     int64_t size;       /* floats per sample */
     int alias;          /* the value whose memory this one shares, or -1 */
-    int64_t offset;     /* per-sample offset into the activation buffer;
+    int64_t offset;     /* per-sample offset into the GPU's activation buffer;
                            -1 for the input (the batch itself) */
     int grad_buf;       /* which gradient buffer holds d loss / d value */
     bool cn;            /* laid out [C, n, H, W] (chosen by fuse.c) */
     bool lowp;          /* bf16 when the run is: a product's output (linear,
                            conv2d), or a value made from one */
-    bool half;          /* 16 bits where a bf16 or fp16 run on the cpu uses the
-                           second plan (a lowp value, not the output) */
-    int64_t half_offset;/* its per-sample offset in that plan, in floats; -1: a
-                           half value nothing reads after the next pass, which
-                           lives in a working copy alone */
+    bool half;          /* 16 bits where a bf16 or fp16 run on the cpu uses its
+                           16-bit plan (a lowp value, not the output) */
+    int64_t cpu_offset[2]; /* its per-sample offset in the cpu's plans (fuse.c),
+                           in floats: [0] fp32, [1] 16-bit; -1: a value that no
+                           pass reads but the next, which lives in forward's
+                           working copies alone */
 } IrValue;
 
 struct Node {
@@ -469,7 +470,7 @@ struct Node {
     int64_t iaux_size;  /* int32s per sample kept for backward (maxpool argmax) */
     int64_t scratch;    /* floats of scratch a sample, alive within one pass */
     int64_t aux_offset, iaux_offset; /* placed by the memory plan */
-    int64_t aux_half_offset; /* aux_offset in the second plan */
+    int64_t aux_cpu_offset[2]; /* aux_offset in the cpu's plans */
 };
 
 struct Program {
@@ -512,14 +513,16 @@ struct Program {
     int batch, epochs;
     uint64_t seed;
     bool misplaced_loss, misplaced_optimizer; /* 'mse' written as a layer */
-    /* memory plan (fuse.c) */
+    /* memory plans (fuse.c): the cpu's activations a sample in fp32
+     * (act_size), the integer ones, a gradient buffer, the scratch */
     int64_t act_size, iact_size, grad_size, scratch_size;
     int grad_buffers;   /* how many gradient buffers backward uses (2 or more) */
-    int64_t cuda_act_size; /* the GPU's: act_size less the cpu-only aux */
-    /* the second plan, a bf16 or fp16 run's on the cpu (fuse.c): the size
-     * (0: no value is in 16 bits), and where the working copies lie:
-     * backward's two for a pass's x and y, the third for a value read by
-     * name (-1: none is); forward's x and y are in gbuf[0] and gbuf[1] */
+    int64_t cuda_act_size; /* the GPU's plan: every value, and the aux but the
+                              cpu-only */
+    /* the cpu's 16-bit plan, a bf16 or fp16 run's: the size (0: no value is
+     * in 16 bits), and where backward's working copies lie: x, y (none
+     * loads it today), a value read by name (-1: none); forward's are
+     * gbuf[0] and gbuf[1] */
     int64_t half_act_size, half_work[3], half_work_size[3];
     /* backward order (autodiff.c): node indices, last layer first */
     int *bwd;
@@ -608,7 +611,7 @@ struct Emit {
     Arena *arena;
     int indent;
     bool cuda;          /* emitting CUDA passes (emit_cuda.c) */
-    struct HalfGlue *half; /* emitting forward_half, backward_half (emit_c.c) */
+    struct Glue *glue;  /* emitting the cpu's forward and backward (emit_c.c) */
     const EmitOptions *opt;
     Emit *kern;         /* the kernel source, while emit_cuda.c writes it */
     KernelList *kernels;/* the kernels' names, in order */

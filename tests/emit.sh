@@ -94,10 +94,14 @@ check "grep -q '^  %0 \[1, 8, 8\]  *image' '$ir'" "IR: the input is not lowp (fp
 check "grep -q 'layer 1, line 7, g0, in its epilogue' '$ir'" "IR: relu fused into g0"
 check "grep -q '^  g0   conv2d 0 + relu 1  *conv2d_0_fwd, conv2d_0_bwd$' '$ir'" "IR: fusion group g0"
 check "grep -q 'g5   linear 7     d%9 through relu 8 -> d%7, d7.weight, d7.bias' '$ir'" "IR: a backward pass"
-check "grep -q '^  activations  2798 (on a GPU 2122' '$ir'" "IR: activation sizes"
+check "grep -q '^  activations  2414 on the cpu (on a GPU 2122' '$ir'" "IR: activation sizes"
+check "grep -q '^    %3  *none: read by the next pass alone' '$ir' && grep -q '^    %4  *\[1024, 1536)$' '$ir'" \
+    "IR: a value only the next pass reads has no memory of its own on the cpu; one a backward pass reads does"
+check "grep -q '^  in 16 bits   1678 ' '$ir' && grep -q '^    %4  *\[512, 768) 16 bits$' '$ir'" \
+    "IR: the 16-bit plan"
 check "grep -q '^    %2  *shares %1.s memory (fused)$' '$ir'" "IR: memory reuse of a fused value"
 check "grep -q '^  gradients    2 buffers of 1024' '$ir'" "IR: gradient buffers"
-check "grep -q '^    layer 0 xp  *\[2122, 2222) cpu only$' '$ir'" "IR: a cpu-only saved tensor"
+check "grep -q '^    layer 0 xp  *\[1738, 1838) cpu only$' '$ir'" "IR: a cpu-only saved tensor"
 
 # A bf16 run rounds each bf16 value once: after the pass that makes it, or
 # in it (a product's, in its epilogue: its sum, then a fused activation's
