@@ -9,28 +9,27 @@
  * passes of their own).  The activation node stays in the graph, marked
  * absorbed, so names and indices still match PyTorch's nn.Sequential.
  *
- * Memory plan: every value a backward pass needs stays alive from forward
- * to backward, so each non-aliased value gets its own slice of the
- * activation buffer (per-sample offsets; the runtime multiplies by the
- * batch capacity).  Views (flatten) and absorbed activations alias the
- * value they come from.  What a node keeps for its backward pass (aux)
- * follows: first what both backends use (dropout's mask), then what only
- * the cpu's passes do (conv2d's padded input), so that the GPU allocates
- * the buffer up to cuda_act_size.
- *
- * The second plan: a bf16 or fp16 run on the cpu may keep its
- * low-precision values in 16 bits (IrValue.half; every such value but
- * the output), and run each pass on fp32 working copies of its x and y.
- * In forward those are the gradient buffers, free until the loss; a value
- * read by no pass but the next (in forward or backward) lives there
- * alone, and the others are kept in 16 bits, at half their size.
- * Backward's activation derivatives read the 16 bits themselves; what
+ * Memory plans, per-sample offsets into the activation buffer (the runtime
+ * multiplies by the batch capacity); views (flatten) and absorbed
+ * activations alias the value they come from.  The GPU's: every value its
+ * own slice, then what a node keeps for its backward pass (aux) and both
+ * backends use (dropout's mask), up to cuda_act_size.  The cpu's (two, in
+ * IrValue.cpu_offset): only a value that a later pass reads (a backward
+ * pass, a forward pass but the next, an add by name, the loss) gets memory
+ * of its own; one that no pass reads but the next lives in forward's
+ * working copies, the gradient buffers, free until the loss; then the aux,
+ * the cpu-only too (conv2d's padded input, which its backward reads instead
+ * of x).  In the fp32 plan the kept values take 4 bytes and the passes read
+ * them where they lie.  In the 16-bit plan, a bf16 or fp16 run's, each
+ * low-precision value but the output is in 16 bits (IrValue.half): the
+ * passes, the same, run on fp32 working copies, emit_c.c's forward_half and
+ * backward_half copying the kept values to and from their 16 bits;
+ * backward's activation derivatives read the 16 bits themselves, and what
  * the other passes read is loaded into working copies of backward's own,
  * one for x (a product's, a batchnorm's input), one for y (none reads it
- * today), one for a value read by name (add's, mul's), each as large as
- * the largest value it takes.  The passes are the same; emit_c.c's forward_half and
- * backward_half copy values in and out.  Where the plan takes no less
- * memory than the first, the runtime keeps to that.
+ * today), one for a value read by name, each as large as the largest it
+ * takes.  Where that plan takes no less memory than fp32's, the runtime
+ * keeps to fp32's.
  *
  * Gradients: walking backward, each value's gradient takes a buffer when
  * the backward pass of its last reader writes it, and gives it back when
