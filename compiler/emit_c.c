@@ -374,7 +374,7 @@ static void half_load(Emit *e, int v, int k)
     if (h->held[k] == v)
         return;
     h->used[v] = true;
-    emitf(e, "nrt_half_load(net->lowp, %s, h%d, (size_t)n * %lld);", work_name(e, k), v,
+    emitf(e, "nrt_half_load(net->half, %s, h%d, (size_t)n * %lld);", work_name(e, k), v,
           (long long)e->p->values[v].size);
     h->held[k] = v;
 }
@@ -455,7 +455,7 @@ static void glue_after(Emit *e, const Node *n, bool round)
         return;
     }
     e->glue->used[y] = true;
-    emitf(e, "nrt_half_%skeep(net->lowp, h%d, %s, (size_t)n * %lld);", round ? "round_" : "", y,
+    emitf(e, "nrt_half_%skeep(net->half, h%d, %s, (size_t)n * %lld);", round ? "round_" : "", y,
           value_expr(e, y), (long long)e->p->values[y].size);
 }
 
@@ -664,6 +664,8 @@ static void emit_glue_locals(Emit *e, bool bwd)
     if (h) {
         h->bwd = bwd;
         h->work[0] = h->work[1] = h->work[2] = false;
+        h->held[0] = h->held[1] = h->held[2] = h->last = -1;
+        memset(h->used, 0, sizeof(bool) * (size_t)e->p->nvalues);
         FILE *out = e->out;
         e->out = NULL;
         emit_pass_calls(e, bwd);

@@ -239,7 +239,7 @@ void emit_each_16(Emit *e, const Node *n, bool y, int64_t size, const char *cons
 
 const char *half_at(Emit *e, bool y)
 {
-    return arena_printf(e->arena, "nrt_half_value(net->lowp, h%c[i])", y ? 'y' : 'x');
+    return arena_printf(e->arena, "nrt_half_value(net->half, h%c[i])", y ? 'y' : 'x');
 }
 
 /* ---------------------------------------------------- broadcasting */

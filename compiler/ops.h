@@ -99,7 +99,7 @@ void emit_each(Emit *e, int64_t size);
  * lines16 reading hx[i] or hy[i] too. */
 void emit_each_16(Emit *e, const Node *n, bool y, int64_t size, const char *const *lines,
                   const char *const *lines16, int nl);
-/* x[i] or y[i] from the 16 bits of hx or hy: "nrt_half_value(net->lowp, hy[i])" */
+/* x[i] or y[i] from the 16 bits of hx or hy: "nrt_half_value(net->half, hy[i])" */
 const char *half_at(Emit *e, bool y);
 void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
                    const char *bias_at);

@@ -473,7 +473,7 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
         return nrt_errorf(err, "out of memory");
     c->m = m;
     const int half = nrt_half_of(m, rc->precision, err);
-    if (half < 0 || nrt_net_alloc(&c->net, m, rc->cap, half, err) ||
+    if (half < 0 || nrt_net_alloc(&c->net, m, rc->cap, half ? rc->precision : 0, err) ||
         nrt_optim_init(&c->opt, &rc->optim, m->param_count, err)) {
         cpu_close(c);
         return -1;

@@ -589,6 +589,7 @@ void nrt_half_round_keep(int prec, uint16_t *dst, float *p, size_t n);
  * default) where that takes less memory than 4 bytes each (the working
  * copies weigh against it in a small model); -1 (err) for another value. */
 int nrt_half_of(const struct nrt_model *m, int prec, nrt_error *err);
+/* (nrt_net.half: prec where nrt_half_of says, else 0) */
 
 /* --------------------------------------------------------------- atomic.c */
 
@@ -825,7 +826,9 @@ typedef struct nrt_net {
     float *wlp, *xlp;
     float loss_scale;
     /* a bf16 or fp16 run's values kept in 16 bits (the model's second
-     * memory plan, half_act_size): the generated forward_half and
+     * memory plan, half_act_size): their format, NRT_BF16 or NRT_FP16 (0:
+     * 4 bytes), which the backward pass reads them in even where it runs
+     * in fp32 (--gradcheck's reference); the generated forward_half and
      * backward_half run each layer's passes on fp32 working copies (in
      * forward gbuf[0] and gbuf[1]) and keep in act the 16 bits of each
      * value read again (nrt_half_keep, nrt_half_load) */
