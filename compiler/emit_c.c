@@ -419,7 +419,7 @@ static void glue_before(Emit *e, const Node *n, bool bwd)
     if (in_work(e, x))
         half_in(e, x);
     if (in_work(e, y)) {
-        h->held[half_free(h, is_half(e, x) ? x : -1)] = y;
+        h->held[half_free(h, in_work(e, x) ? x : -1)] = y;
         h->last = y;
     }
 }
