@@ -15,7 +15,10 @@
  * the outputs through the same register transposes instead of oneDNN's
  * reorders, from and to dense layouts, measured the same, Zen 5.)
  *
- * Which passes (nrt_dnnl_wanted): fp32 products (NRT_DOT_F32) of at least
+ * Which passes (nrt_dnnl_wanted): fp32 products (NRT_DOT_F32), and bf16's
+ * on AMX (NRT_DOT_AMX: oneDNN's bf16 convolutions on AMX's tiles, operands
+ * in bf16, sums in fp32, as the built-in AMX products; its dW lost to
+ * kernels.c's conv_dw_amx, which runs first), of at least
  * NRT_DNNL_MIN_WORK multiply-adds a sample (digits_cnn's conv2 has 74 k, 2.4 M
  * a batch of 32: its dx
  * took 0.065 ms against the built-in path's 0.13, the primitives coming
@@ -53,6 +56,16 @@
 
 #include "conv_dnnl.h"
 
+#include <stdlib.h>
+
+/* A net's workspace for the built-in passes that keep nothing between
+ * calls but want their buffers kept (nrt_conv_workspace): the first
+ * member of struct nrt_dnnl, with or without oneDNN. */
+struct workspace {
+    void *p;
+    size_t bytes;
+};
+
 #ifdef NETRT_HAVE_ONEDNN
 
 #include <dlfcn.h>
@@ -84,7 +97,7 @@ static double work_of(const nrt_conv *g, int n)
 
 int nrt_dnnl_wanted(const nrt_conv *g)
 {
-    if (g->dot != NRT_DOT_F32 && g->dot != NRT_DOT_AVX2)
+    if (g->dot != NRT_DOT_F32 && g->dot != NRT_DOT_AVX2 && g->dot != NRT_DOT_AMX)
         return 0;
     const char *e = getenv("NETRT_CPU_CONV");
     if (e && !strcmp(e, "builtin"))
@@ -99,6 +112,7 @@ int nrt_dnnl_wanted(const nrt_conv *g)
     X(memory_desc_get_size) X(memory_create) X(memory_destroy) X(memory_get_memory_desc)    \
     X(memory_set_data_handle)                                                               \
     X(primitive_desc_create) X(primitive_desc_destroy) X(primitive_desc_query_md)           \
+    X(primitive_desc_query)                                                                 \
     X(primitive_create) X(primitive_destroy) X(primitive_execute)                           \
     X(reorder_primitive_desc_create) X(convolution_forward_desc_init)                       \
     X(convolution_backward_data_desc_init) X(convolution_backward_weights_desc_init)          \
@@ -148,14 +162,14 @@ struct tensor {
 
 /* A step of a pass: a primitive and its arguments; or, where p is NULL, a
  * copy of m samples of the tensor `role` (from the sample each run names)
- * into blocks of nb channels at dst. */
+ * into blocks of nb channels at `blocks`, rounded to bf16 where bf16. */
 struct step {
     dnnl_primitive_t p;
     int nargs;
     dnnl_exec_arg_t args[4];
     struct tensor t;
-    int role, m, nb;
-    float *dst;
+    int role, m, nb, bf16;
+    void *blocks;
 };
 
 /* What a pass was made for: its kind (the forward pass with or without a
@@ -191,6 +205,7 @@ struct plan {
  * past NPLAN (a C API caller may ask for ever new batch sizes). */
 enum { NPLAN = 48 };
 struct nrt_dnnl {
+    struct workspace ws; /* first: see nrt_conv_workspace */
     struct api d;
     int state; /* 0: oneDNN not loaded yet; 1: loaded, the engine made; -1: cannot be */
     dnnl_engine_t eng;
@@ -233,6 +248,7 @@ void nrt_dnnl_free(struct nrt_dnnl *c)
     free(c->plan);
     if (c->state == 1)
         c->d.engine_destroy(c->eng);
+    free(c->ws.p);
     free(c);
 }
 
@@ -373,13 +389,22 @@ static int run_into(struct nrt_dnnl *c, struct plan *p, const_dnnl_primitive_des
 }
 
 /* The descriptions of a pass's tensors: the user's (x: xp's interior, or
- * dx; y: the channel-first output or its gradient; w) and oneDNN's choice
- * (any) of each, and the convolution's geometry. */
+ * dx; y: the channel-first output or its gradient; w), oneDNN's choice
+ * (any) of each as a product's input (xa, ya, wa: bf16 for NRT_DOT_AMX,
+ * else fp32) and as its output (xo, yo, wo: fp32, the sums), and the
+ * convolution's geometry. */
 struct geom {
-    dnnl_memory_desc_t x, y, w, xa, ya, wa, b;
+    dnnl_memory_desc_t x, y, w, xa, ya, wa, xo, yo, wo, b;
     dnnl_dims_t strides, pad_l, pad_r;
     int bias; /* the forward pass adds b */
 };
+
+/* The type of a pass's inputs in oneDNN: bf16 for bf16's products on AMX
+ * (the values are bf16 already: the copies into it are exact), else fp32. */
+static dnnl_data_type_t in_type(const nrt_conv *g)
+{
+    return g->dot == NRT_DOT_AMX ? dnnl_bf16 : dnnl_f32;
+}
 
 /* x_cn: the user's x is channel first ([C, N, H, W]); xp: it is the
  * interior of xp, the input padded by PH, PW (channel first). */
@@ -395,12 +420,17 @@ static int describe(struct nrt_dnnl *c, const nrt_conv *g, int n, int x_cn, int 
     else
         xs[0] = ch * hp * wp, xs[1] = hp * wp;
     xs[2] = wp, xs[3] = 1;
+    const dnnl_data_type_t in = in_type(g);
+    const dnnl_format_tag_t any = dnnl_format_tag_any;
     if (!OK(c->d.memory_desc_init_by_strides(&d->x, 4, xd, dnnl_f32, xs)) ||
         !OK(c->d.memory_desc_init_by_strides(&d->y, 4, yd, dnnl_f32, ys)) ||
         !OK(c->d.memory_desc_init_by_tag(&d->w, 4, wd, dnnl_f32, dnnl_oihw)) ||
-        !OK(c->d.memory_desc_init_by_tag(&d->xa, 4, xd, dnnl_f32, dnnl_format_tag_any)) ||
-        !OK(c->d.memory_desc_init_by_tag(&d->ya, 4, yd, dnnl_f32, dnnl_format_tag_any)) ||
-        !OK(c->d.memory_desc_init_by_tag(&d->wa, 4, wd, dnnl_f32, dnnl_format_tag_any)) ||
+        !OK(c->d.memory_desc_init_by_tag(&d->xa, 4, xd, in, any)) ||
+        !OK(c->d.memory_desc_init_by_tag(&d->ya, 4, yd, in, any)) ||
+        !OK(c->d.memory_desc_init_by_tag(&d->wa, 4, wd, in, any)) ||
+        !OK(c->d.memory_desc_init_by_tag(&d->xo, 4, xd, dnnl_f32, any)) ||
+        !OK(c->d.memory_desc_init_by_tag(&d->yo, 4, yd, dnnl_f32, any)) ||
+        !OK(c->d.memory_desc_init_by_tag(&d->wo, 4, wd, dnnl_f32, any)) ||
         !OK(c->d.memory_desc_init_by_tag(&d->b, 1, bd, dnnl_f32, dnnl_a)))
         return -1;
     d->bias = 0;
@@ -413,6 +443,19 @@ static int describe(struct nrt_dnnl *c, const nrt_conv *g, int n, int x_cn, int 
     return d->pad_r[0] >= 0 && d->pad_r[1] >= 0 ? 0 : -1;
 }
 
+/* pd, kept; NULL where oneDNN found only its reference code for it
+ * (orders of magnitude slower than the built-in path: a bf16 pass on a
+ * cpu its kernels do not know). */
+static dnnl_primitive_desc_t chosen(struct nrt_dnnl *c, struct plan *p, dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    keep_pd(p, pd);
+    if (!OK(c->d.primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl)) || !impl ||
+        !strncmp(impl, "ref", 3))
+        return NULL;
+    return pd;
+}
+
 /* The forward pass's primitive description: what the backward passes
  * take as their hint. */
 static dnnl_primitive_desc_t fwd_pd(struct nrt_dnnl *c, struct plan *p, struct geom *d)
@@ -421,11 +464,11 @@ static dnnl_primitive_desc_t fwd_pd(struct nrt_dnnl *c, struct plan *p, struct g
     dnnl_primitive_desc_t pd;
     if (!OK(c->d.convolution_forward_desc_init(&cd, dnnl_forward_training,
                                                dnnl_convolution_direct, &d->xa, &d->wa,
-                                               d->bias ? &d->b : NULL, &d->ya, d->strides,
+                                               d->bias ? &d->b : NULL, &d->yo, d->strides,
                                                d->pad_l, d->pad_r)) ||
         !OK(c->d.primitive_desc_create(&pd, &cd, NULL, c->eng, NULL)))
         return NULL;
-    return keep_pd(p, pd);
+    return chosen(c, p, pd);
 }
 
 /* A backward pass's primitive description, dW's (weights) or dx's, with
@@ -437,31 +480,44 @@ static dnnl_primitive_desc_t backward_pd(struct nrt_dnnl *c, struct plan *p, str
     dnnl_primitive_desc_t pd, hint = fwd_pd(c, p, d);
     const dnnl_alg_kind_t alg = dnnl_convolution_direct;
     if (!hint ||
-        !OK(weights ? c->d.convolution_backward_weights_desc_init(&cd, alg, &d->xa, &d->wa, NULL,
+        !OK(weights ? c->d.convolution_backward_weights_desc_init(&cd, alg, &d->xa, &d->wo, NULL,
                                                                    &d->ya, d->strides, d->pad_l,
                                                                    d->pad_r)
-                    : c->d.convolution_backward_data_desc_init(&cd, alg, &d->xa, &d->wa, &d->ya,
+                    : c->d.convolution_backward_data_desc_init(&cd, alg, &d->xo, &d->wa, &d->ya,
                                                                 d->strides, d->pad_l, d->pad_r)) ||
         !OK(c->d.primitive_desc_create(&pd, &cd, NULL, c->eng, hint)))
         return NULL;
-    return keep_pd(p, pd);
+    return chosen(c, p, pd);
 }
 
 /* oneDNN's reorder from xp's interior (a strided view) is several times
  * slower than from a dense layout (1.4 ms of cifar10's conv2, batch 64);
  * where a pass wants its input in blocks of 16 channels ([N, C/16, H, W,
- * 16], as on AVX-512) or of 8 (on AVX2), the blocks are copied here, one
- * row of a block at a time (nrt_interleave: 3.4 % of cifar10's one-thread
- * step as a gather, 2.1 % transposed in registers, Zen 5).  Whether want
- * is m samples of t in blocks of nb channels (bd, then). */
+ * 16], as on AVX-512), of 8 (on AVX2) or of all of them ([N, H, W, C], as
+ * its bf16 passes on AMX), the blocks are copied here, one row of a block
+ * at a time (nrt_interleave: 3.4 % of cifar10's one-thread step as a
+ * gather, 2.1 % transposed in registers, Zen 5).  Whether want is m
+ * samples of t in blocks of nb channels of type dt (bd, then). */
 static int in_blocks(struct nrt_dnnl *c, const dnnl_memory_desc_t *want, const struct tensor *t,
-                     int m, int nb, dnnl_memory_desc_t *bd)
+                     int m, int nb, dnnl_data_type_t dt, dnnl_memory_desc_t *bd)
 {
     dnnl_dims_t dims = {m, t->c, t->h, t->w};
-    return want && t->c % nb == 0 &&
-           OK(c->d.memory_desc_init_by_tag(bd, 4, dims, dnnl_f32,
-                                           nb == 16 ? dnnl_aBcd16b : dnnl_aBcd8b)) &&
+    const dnnl_format_tag_t tag = nb == t->c ? dnnl_acdb : nb == 16 ? dnnl_aBcd16b : dnnl_aBcd8b;
+    return want && t->c % nb == 0 && OK(c->d.memory_desc_init_by_tag(bd, 4, dims, dt, tag)) &&
            c->d.memory_desc_equal(want, bd);
+}
+
+/* The channels of the blocks want is of m samples of t (bd, then) in
+ * fp32 or bf16, or 0 where it is no such blocks. */
+static int block_size(struct nrt_dnnl *c, const dnnl_memory_desc_t *want,
+                      const struct tensor *t, int m, dnnl_memory_desc_t *bd)
+{
+    const dnnl_data_type_t dt = want && want->data_type == dnnl_bf16 ? dnnl_bf16 : dnnl_f32;
+    const int each[3] = {16, 8, t->c};
+    for (int i = 0; i < 3; i++)
+        if (in_blocks(c, want, t, m, each[i], dt, bd))
+            return each[i];
+    return 0;
 }
 
 /* Adds the copy of m samples of the tensor `role` (t) into the blocks pd
@@ -471,17 +527,19 @@ static dnnl_memory_t blocked(struct nrt_dnnl *c, struct plan *p, const_dnnl_prim
 {
     const dnnl_memory_desc_t *want = c->d.primitive_desc_query_md(pd, what, 0);
     dnnl_memory_desc_t bd;
-    const int nb = in_blocks(c, want, t, m, 16, &bd) ? 16 : in_blocks(c, want, t, m, 8, &bd) ? 8 : 0;
+    const int nb = block_size(c, want, t, m, &bd), bf16 = nb && want->data_type == dnnl_bf16;
     if (!nb)
         return NULL;
-    float *dst = aligned_alloc(64, (size_t)m * t->c * t->h * t->w * sizeof *dst);
+    const size_t bytes = (size_t)m * t->c * t->h * t->w * (bf16 ? 2 : 4);
+    void *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
     dnnl_memory_t mem;
     if (!dst)
         return NULL;
     p->buf[p->nbuf++] = dst;
     if (!OK(c->d.memory_create(&mem, &bd, c->eng, dst)))
         return NULL;
-    p->step[p->nstep++] = (struct step){.t = *t, .role = role, .m = m, .nb = nb, .dst = dst};
+    p->step[p->nstep++] =
+        (struct step){.t = *t, .role = role, .m = m, .nb = nb, .bf16 = bf16, .blocks = dst};
     return keep_mem(p, mem);
 }
 
@@ -501,7 +559,10 @@ static void copy_blocks(const struct step *s, const float *src, int i0)
         const long y = q % t->h, b = q / t->h % blocks, i = i0 + q / t->h / blocks;
         const float *row = src + (size_t)b * nb * cs + (size_t)i * plane +
                            ((size_t)y + (size_t)t->ph) * wp + (size_t)t->pw;
-        nrt_interleave(row, cs, w, nb, s->dst + (size_t)q * w * nb);
+        if (s->bf16)
+            nrt_interleave_bf16(row, cs, w, nb, (uint16_t *)s->blocks + (size_t)q * w * nb);
+        else
+            nrt_interleave(row, cs, w, nb, (float *)s->blocks + (size_t)q * w * nb);
     }
 }
 
@@ -713,9 +774,13 @@ static int make_dx(struct nrt_dnnl *c, struct plan *p, const nrt_conv *g)
 {
     struct geom d;
     dnnl_primitive_desc_t pd;
-    if (describe(c, g, p->key.n, p->key.cn, 0, &d) != 0 || !(pd = backward_pd(c, p, &d, 0)))
+    const int n = p->key.n;
+    const struct tensor yt = {g->o, n, g->oh, g->ow, 0, 0};
+    if (describe(c, g, n, p->key.cn, 0, &d) != 0 || !(pd = backward_pd(c, p, &d, 0)))
         return -1;
-    dnnl_memory_t e = operand(c, p, pd, dnnl_query_diff_dst_md, &d.y, R_DY, 1);
+    dnnl_memory_t e = blocked(c, p, pd, dnnl_query_diff_dst_md, &yt, R_DY, n);
+    if (!e)
+        e = operand(c, p, pd, dnnl_query_diff_dst_md, &d.y, R_DY, 1);
     dnnl_memory_t k = e ? operand(c, p, pd, dnnl_query_weights_md, &d.w, R_W, 1) : NULL;
     dnnl_memory_t o = k ? operand(c, p, pd, dnnl_query_diff_src_md, &d.x, R_OUT, 0) : NULL;
     if (!o)
@@ -731,16 +796,38 @@ int nrt_dnnl_dx(const nrt_conv *g, int n, int cn, const float *w, const float *d
     return pass(g, K_DX, n, cn, make_dx, user);
 }
 
-#else /* no oneDNN: nothing made, nothing to free */
+#else /* no oneDNN: the workspace alone */
+
+struct nrt_dnnl {
+    struct workspace ws;
+};
 
 struct nrt_dnnl *nrt_dnnl_new(void)
 {
-    return NULL;
+    return calloc(1, sizeof(struct nrt_dnnl));
 }
 
 void nrt_dnnl_free(struct nrt_dnnl *c)
 {
-    (void)c;
+    if (c)
+        free(c->ws.p);
+    free(c);
 }
 
 #endif /* NETRT_HAVE_ONEDNN */
+
+void *nrt_conv_workspace(const nrt_conv *g, size_t bytes)
+{
+    struct workspace *w = g->dnnl ? (struct workspace *)(void *)g->dnnl : NULL;
+    if (!w)
+        return NULL;
+    if (bytes > w->bytes) {
+        bytes = (bytes + 63) / 64 * 64;
+        void *p = aligned_alloc(64, bytes);
+        if (!p)
+            return NULL;
+        free(w->p);
+        w->p = p, w->bytes = bytes;
+    }
+    return w->p;
+}

@@ -13,6 +13,16 @@
 /* From kernels.c, for the copies into oneDNN's blocks of nb channels: nb
  * rows of w values, cs apart, interleaved: d[x * nb + j] = src[j * cs + x]. */
 void nrt_interleave(const float *src, size_t cs, size_t w, int nb, float *d);
+/* The same, each value rounded to bf16 (its 16 bits): the copies into
+ * oneDNN's layouts of a pass's bf16 operands (NRT_DOT_AMX). */
+void nrt_interleave_bf16(const float *src, size_t cs, size_t w, int nb, uint16_t *d);
+
+/* A buffer of at least `bytes` (64-byte aligned) for one of g's passes,
+ * valid until that pass returns: the net's, kept and reused from pass to
+ * pass (a fresh one at every pass, cifar10's 5 MiB of AMX operands, took
+ * longer in page faults than its products); NULL where g has no net
+ * (nrt_conv.dnnl) or no memory: the caller then allocates its own. */
+void *nrt_conv_workspace(const nrt_conv *g, size_t bytes);
 
 #ifdef NETRT_HAVE_ONEDNN
 /* Whether g's passes should run on oneDNN (a property of the layer, not

@@ -437,12 +437,13 @@ typedef struct nrt_conv {
     int o, oh, ow;
     int kh, kw, sh, sw, ph, pw;
     int dot;
-    struct nrt_dnnl *dnnl; /* the net's passes on oneDNN (nrt_net.dnnl), or NULL */
+    struct nrt_dnnl *dnnl; /* the net's convolution state (nrt_net.dnnl), or NULL */
 } nrt_conv;
 
-/* A net's convolution passes on oneDNN (conv_dnnl.c): made at their first
- * call, run at the next ones (oneDNN's descriptions, primitives and
- * buffers in its layouts kept); nrt_dnnl_new gives NULL without oneDNN. */
+/* A net's convolution state (conv_dnnl.c): its passes on oneDNN, where
+ * the runtime is built with it, made at their first call and run at the
+ * next ones (oneDNN's descriptions, primitives and buffers in its layouts
+ * kept), and the built-in passes' workspace; NULL without memory. */
 struct nrt_dnnl *nrt_dnnl_new(void);
 void nrt_dnnl_free(struct nrt_dnnl *dnnl);
 
@@ -834,8 +835,9 @@ typedef struct nrt_net {
      * value read again (nrt_half_keep, nrt_half_load) */
     int half;
     int dot; /* the products' arithmetic: enum nrt_dot */
-    struct nrt_dnnl *dnnl; /* the convolutions' passes on oneDNN, made at their
-                              first call and kept (conv_dnnl.c); NULL without */
+    struct nrt_dnnl *dnnl; /* the convolutions' state: their passes on oneDNN,
+                              made at their first call and kept, and the
+                              built-in passes' workspace (conv_dnnl.c) */
 } nrt_net;
 
 typedef struct nrt_batch {

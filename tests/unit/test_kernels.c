@@ -547,7 +547,10 @@ struct pool {
 static const struct pool pools[] = {
     {2, 3, 8, 8, 2, 2, 0}, {1, 2, 7, 5, 3, 2, 1}, {2, 1, 6, 6, 3, 1, 1},
     {1, 1, 1, 1, 1, 1, 0}, {3, 4, 9, 9, 4, 3, 2}, {2, 2, 5, 7, 5, 1, 2},
-    {1, 3, 32, 32, 2, 2, 0}};
+    {1, 3, 32, 32, 2, 2, 0},
+    /* a 2x2 pool leaving a row and a column no window has; a 3x3 pool
+     * with as many outputs as a 2x2 one, whose windows overlap */
+    {2, 2, 35, 41, 2, 2, 0}, {1, 2, 32, 32, 3, 2, 1}};
 static const int npools = (int)(sizeof pools / sizeof *pools);
 
 /* The naive max pooling: PyTorch's rule, a strictly larger value or a NaN
@@ -585,7 +588,7 @@ static void test_maxpool(void)
         int oh = out_size(v.h, v.k, v.s, v.p), ow = out_size(v.w, v.k, v.s, v.p);
         size_t xs = (size_t)v.n * v.c * v.h * v.w;
         size_t ys = (size_t)v.n * v.c * oh * ow;
-        for (int mode = 0; mode < 3; mode++) {
+        for (int mode = 0; mode < 4; mode++) {
             float *x = randv(xs);
             if (mode == 1) /* ties everywhere: few distinct values */
                 for (size_t i = 0; i < xs; i++)
@@ -593,6 +596,9 @@ static void test_maxpool(void)
             if (mode == 2) /* all negative: padding (0) must not win */
                 for (size_t i = 0; i < xs; i++)
                     x[i] = -1.0f - fabsf(x[i]);
+            if (mode == 3) /* NaNs: a NaN wins its window */
+                for (size_t i = 3; i < xs; i += 7)
+                    x[i] = NAN;
             float *y = malloc(ys * sizeof *y), *ry = malloc(ys * sizeof *ry);
             int32_t *arg = malloc(ys * sizeof *arg);
             int32_t *rarg = malloc(ys * sizeof *rarg);
@@ -601,7 +607,7 @@ static void test_maxpool(void)
             ref_maxpool(x, v, oh, ow, ry, rarg);
             int bad = 0;
             for (size_t i = 0; i < ys; i++)
-                if (y[i] != ry[i] || arg[i] != rarg[i])
+                if ((y[i] != ry[i] && !(isnan(y[i]) && isnan(ry[i]))) || arg[i] != rarg[i])
                     bad++;
             CHECK(bad == 0, "maxpool case %d mode %d: %d outputs wrong", t,
                   mode, bad);
@@ -1021,6 +1027,16 @@ static void test_conv_batch(void)
         if (nrt_amx_enable())
             check_conv2d_dot(3, lp[t], 33, NRT_DOT_AMX);
         runs++;
+    }
+    /* on AMX, convolutions of 16 input channels or more: dW from the
+     * padded input in place (kernels.c's conv_dw_amx: blocks of channels
+     * and of dy's channels in pairs and alone, a batch past its chunks of
+     * 8), the forward pass and dx on oneDNN in bf16 where it is built in */
+    if (nrt_amx_enable()) {
+        check_conv2d_dot(20, (struct conv){32, 8, 8, 3, 3, 1, 1, 1, 1}, 16, NRT_DOT_AMX);
+        check_conv2d_dot(9, (struct conv){48, 7, 9, 3, 2, 1, 1, 1, 0}, 40, NRT_DOT_AMX);
+        check_conv2d_dot(3, (struct conv){16, 13, 13, 3, 3, 2, 2, 1, 1}, 24, NRT_DOT_AMX);
+        runs += 3;
     }
     printf("col2im_batch and conv2d: %d batches checked\n", runs);
 }
