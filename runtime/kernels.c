@@ -438,6 +438,16 @@ __attribute__((target("avx2,fma"))) static inline void tr8x8(v8f r[8])
     r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
+/* Rows j0 to j0 + 7 (cs apart) at positions x to x + 7, transposed: r[q]
+ * holds position x + q of each row. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+rows_tr8(const float *src, size_t cs, size_t x, int j0, v8f r[8])
+{
+    for (int j = 0; j < 8; j++)
+        r[j] = _mm256_loadu_ps(src + (size_t)(j0 + j) * cs + x);
+    tr8x8(r);
+}
+
 /* nrt_interleave on AVX2: eight rows by eight positions at a time,
  * transposed in registers. */
 __attribute__((target("avx2,fma"))) static void
@@ -446,9 +456,7 @@ interleave_avx2(const float *src, size_t cs, size_t w, int nb, float *restrict d
     for (size_t x = 0; x + 8 <= w; x += 8)
         for (int j0 = 0; j0 < nb; j0 += 8) {
             v8f r[8];
-            for (int j = 0; j < 8; j++)
-                r[j] = _mm256_loadu_ps(src + (size_t)(j0 + j) * cs + x);
-            tr8x8(r);
+            rows_tr8(src, cs, x, j0, r);
             for (int q = 0; q < 8; q++)
                 _mm256_storeu_ps(d + (x + q) * nb + j0, r[q]);
         }
@@ -897,9 +905,7 @@ interleave_bf16_avx512(const float *src, size_t cs, size_t w, int nb, uint16_t *
     for (size_t x = 0; x + 8 <= w; x += 8)
         for (int j0 = 0; j0 < nb; j0 += 8) {
             v8f r[8];
-            for (int j = 0; j < 8; j++)
-                r[j] = _mm256_loadu_ps(src + (size_t)(j0 + j) * cs + x);
-            tr8x8(r);
+            rows_tr8(src, cs, x, j0, r);
             for (int q = 0; q < 8; q++)
                 _mm_storeu_si128((__m128i *)(d + (x + q) * nb + j0),
                                  (__m128i)_mm256_cvtneps_pbh(r[q]));
@@ -2166,16 +2172,18 @@ static int conv_dw_direct(const nrt_conv *g, int n, const float *dy, const float
  * as far as the last tap reads; db: dy as tiles of B, 16 pairs of
  * positions by 16 channels, zeros for x >= OW), and each 16 x 16 block of
  * a tap's dW is a tile summed over the whole batch: cifar10's second
- * convolution's dW in 0.6 ms a batch of 64, where oneDNN's took 2.2 and
- * the columns' product 4 (Intel Xeon, one thread).  The positions x >= OW
- * cost 1 - OW / WP of the work; they read xp values a real position reads
- * too (an infinite one gives NaN there, where dy is 0, as it would have
- * met a nonzero dy).  Each block's sum runs in the same order on any
- * thread: the same bits for any thread count. */
+ * convolution's dW in 1.5 ms a batch of 64, where oneDNN's bf16 one took
+ * 2.5 and its fp32 one 3.9 (Intel Xeon, one thread; the tiles themselves
+ * about 1 ms, the copies the rest).  The positions x >= OW
+ * cost 1 - OW / WP of the work; they meet dy's zeros with xp values that
+ * real positions read too (so an infinite xp, whose product with 0 is NaN,
+ * makes NaN of a sum that is infinite or NaN anyway but where all its dy
+ * are 0).  Each block's sum runs in the same order on any thread: the
+ * same bits for any thread count. */
 struct dw_amx {
     const uint16_t *xb, *db;
     size_t cs, ls, nq; /* xb's channel stride and plane; db's steps of 32 a sample */
-    int wp, kw, ob;    /* padded width, KW, dy's blocks of 16 channels */
+    int wp, ob;        /* padded width, dy's blocks of 16 channels */
 };
 
 /* Samples [i0, i1) of tap (ki, kj) into nc x no tiles (each 1 or 2) of
@@ -2277,7 +2285,7 @@ static int conv_dw_amx(const nrt_conv *g, int n, const float *dy, const float *x
     const int cb = (g->c + 15) / 16, ob = (g->o + 15) / 16, taps = g->kh * g->kw;
     const size_t plane = (size_t)hp * wp, ps = round_up((size_t)g->oh * wp, 32);
     const size_t ls = round_up(ps + (size_t)(g->kh - 1) * wp + (size_t)g->kw - 1, 32);
-    const struct dw_amx d0 = {NULL, NULL, (size_t)n * ls, ls, ps / 32, wp, g->kw, ob};
+    const struct dw_amx d0 = {NULL, NULL, (size_t)n * ls, ls, ps / 32, wp, ob};
     const int cpair = (cb + 1) / 2, opair = (ob + 1) / 2, tasks = taps * cpair * opair;
     /* the operands and the sums in the net's workspace, or in buffers of
      * this call's own */
@@ -2290,7 +2298,7 @@ static int conv_dw_amx(const nrt_conv *g, int n, const float *dy, const float *x
         return -1;
     float *acc = (float *)(void *)ws; /* first: 4 KiB a task, 64-byte aligned */
     uint16_t *xb = (uint16_t *)(void *)(ws + 4096 * (size_t)tasks), *db = xb + nxb, *dyp = db + ndb;
-    const struct dw_amx d = {xb, db, d0.cs, ls, d0.nq, wp, g->kw, ob};
+    const struct dw_amx d = {xb, db, d0.cs, ls, d0.nq, wp, ob};
     const int par = (double)n * g->o * g->oh * g->ow * g->c * taps >= PAR_MIN_GEMM;
     (void)par;
     /* xb: each plane of xp in bf16, zeros after it and in the channels up

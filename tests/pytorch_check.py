@@ -377,7 +377,7 @@ class Spec:
     def __init__(self, name, twin, optim, loss, data, net=None, seed_model=None,
                  layers=None, optimizer=None, batch=16, epochs=2, bad_files=False, flags=(),
                  default_init=True, needs=(), bf16_steps=None, bf16=True, along=None,
-                 exact=False):
+                 exact=False, bf16_first=None):
         self.name, self.twin, self.optim, self.loss, self.data = name, twin, optim, loss, data
         self.flags = list(flags)  # more flags for the training runs
         self.net, self.seed_model = net, seed_model
@@ -386,6 +386,7 @@ class Spec:
         self.default_init = default_init  # False: the model has init statements
         self.needs = needs  # Python modules the check needs beyond torch
         self.bf16_steps = bf16_steps  # --precision bf16's steps, if not BF16_STEPS
+        self.bf16_first = bf16_first  # the first step's tolerance, if not BF16_FIRST
         self.bf16 = bf16  # False: not compared with autocast (the Spec says why)
         # (steps, optimizer, flags): netc's step from each of PyTorch's
         # weights along a run of that many steps with that optimizer (CIFAR
@@ -1226,6 +1227,15 @@ SPECS = [
          flags=["--lr", "1e-4"], twin=ResNet20,
          optim=sgd(lr=1e-4, momentum=0.9, weight_decay=5e-4),
          along=(50, sgd(lr=0.1, momentum=0.9, weight_decay=5e-4), []), exact=True,
+         # bf16's first step: twenty batchnorms leave the loss all but
+         # blind to bf16's roundings (netc's fp32 run is within 9.3e-5 of
+         # autocast's first loss, its bf16 run with fp32 sums 8.6e-5) and
+         # not to the order of the sums: on AMX, whose tiles sum in an order
+         # of their own (netc's and oneDNN's under PyTorch), 1.8e-4 to 2.1e-4
+         # (an Intel Xeon).  So 5e-4 here, against gross errors alone: the
+         # rounding points are the other CNNs' (cifar10's, cnn101's),
+         # checked at BF16_FIRST
+         bf16_first=5e-4,
          data=lambda work, src: cifar_data(work, src, 320, 16)),
     # images: the list, PIL's decoding and resizing, torchvision's ToTensor
     # and Normalize, and every flip, the same
@@ -1898,8 +1908,9 @@ def check_bf16(check, spec, netc, src, root):
     worst = max(((abs(g - w) / abs(w), i + 1) for i, (g, w) in enumerate(zip(got, want))),
                 default=(float("inf"), 0))
     first = abs(got[0] - want[0]) / abs(want[0]) if got and want else 1
-    check(first <= BF16_FIRST,
-          f"{name}: the first step's loss within {BF16_FIRST:g} of autocast's ({first:.2g})",
+    tol = spec.bf16_first or BF16_FIRST
+    check(first <= tol,
+          f"{name}: the first step's loss within {tol:g} of autocast's ({first:.2g})",
           f"netc {got[:1]}, torch {want[:1]}")
     check(len(got) == len(want) and worst[0] <= BF16_RTOL,
           f"{name}: {len(got)} steps within {BF16_RTOL:g} of torch.autocast(bfloat16)'s "
