@@ -764,37 +764,22 @@ static void amx_rows_a(int kc, int kp, int mc, const float *pa, uint32_t *restri
                 r < mc ? a_pair(pa + (size_t)(r / MR) * MR * kc, kc, r % MR, q) : 0;
 }
 
-/* The same rows straight from an untransposed A (rows [i0, i0 + mc),
- * columns [p0, p0 + kc), lda apart), 32 values rounded at once
- * (vcvtne2ps2bf16, as pairs_b): no packed tiles in between, which took
- * as long as the products themselves on cifar10's first convolution's dW
- * (a_pair one value at a time). */
-AMX_TARGET static void amx_rows_a_direct(const float *a, int lda, int i0, int p0, int kc, int kp,
-                                         int mc, uint32_t *restrict dst)
+/* dst[0, len) = src's values in bf16, 32 rounded at once (vcvtne2ps2bf16,
+ * as pairs_b): AMX's operands copied from fp32 runs. */
+AMX_TARGET static void amx_bf16_run(uint16_t *restrict dst, const float *src, size_t len)
 {
-    const int rows = (mc + 31) / 32 * 32;
-    for (int r = 0; r < rows; r++) {
-        uint16_t *d = (uint16_t *)(dst + (size_t)r * kp);
-        const float *src = a + (size_t)(i0 + r) * lda + p0;
-        for (int p = 0; p < 2 * kp; p += 32) {
-            const int left = r < mc ? kc - p : 0;
-            const __mmask16 lo = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1u) : 0;
-            const __mmask16 hi = left >= 32   ? 0xffff
-                                 : left > 16 ? (__mmask16)((1u << (left - 16)) - 1u)
-                                             : 0;
-            const __m512 l = _mm512_maskz_loadu_ps(lo, src + p);
-            const __m512 h = _mm512_maskz_loadu_ps(hi, src + p + 16);
-            _mm512_storeu_si512(d + p, (__m512i)_mm512_cvtne2ps_pbh(h, l));
-        }
+    for (size_t j = 0; j < len; j += 32) {
+        const size_t left = len - j;
+        const __mmask16 lo = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1u);
+        const __mmask16 hi = left >= 32 ? 0xffff : left > 16 ? (__mmask16)((1u << (left - 16)) - 1u) : 0;
+        const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, src + j + 16),
+                                                          _mm512_maskz_loadu_ps(lo, src + j));
+        _mm512_mask_storeu_epi16(dst + j, left >= 32 ? ~0u : (__mmask32)((1ull << left) - 1u), both);
     }
 }
 
-/* C[0, mc) x [0, nc) = alpha * sums + beta * C (beta 0: C not read), from
- * amx_rows_a's A and pairs_b's panels (npanel, with a zero panel after an
- * odd count), kp a multiple of 16. */
-AMX_TARGET static void amx_block(int kp, int mc, int nc, int npanel, const uint32_t *a,
-                                 const uint16_t *b, float *c, size_t ldc, float alpha,
-                                 float beta)
+/* Every tile 16 rows of 64 bytes (palette 1). */
+AMX_TARGET static void amx_tiles_16x64(void)
 {
     struct amx_config cfg = {.palette = 1};
     for (int t = 0; t < 8; t++) {
@@ -805,6 +790,35 @@ AMX_TARGET static void amx_block(int kp, int mc, int nc, int npanel, const uint3
      * GCC 12's _tile_loadconfig does not (its operand is cfg's first 8
      * bytes, the rest free to be left unwritten) */
     __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+}
+
+/* The same rows straight from an untransposed A (rows [i0, i0 + mc),
+ * columns [p0, p0 + kc), lda apart), rounded by amx_bf16_run: no packed
+ * tiles in between, which took as long as the products themselves on
+ * cifar10's first convolution's dW (a_pair one value at a time). */
+AMX_TARGET static void amx_rows_a_direct(const float *a, int lda, int i0, int p0, int kc, int kp,
+                                         int mc, uint32_t *restrict dst)
+{
+    const int rows = (mc + 31) / 32 * 32;
+    for (int r = 0; r < rows; r++) {
+        uint16_t *d = (uint16_t *)(dst + (size_t)r * kp);
+        size_t j = 0;
+        if (r < mc) {
+            amx_bf16_run(d, a + (size_t)(i0 + r) * lda + p0, (size_t)kc);
+            j = (size_t)kc;
+        }
+        memset(d + j, 0, (2 * (size_t)kp - j) * sizeof *d);
+    }
+}
+
+/* C[0, mc) x [0, nc) = alpha * sums + beta * C (beta 0: C not read), from
+ * amx_rows_a's A and pairs_b's panels (npanel, with a zero panel after an
+ * odd count), kp a multiple of 16. */
+AMX_TARGET static void amx_block(int kp, int mc, int nc, int npanel, const uint32_t *a,
+                                 const uint16_t *b, float *c, size_t ldc, float alpha,
+                                 float beta)
+{
+    amx_tiles_16x64();
     const size_t sa = (size_t)kp * 4, panel = (size_t)2 * NR * kp;
     _Alignas(64) float out[4][16 * 16];
     for (int r = 0; r < mc; r += 32)
@@ -2192,12 +2206,7 @@ struct dw_amx {
 AMX_TARGET static void dw_amx_run(const struct dw_amx *d, int ki, int kj, int c0, int nc, int o0,
                                   int no, int i0, int i1, float *acc, int first)
 {
-    struct amx_config cfg = {.palette = 1};
-    for (int t = 0; t < 8; t++) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    __asm__ volatile("ldtilecfg %0" ::"m"(cfg)); /* see amx_block */
+    amx_tiles_16x64();
     if (first) {
         _tile_zero(0);
         _tile_zero(1);
@@ -2233,19 +2242,6 @@ AMX_TARGET static void dw_amx_run(const struct dw_amx *d, int ki, int kj, int c0
     _tile_stored(2, acc + 512, 64);
     _tile_stored(3, acc + 768, 64);
     _tile_release();
-}
-
-/* dst[0, len) = src's values in bf16, 32 rounded at once (vcvtne2ps2bf16) */
-AMX_TARGET static void dw_amx_bf16(uint16_t *restrict dst, const float *src, size_t len)
-{
-    for (size_t j = 0; j < len; j += 32) {
-        const size_t left = len - j;
-        const __mmask16 lo = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1u);
-        const __mmask16 hi = left >= 32 ? 0xffff : left > 16 ? (__mmask16)((1u << (left - 16)) - 1u) : 0;
-        const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, src + j + 16),
-                                                          _mm512_maskz_loadu_ps(lo, src + j));
-        _mm512_mask_storeu_epi16(dst + j, left >= 32 ? ~0u : (__mmask32)((1ull << left) - 1u), both);
-    }
 }
 
 /* db's tiles from dyp (dy in bf16, each channel's sample a row of ps
@@ -2285,11 +2281,11 @@ static int conv_dw_amx(const nrt_conv *g, int n, const float *dy, const float *x
     const int cb = (g->c + 15) / 16, ob = (g->o + 15) / 16, taps = g->kh * g->kw;
     const size_t plane = (size_t)hp * wp, ps = round_up((size_t)g->oh * wp, 32);
     const size_t ls = round_up(ps + (size_t)(g->kh - 1) * wp + (size_t)g->kw - 1, 32);
-    const struct dw_amx d0 = {NULL, NULL, (size_t)n * ls, ls, ps / 32, wp, ob};
+    const size_t cs = (size_t)n * ls, nq = ps / 32;
     const int cpair = (cb + 1) / 2, opair = (ob + 1) / 2, tasks = taps * cpair * opair;
     /* the operands and the sums in the net's workspace, or in buffers of
      * this call's own */
-    const size_t nxb = (size_t)cb * 16 * d0.cs, ndb = (size_t)n * d0.nq * ob * 512;
+    const size_t nxb = (size_t)cb * 16 * cs, ndb = (size_t)n * nq * ob * 512;
     const size_t ndyp = (size_t)ob * 16 * n * ps, bytes = 2 * (nxb + ndb + ndyp) + 4096 * (size_t)tasks;
     if ((double)ndyp >= 2147483648.0) /* dw_amx_tiles' int offsets */
         return -1;
@@ -2298,7 +2294,7 @@ static int conv_dw_amx(const nrt_conv *g, int n, const float *dy, const float *x
         return -1;
     float *acc = (float *)(void *)ws; /* first: 4 KiB a task, 64-byte aligned */
     uint16_t *xb = (uint16_t *)(void *)(ws + 4096 * (size_t)tasks), *db = xb + nxb, *dyp = db + ndb;
-    const struct dw_amx d = {xb, db, d0.cs, ls, d0.nq, wp, ob};
+    const struct dw_amx d = {xb, db, cs, ls, nq, wp, ob};
     const int par = (double)n * g->o * g->oh * g->ow * g->c * taps >= PAR_MIN_GEMM;
     (void)par;
     /* xb: each plane of xp in bf16, zeros after it and in the channels up
@@ -2308,7 +2304,7 @@ static int conv_dw_amx(const nrt_conv *g, int n, const float *dy, const float *x
         uint16_t *row = xb + (size_t)r * ls;
         size_t j = 0;
         if (r < (long)g->c * n) {
-            dw_amx_bf16(row, xp + (size_t)r * plane, plane);
+            amx_bf16_run(row, xp + (size_t)r * plane, plane);
             j = plane;
         }
         memset(row + j, 0, (ls - j) * sizeof *row);
@@ -2321,7 +2317,7 @@ static int conv_dw_amx(const nrt_conv *g, int n, const float *dy, const float *x
         uint16_t *row = dyp + (size_t)r * ps;
         memset(row, 0, ps * sizeof *row);
         for (int y = 0; y < g->oh && r < (long)g->o * n; y++)
-            dw_amx_bf16(row + (size_t)y * wp, dy + ((size_t)r * g->oh + y) * g->ow, (size_t)g->ow);
+            amx_bf16_run(row + (size_t)y * wp, dy + ((size_t)r * g->oh + y) * g->ow, (size_t)g->ow);
     }
     NRT_OMP(omp parallel for schedule(static) if (par))
     for (int i = 0; i < n; i++)
