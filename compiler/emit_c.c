@@ -21,9 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The cpu's forward and backward over its fp32 plan (plan 0), or
- * forward_half and backward_half over its 16-bit one (1): the value each
- * fp32 working copy w0, w1, w2 holds (a root value, or -1), the one last
+/* Forward and backward over the fp32 plan (plan 0), or forward_half and
+ * backward_half over the 16-bit one (1), the cpu's or (e->cuda) the GPU's
+ * cu_forward, cu_backward and their _half twins: the value each fp32
+ * working copy w0, w1, w2 holds (a root value, or -1), the one last
  * written or loaded, and the locals the function uses. */
 typedef struct Glue {
     int plan;
@@ -41,12 +42,26 @@ static const char *work_name(Emit *e, int k)
     return arena_printf(e->arena, "w%d", k);
 }
 
+/* A value's per-sample offset in the plan being written (-1: none). */
+static int64_t plan_offset(const Emit *e, const IrValue *val)
+{
+    const int plan = e->glue ? e->glue->plan : 0;
+    return e->cuda ? val->cuda_offset[plan] : val->cpu_offset[plan];
+}
+
+/* The activations a sample in the 16-bit plan of the code being written
+ * (the cpu's or the GPU's); 0: it has none. */
+int64_t half_plan_size(const Emit *e)
+{
+    return e->cuda ? e->p->cuda_half_act_size : e->p->half_act_size;
+}
+
 /* Whether root r lives in forward's working copies: a value no pass reads
  * but the next (no memory of its own in the plan), or one kept in 16 bits. */
 static bool in_work(const Emit *e, int r)
 {
     const IrValue *val = &e->p->values[r];
-    return e->glue && r > 0 && (val->cpu_offset[e->glue->plan] < 0 || (e->glue->plan && val->half));
+    return e->glue && r > 0 && (plan_offset(e, val) < 0 || (e->glue->plan && val->half));
 }
 
 void emitf(Emit *e, const char *fmt, ...)
@@ -253,16 +268,16 @@ static const char *lowp_weights(const Node *n)
     return n->op->product ? "(net->lowp ? net->wlp : net->param)" : "net->param";
 }
 
-/* Inside a pass, the activation memory at per-sample offset gpu in the
- * GPU's plan, or on the cpu cpu[0] in its fp32 plan, cpu[1] where the run
- * keeps its values in 16 bits (fuse.c). */
-static const char *act_memory(Emit *e, int64_t gpu, const int64_t cpu[2])
+/* Inside a pass, the activation memory at per-sample offset off[0] in
+ * the fp32 plan, off[1] where the run keeps its values in 16 bits
+ * (fuse.c): gpu's on the GPU, cpu's on the cpu. */
+static const char *act_memory(Emit *e, const int64_t gpu[2], const int64_t cpu[2])
 {
-    if (e->cuda || !e->p->half_act_size)
-        return arena_printf(e->arena, "net->act + (size_t)net->cap * %lld",
-                            (long long)(e->cuda ? gpu : cpu[0]));
+    const int64_t *off = e->cuda ? gpu : cpu;
+    if (!half_plan_size(e) || off[0] == off[1])
+        return arena_printf(e->arena, "net->act + (size_t)net->cap * %lld", (long long)off[0]);
     return arena_printf(e->arena, "net->act + (size_t)net->cap * (net->half ? %lld : %lld)",
-                        (long long)cpu[1], (long long)cpu[0]);
+                        (long long)off[1], (long long)off[0]);
 }
 
 /* Declarations every pass function of n starts with. */
@@ -285,7 +300,7 @@ void emit_pass_locals(Emit *e, const Node *n, bool bwd)
     /* (the GPU's convolutions read x itself, not the cpu's padded copy) */
     if (n->aux_size && !(e->cuda && !strcmp(n->op->aux_name, "xp")))
         emitf(e, "float *%s = %s;", n->op->aux_name,
-              act_memory(e, n->aux_offset, n->aux_cpu_offset));
+              act_memory(e, (const int64_t[2]){n->aux_offset, n->aux_offset}, n->aux_cpu_offset));
     if (n->iaux_size)
         emitf(e, "int32_t *arg = net->iact + (size_t)net->cap * %lld;", (long long)n->iaux_offset);
 }
@@ -294,7 +309,7 @@ void emit_pass_locals(Emit *e, const Node *n, bool bwd)
  * y where the run keeps them so (and the pass reads them: reads_16). */
 bool bwd_halves(const Emit *e)
 {
-    return !e->cuda && e->p->half_act_size;
+    return half_plan_size(e) != 0;
 }
 
 bool reads_16(const Emit *e, const Node *n, bool y)
@@ -331,7 +346,7 @@ static void emit_node(Emit *e, const Node *n)
         emitf(e, "(void)hy;");
     if (n->op->x_in_aux)
         emitf(e, "(void)x; /* %s, kept by forward, stands for it */", n->op->aux_name);
-    else if (!ir_bwd_reads_x(n))
+    else if (!ir_bwd_reads_x(n, false))
         emitf(e, "(void)x;");
     if (!ir_bwd_reads_y(n))
         emitf(e, "(void)y;");
@@ -358,8 +373,10 @@ const char *value_memory(Emit *e, int v)
     const IrValue *val = &e->p->values[ir_root(e->p, v)];
     if (ir_root(e->p, v) == 0)
         return "net->x";
-    const int64_t cpu[2] = {val->cpu_offset[0], val->half ? e->p->half_work[2] : val->cpu_offset[1]};
-    return act_memory(e, val->offset, cpu);
+    const int64_t cpu[2] = {val->cpu_offset[0], val->half ? e->p->half_work[2] : val->cpu_offset[1]},
+                  gpu[2] = {val->cuda_offset[0],
+                            val->half ? e->p->cuda_half_work[2] : val->cuda_offset[1]};
+    return act_memory(e, gpu, cpu);
 }
 
 static bool is_half(const Emit *e, int v)
@@ -374,8 +391,12 @@ static void half_load(Emit *e, int v, int k)
     if (h->held[k] == v)
         return;
     h->used[v] = true;
-    emitf(e, "nrt_half_load(net->half, %s, h%d, (size_t)n * %lld);", work_name(e, k), v,
-          (long long)e->p->values[v].size);
+    if (e->cuda)
+        emitf(e, "TRY(nrt_cu_half_load(net, %s, h%d, (size_t)n * %lld, err));", work_name(e, k),
+              v, (long long)e->p->values[v].size);
+    else
+        emitf(e, "nrt_half_load(net->half, %s, h%d, (size_t)n * %lld);", work_name(e, k), v,
+              (long long)e->p->values[v].size);
     h->held[k] = v;
 }
 
@@ -410,9 +431,9 @@ static void glue_before(Emit *e, const Node *n, bool bwd)
     if (n->in2 >= 0 && is_half(e, n->in2) && (!bwd || n->op->bwd_reads_s))
         half_load(e, ir_root(p, n->in2), 2);
     if (bwd) { /* x in w0, y in w1 */
-        if (is_half(e, y) && ir_bwd_reads_y(n) && !ir_bwd_reads_16(n, true))
+        if (is_half(e, y) && ir_bwd_reads_y(n) && !reads_16(e, n, true))
             half_load(e, y, 1);
-        if (is_half(e, x) && ir_bwd_reads_x(n) && !ir_bwd_reads_16(n, false))
+        if (is_half(e, x) && ir_bwd_reads_x(n, e->cuda) && !reads_16(e, n, false))
             half_load(e, x, 0);
         return;
     }
@@ -449,14 +470,18 @@ static void glue_after(Emit *e, const Node *n, bool round)
     const int y = ir_root(e->p, last_visible(n)->out);
     if (!in_work(e, y))
         return;
-    if (e->p->values[y].cpu_offset[e->glue->plan] < 0) { /* read by the next pass alone */
+    if (plan_offset(e, &e->p->values[y]) < 0) { /* read by the next pass alone */
         if (round)
             emit_round_value(e, value_expr(e, y), y);
         return;
     }
     e->glue->used[y] = true;
-    emitf(e, "nrt_half_%skeep(net->half, h%d, %s, (size_t)n * %lld);", round ? "round_" : "", y,
-          value_expr(e, y), (long long)e->p->values[y].size);
+    if (e->cuda)
+        emitf(e, "TRY(nrt_cu_half_%skeep(net, h%d, %s, (size_t)n * %lld, err));",
+              round ? "round_" : "", y, value_expr(e, y), (long long)e->p->values[y].size);
+    else
+        emitf(e, "nrt_half_%skeep(net->half, h%d, %s, (size_t)n * %lld);", round ? "round_" : "",
+              y, value_expr(e, y), (long long)e->p->values[y].size);
 }
 
 void emit_value_locals(Emit *e)
@@ -465,7 +490,7 @@ void emit_value_locals(Emit *e)
     const Glue *g = e->glue;
     for (int v = 1; v < p->nvalues; v++) {
         const IrValue *val = &p->values[v];
-        const int64_t off = g ? val->cpu_offset[g->plan] : val->offset;
+        const int64_t off = plan_offset(e, val);
         if (val->alias >= 0 || off < 0)
             continue;
         if (!g || !g->plan || !val->half)
@@ -482,7 +507,7 @@ void emit_value_locals(Emit *e)
             emitf(e, "float *w%d = net->gbuf[%d];", k, k);
         else if (g->work[k])
             emitf(e, "float *w%d = net->act + (size_t)net->cap * %lld;", k,
-                  (long long)p->half_work[k]);
+                  (long long)(e->cuda ? p->cuda_half_work : p->half_work)[k]);
 }
 
 void emit_round(Emit *e, const char *cond, const char *dst, const char *src,
@@ -658,7 +683,7 @@ static void emit_named_input(Emit *e)
 
 /* The locals of forward or backward; of forward_half and backward_half,
  * those its calls use (found by writing them once to nowhere). */
-static void emit_glue_locals(Emit *e, bool bwd)
+void emit_glue_locals(Emit *e, bool bwd)
 {
     Glue *h = e->glue;
     if (h) {
@@ -675,13 +700,30 @@ static void emit_glue_locals(Emit *e, bool bwd)
     emit_value_locals(e);
 }
 
-/* forward() and backward() begin by handing a run that keeps its values
- * in 16 bits to their _half twins. */
-static void emit_half_dispatch(Emit *e, bool bwd)
+/* e->glue for plan's forward or backward, written next. */
+void emit_use_plan(Emit *e, int plan)
 {
-    if (!e->p->half_act_size || e->glue->plan)
+    Glue *g = arena_alloc(e->arena, sizeof *g);
+    *g = (Glue){.plan = plan, .held = {-1, -1, -1}, .last = -1,
+                .used = arena_alloc(e->arena, sizeof(bool) * (size_t)e->p->nvalues)};
+    e->glue = g;
+}
+
+int glue_plan(const Emit *e)
+{
+    return e->glue ? e->glue->plan : 0;
+}
+
+/* forward() and backward() begin by handing a run that keeps its values
+ * in 16 bits to their _half twins (on the GPU cu_forward, cu_backward). */
+void emit_half_dispatch(Emit *e, bool bwd)
+{
+    if (!half_plan_size(e) || e->glue->plan)
         return;
-    if (bwd) {
+    if (e->cuda) {
+        emitf(e, "if (net->half)");
+        emitf(e, "    return cu_%s_half(net, n, err);", bwd ? "backward" : "forward");
+    } else if (bwd) {
         emitf(e, "if (net->half) {");
         emitf(e, "    backward_half(net, b);");
         emitf(e, "    return;");
@@ -771,10 +813,7 @@ void emit_c(FILE *out, const Program *p, const EmitOptions *o, Arena *a, bool cu
         if (ir_emits_passes(p, &p->nodes[i]))
             emit_node(&e, &p->nodes[i]);
     for (int plan = p->half_act_size ? 1 : 0; plan >= 0; plan--) {
-        Glue g = {.plan = plan, .held = {-1, -1, -1}, .last = -1,
-                  .used = arena_alloc(a, sizeof(bool) * (size_t)p->nvalues)};
-        memset(g.used, 0, sizeof(bool) * (size_t)p->nvalues);
-        e.glue = &g;
+        emit_use_plan(&e, plan);
         emit_forward(&e);
         emit_backward(&e);
     }

@@ -85,11 +85,15 @@ static void emit_host_node(Emit *e, const Node *n)
     e->indent--;
     emitf(e, "}");
     emit_blank(e);
-    emitf(e, "static int %s(nrt_cuda_net *net, int n, const float *x, const float *y, float *dy, "
-          "float *dx, nrt_error *err)", cu_pass(e, n, "bwd"));
+    const bool halves = bwd_halves(e);
+    emitf(e, "static int %s(nrt_cuda_net *net, int n, const float *x, const float *y,%s float *dy, "
+          "float *dx, nrt_error *err)", cu_pass(e, n, "bwd"),
+          halves ? " const uint16_t *hx, const uint16_t *hy," : "");
     emitf(e, "{");
     e->indent++;
     emitf(e, "(void)net, (void)n, (void)x, (void)y, (void)dy, (void)dx, (void)err;");
+    if (halves)
+        emitf(e, "(void)hx, (void)hy;");
     emit_pass_locals(e, n, true);
     n->op->cu_bwd(e, n);
     emit_grad_part(e, n);
@@ -103,13 +107,22 @@ static void emit_host_node(Emit *e, const Node *n)
 static void emit_host_forward(Emit *e)
 {
     const Program *p = e->p;
-    emitf(e, "/* The forward pass over the batch in net->x; the mean loss goes to");
-    emitf(e, " * net->loss on the device, and in training d loss / d output to");
-    emitf(e, " * %s. */", grad_expr(e, p->nvalues - 1));
-    emitf(e, "static int cu_forward(nrt_cuda_net *net, int n, nrt_error *err)");
+    const bool half = glue_plan(e);
+    if (half) {
+        emitf(e, "/* The forward pass where a bf16 or fp16 run keeps its values in 16 bits");
+        emitf(e, " * (net->half), as the cpu's forward_half: the passes read and write fp32");
+        emitf(e, " * working copies (w0 and w1, the gradient buffers, free until the loss; w2");
+        emitf(e, " * a value read by name), and each value's 16 bits are kept (h1, ...). */");
+    } else {
+        emitf(e, "/* The forward pass over the batch in net->x; the mean loss goes to");
+        emitf(e, " * net->loss on the device, and in training d loss / d output to");
+        emitf(e, " * %s. */", grad_expr(e, p->nvalues - 1));
+    }
+    emitf(e, "static int cu_forward%s(nrt_cuda_net *net, int n, nrt_error *err)", half ? "_half" : "");
     emitf(e, "{");
     e->indent++;
-    emit_value_locals(e);
+    emit_half_dispatch(e, false);
+    emit_glue_locals(e, false);
     emit_lowp_input(e, true);
     emit_pass_calls(e, false);
     int last = p->nvalues - 1;
@@ -127,11 +140,19 @@ static void emit_host_forward(Emit *e)
 
 static void emit_host_backward(Emit *e)
 {
-    emitf(e, "/* The backward pass, after cu_forward() on the same batch in training mode. */");
-    emitf(e, "static int cu_backward(nrt_cuda_net *net, int n, nrt_error *err)");
+    const bool half = glue_plan(e);
+    if (half) {
+        emitf(e, "/* The backward pass after cu_forward_half: what each pass reads is loaded");
+        emitf(e, " * from its 16 bits into a working copy (w0 x, w1 y, w2 a value read by");
+        emitf(e, " * name). */");
+    } else {
+        emitf(e, "/* The backward pass, after cu_forward() on the same batch in training mode. */");
+    }
+    emitf(e, "static int cu_backward%s(nrt_cuda_net *net, int n, nrt_error *err)", half ? "_half" : "");
     emitf(e, "{");
     e->indent++;
-    emit_value_locals(e);
+    emit_half_dispatch(e, true);
+    emit_glue_locals(e, true);
     emit_lowp_input(e, false);
     emit_pass_calls(e, true);
     emitf(e, "return 0;");
@@ -297,8 +318,11 @@ void emit_cuda_host(Emit *c)
     emitf(&e, "};");
     emit_blank(&e);
     walk(&e);
-    emit_host_forward(&e);
-    emit_host_backward(&e);
+    for (int plan = p->cuda_half_act_size ? 1 : 0; plan >= 0; plan--) {
+        emit_use_plan(&e, plan);
+        emit_host_forward(&e);
+        emit_host_backward(&e);
+    }
     const char *code = emit_code(&e, &l, source);
     free(source);
 
@@ -313,8 +337,9 @@ void emit_cuda_host(Emit *c)
     emitf(&e, "static const nrt_cuda_model cuda_model = {");
     emitf(&e, "    cu_forward, cu_backward, nrt_cuda_device_count, nrt_cuda_list_devices,");
     emitf(&e, "    nrt_cuda_open, nrt_cuda_jit_info, &%s,", code);
-    emitf(&e, "    %lld, %lld, /* workspace bytes (split-K partial sums); floats of activations a "
-          "sample */", (long long)ws, (long long)p->cuda_act_size);
+    emitf(&e, "    %lld, /* workspace bytes (split-K partial sums) */", (long long)ws);
+    emitf(&e, "    %lld, %lld, /* floats of activations a sample: fp32, and in 16 bits */",
+          (long long)p->cuda_act_size, (long long)p->cuda_half_act_size);
     emitf(&e, "};");
     emit_blank(&e);
     c->line = e.line;

@@ -171,6 +171,16 @@ static void emit_plan(Emit *e)
               smaller ? "less" : "no less", (long long)p->act_size);
         emit_cpu_plan(e, 1);
     }
+    if (p->cuda_half_act_size) {
+        const bool smaller = p->cuda_half_act_size < p->cuda_act_size;
+        emitf(e, "  GPU 16 bits  %lld where a bf16 or fp16 run on a GPU keeps its values so (auto",
+              (long long)p->cuda_half_act_size);
+        emitf(e, "               does %s: %s than %lld); every value its own, backward's working",
+              smaller ? "so" : "not", smaller ? "less" : "no less", (long long)p->cuda_act_size);
+        emitf(e, "               copies of x, y and a named value at %lld, %lld, %lld (-1: none)",
+              (long long)p->cuda_half_work[0], (long long)p->cuda_half_work[1],
+              (long long)p->cuda_half_work[2]);
+    }
     emitf(e, "  int32        %lld", (long long)p->iact_size);
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];

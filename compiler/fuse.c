@@ -11,9 +11,11 @@
  *
  * Memory plans, per-sample offsets into the activation buffer (the runtime
  * multiplies by the batch capacity); views (flatten) and absorbed
- * activations alias the value they come from.  The GPU's: every value its
- * own slice, then what a node keeps for its backward pass (aux) and both
- * backends use (dropout's mask), up to cuda_act_size.  The cpu's (two, in
+ * activations alias the value they come from.  The GPU's (two, in
+ * IrValue.cuda_offset): what a node keeps for its backward pass (aux) and
+ * both backends use (dropout's mask), then every value its own slice, up
+ * to cuda_act_size; in a bf16 or fp16 run the half values in 16 bits
+ * (below), up to cuda_half_act_size.  The cpu's (two, in
  * IrValue.cpu_offset): only a value that a later pass reads (a backward
  * pass, a forward pass but the next, an add by name, the loss) gets memory
  * of its own; one that no pass reads but the next lives in forward's
@@ -196,15 +198,56 @@ static void mark_kept(const Program *p, bool *kept, bool *loaded_x, bool *loaded
         if (!ir_emits_passes(p, n))
             continue;
         const int x = ir_root(p, n->in), y = ir_root(p, (n->fused ? n->fused : n)->out);
-        loaded_x[x] |= ir_bwd_reads_x(n) && !ir_bwd_reads_16(n, false);
+        loaded_x[x] |= ir_bwd_reads_x(n, false) && !ir_bwd_reads_16(n, false);
         loaded_y[y] |= ir_bwd_reads_y(n) && !ir_bwd_reads_16(n, true);
-        kept[x] |= ir_bwd_reads_x(n) || prev != x - 1;
+        kept[x] |= ir_bwd_reads_x(n, false) || prev != x - 1;
         kept[y] |= ir_bwd_reads_y(n);
         if (n->in2 >= 0)
             kept[ir_root(p, n->in2)] = true;
         prev = i;
     }
     kept[ir_root(p, p->nvalues - 1)] = true;
+}
+
+/* The GPU's plan: fp32 (0) or 16-bit (1), the cpu's 16-bit plan made
+ * (IrValue.half).  The aux its passes keep (not the cpu-only) first, at
+ * the same place in both, then every value its own memory, in 16 bits
+ * where half; then backward's working copies, as the cpu's: an
+ * activation's derivative reads the 16 bits itself, the other passes what
+ * they read (x, a value by name) loaded into fp32 copies as large as the
+ * largest each takes. */
+static void plan_gpu(Program *p, int plan)
+{
+    int64_t off = place_aux(p, 0, false, -1), work[3] = {0, 0, 0};
+    for (int v = 1; v < p->nvalues; v++) {
+        IrValue *val = &p->values[v];
+        val->cuda_offset[plan] = val->alias < 0 ? off : -1;
+        if (val->alias < 0)
+            off += plan && val->half ? (val->size + 1) / 2 : val->size;
+    }
+    if (!plan || !p->half_act_size) {
+        *(plan ? &p->cuda_half_act_size : &p->cuda_act_size) = plan ? 0 : off;
+        return;
+    }
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *n = &p->nodes[i];
+        if (!ir_emits_passes(p, n))
+            continue;
+        const IrValue *x = &p->values[ir_root(p, n->in)],
+                      *y = &p->values[ir_root(p, last_visible(n)->out)],
+                      *s = n->in2 >= 0 ? &p->values[ir_root(p, n->in2)] : NULL;
+        if (x->half && ir_bwd_reads_x(n, true) && !ir_bwd_reads_16(n, false) && x->size > work[0])
+            work[0] = x->size;
+        if (y->half && ir_bwd_reads_y(n) && !ir_bwd_reads_16(n, true) && y->size > work[1])
+            work[1] = y->size;
+        if (s && s->half && s->size > work[2])
+            work[2] = s->size;
+    }
+    for (int k = 0; k < 3; k++) {
+        p->cuda_half_work[k] = work[k] ? off : -1;
+        off += work[k];
+    }
+    p->cuda_half_act_size = off;
 }
 
 /* The cpu's plan: fp32 (plan 0) or 16-bit (1). */
@@ -253,18 +296,7 @@ void fuse_and_plan(Program *p)
     fuse(p, ir_readers(p));
     choose_layouts(p);
 
-    /* the GPU's plan: every value its own memory, then the aux its passes
-     * keep (not the cpu-only) */
-    int64_t off = 0, ioff = 0;
-    for (int v = 1; v < p->nvalues; v++) {
-        IrValue *val = &p->values[v];
-        val->offset = -1;
-        if (val->alias < 0) {
-            val->offset = off;
-            off += val->size;
-        }
-    }
-    p->cuda_act_size = place_aux(p, off, false, -1);
+    int64_t ioff = 0;
     for (int i = 0; i < p->nnodes; i++) {
         Node *n = &p->nodes[i];
         n->iaux_offset = ioff;
@@ -280,6 +312,8 @@ void fuse_and_plan(Program *p)
          *loaded_y = loaded_x + nv;
     memset(kept, 0, 3 * sizeof(bool) * nv);
     mark_kept(p, kept, loaded_x, loaded_y);
-    for (int plan = 0; plan < 2; plan++)
+    for (int plan = 0; plan < 2; plan++) {
         plan_cpu(p, kept, loaded_x, loaded_y, plan);
+        plan_gpu(p, plan);
+    }
 }

@@ -45,10 +45,10 @@ bool ir_emits_passes(const Program *p, const Node *n)
     return !n->absorbed && !ir_is_view(p, n);
 }
 
-bool ir_bwd_reads_x(const Node *n)
+bool ir_bwd_reads_x(const Node *n, bool cuda)
 {
     if (n->op->x_in_aux)
-        return false;
+        return cuda;
     return n->op->takes_epilogue || n->nparams || n->nbufs || n->op->bwd_reads_x ||
            (n->op->act && n->op->act->needs & NEEDS_X);
 }

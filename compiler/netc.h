@@ -431,14 +431,15 @@ typedef struct IrValue {
     Shape shape;
     int64_t size;       /* floats per sample */
     int alias;          /* the value whose memory this one shares, or -1 */
-    int64_t offset;     /* per-sample offset into the GPU's activation buffer;
-                           -1 for the input (the batch itself) */
+    int64_t cuda_offset[2]; /* its per-sample offset in the GPU's plans, in
+                           floats: [0] fp32, [1] 16-bit; -1 for the input (the
+                           batch itself) */
     int grad_buf;       /* which gradient buffer holds d loss / d value */
     bool cn;            /* laid out [C, n, H, W] (chosen by fuse.c) */
     bool lowp;          /* bf16 when the run is: a product's output (linear,
                            conv2d), or a value made from one */
-    bool half;          /* 16 bits where a bf16 or fp16 run on the cpu uses its
-                           16-bit plan (a lowp value, not the output) */
+    bool half;          /* 16 bits where a bf16 or fp16 run uses a 16-bit plan
+                           (a lowp value, not the output) */
     int64_t cpu_offset[2]; /* its per-sample offset in the cpu's plans (fuse.c),
                            in floats: [0] fp32, [1] 16-bit; -1: a value that no
                            pass reads but the next, which lives in forward's
@@ -519,6 +520,10 @@ struct Program {
     int grad_buffers;   /* how many gradient buffers backward uses (2 or more) */
     int64_t cuda_act_size; /* the GPU's plan: every value, and the aux but the
                               cpu-only */
+    /* the GPU's 16-bit plan (0: none): the same with the half values in 16
+     * bits, and backward's working copies (x, y, a value read by name; -1:
+     * none), as the cpu's */
+    int64_t cuda_half_act_size, cuda_half_work[3];
     /* the cpu's 16-bit plan, a bf16 or fp16 run's: the size (0: no value is
      * in 16 bits), and where backward's working copies lie: x, y (none
      * loads it today), a value read by name (-1: none); forward's are
@@ -548,11 +553,11 @@ const char *dims_list(Arena *a, int rank, const int64_t *d);
 /* Whether n has pass functions of its own: not a view, not an activation
  * living in its producer's epilogue (each such node is a fusion group). */
 bool ir_emits_passes(const Program *p, const Node *n);
-/* Whether n's backward pass (the cpu's) reads x: a layer with weights or
- * state does (but one reading the copy it keeps, conv2d's xp), and an
+/* Whether n's backward pass reads x: a layer with weights or state does
+ * (but on the cpu one reading the copy it keeps, conv2d's xp), and an
  * activation whose derivative needs it; y: one whose derivative needs it,
  * itself or fused. */
-bool ir_bwd_reads_x(const Node *n);
+bool ir_bwd_reads_x(const Node *n, bool cuda);
 bool ir_bwd_reads_y(const Node *n);
 /* Whether it reads y (or x) in elementwise loops alone, which read a
  * value's 16 bits where the run keeps it so (hy, hx): an activation's
@@ -664,12 +669,23 @@ const char *pass_name(Emit *e, const Node *n, const char *pass);
 void emit_layer_comment(Emit *e, const Node *n);
 void emit_pass_locals(Emit *e, const Node *n, bool bwd);
 const Node *last_visible(const Node *n);
-/* Whether the cpu's backward passes take hx and hy (a program with a
- * plan keeping values in 16 bits), and whether n's reads y's (or x's)
- * there: ir_bwd_reads_16 of a value so kept. */
+/* Whether the backward passes (the cpu's, or e->cuda the GPU's) take hx
+ * and hy (a program with a plan keeping values in 16 bits), and whether
+ * n's reads y's (or x's) there: ir_bwd_reads_16 of a value so kept. */
 bool bwd_halves(const Emit *e);
 bool reads_16(const Emit *e, const Node *n, bool y);
 void emit_value_locals(Emit *e);
+/* The plans: e->glue for plan's forward or backward (0 fp32, 1 16-bit),
+ * written next, and the plan being written; the locals of that function (the value pointers, the 16
+ * bits and working copies its calls use); its start, which hands a run
+ * keeping its values in 16 bits to the _half twin; and the size of the
+ * 16-bit plan of the code being written (the cpu's or, e->cuda, the
+ * GPU's; 0: none). */
+void emit_use_plan(Emit *e, int plan);
+int glue_plan(const Emit *e);
+void emit_glue_locals(Emit *e, bool bwd);
+void emit_half_dispatch(Emit *e, bool bwd);
+int64_t half_plan_size(const Emit *e);
 /* The calls of the layers' passes in forward() or backward(), and the
  * #if that checks the runtime's ABI. */
 void emit_pass_calls(Emit *e, bool bwd);

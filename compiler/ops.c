@@ -242,6 +242,21 @@ const char *half_at(Emit *e, bool y)
     return arena_printf(e->arena, "nrt_half_value(net->half, h%c[i])", y ? 'y' : 'x');
 }
 
+const char *cu_value_at(Emit *e, const Node *n, bool y)
+{
+    const char c = y ? 'y' : 'x';
+    return reads_16(e, n, y) ? arena_printf(e->arena, "(h%c ? nrt_half_value(half, h%c[i]) : %c[i])", c, c, c)
+                             : arena_printf(e->arena, "%c[i]", c);
+}
+
+const char *cu_value_params(Emit *e, const Node *n, bool y)
+{
+    const char c = y ? 'y' : 'x';
+    return arena_printf(e->arena, "const float *%c, %s", c,
+                        reads_16(e, n, y) ? arena_printf(e->arena, "const uint16_t *h%c, int half, ", c)
+                                          : "");
+}
+
 /* ---------------------------------------------------- broadcasting */
 
 /* Whether the value is laid out channel first ([C, n, H, W]) */
@@ -531,7 +546,7 @@ void emit_act_grad(Emit *e, const Node *n, int64_t size)
 
 /* The names of a parameter list ("const float *x, float *y" -> "x, y"),
  * each after prefix ("&": "&x, &y", the host's NRT_ARGS of its locals of
- * the same names; lowp is the net's: "&net->lowp"). */
+ * the same names; lowp and half are the net's: "&net->lowp"). */
 const char *param_names(Emit *e, const char *params, const char *prefix)
 {
     const char *names = "";
@@ -543,7 +558,9 @@ const char *param_names(Emit *e, const char *params, const char *prefix)
         while (id > p && (isalnum((unsigned char)id[-1]) || id[-1] == '_'))
             id--;
         names = arena_printf(e->arena, "%s%s%s%s%.*s", names, *names ? ", " : "", prefix,
-                             (end - id == 4 && !strncmp(id, "lowp", 4)) ? "net->" : "",
+                             (end - id == 4 && (!strncmp(id, "lowp", 4) || !strncmp(id, "half", 4)))
+                                 ? "net->"
+                                 : "",
                              (int)(end - id), id);
         p = *end ? end + 1 : end;
     }
@@ -616,8 +633,10 @@ void cu_act_grad(Emit *e, const Node *n, const char *count)
     emitf(e, "/* through the fused %s */", n->fused->op->sig.name);
     const char *body[1] = {arena_printf(
         e->arena, "dy[i] = %s;",
-        lowp_expr(e, act_grad(e->arena, n->fused, n->fused->op->act, "dy[i]", NULL, "y[i]")))};
-    cu_each(e, n, "bwd_act", count, cu_lowp(e, "float *dy, const float *y"), body, 1);
+        lowp_expr(e, act_grad(e->arena, n->fused, n->fused->op->act, "dy[i]", NULL,
+                              cu_value_at(e, n, true))))};
+    cu_each(e, n, "bwd_act", count,
+            arena_printf(e->arena, "float *dy, %sint lowp", cu_value_params(e, n, true)), body, 1);
 }
 
 

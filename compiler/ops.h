@@ -101,6 +101,13 @@ void emit_each_16(Emit *e, const Node *n, bool y, int64_t size, const char *cons
                   const char *const *lines16, int nl);
 /* x[i] or y[i] from the 16 bits of hx or hy: "nrt_half_value(net->half, hy[i])" */
 const char *half_at(Emit *e, bool y);
+/* In a GPU kernel, n's backward reading x or y (y): "y[i]", or where the
+ * pass reads it in 16 bits (reads_16), from hy when the host passes it
+ * (the run keeps y so) — "(hy ? nrt_half_value(half, hy[i]) : y[i])" —
+ * and the kernel's parameters for it, with a comma and a blank after:
+ * "const float *y, const uint16_t *hy, int half, " */
+const char *cu_value_at(Emit *e, const Node *n, bool y);
+const char *cu_value_params(Emit *e, const Node *n, bool y);
 void emit_epilogue(Emit *e, const Node *n, const char *rows, const char *len,
                    const char *bias_at);
 void emit_act_grad(Emit *e, const Node *n, int64_t size);

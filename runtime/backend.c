@@ -77,15 +77,15 @@ int nrt_dot_of(int prec, nrt_error *err)
     return want != 0 && nrt_dot_native() ? NRT_DOT_BF16 : NRT_DOT_F32;
 }
 
-int nrt_half_of(const nrt_model *m, int prec, nrt_error *err)
+int nrt_half_of(size_t half, size_t full, int prec, nrt_error *err)
 {
     const char *bits = getenv("NETRT_ACT_BITS");
     const int auto_ = !bits || !*bits || !strcmp(bits, "auto");
     if (!auto_ && strcmp(bits, "16") && strcmp(bits, "32"))
         return nrt_errorf(err, "NETRT_ACT_BITS is '%s': auto, 16 or 32", bits);
-    if (prec == NRT_FP32 || !m->half_act_size || (bits && !strcmp(bits, "32")))
+    if (prec == NRT_FP32 || !half || (bits && !strcmp(bits, "32")))
         return 0;
-    return !auto_ || m->half_act_size < m->act_size;
+    return !auto_ || half < full;
 }
 
 int nrt_net_alloc(nrt_net *net, const nrt_model *m, int cap, int half, nrt_error *err)
@@ -472,7 +472,7 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
     if (!c)
         return nrt_errorf(err, "out of memory");
     c->m = m;
-    const int half = nrt_half_of(m, rc->precision, err);
+    const int half = nrt_half_of(m->half_act_size, m->act_size, rc->precision, err);
     if (half < 0 || nrt_net_alloc(&c->net, m, rc->cap, half ? rc->precision : 0, err) ||
         nrt_optim_init(&c->opt, &rc->optim, m->param_count, err)) {
         cpu_close(c);
@@ -533,7 +533,7 @@ int nrt_cpu_open(const nrt_model *m, const nrt_run_config *rc, nrt_backend *be, 
     else if (c->net.dot == NRT_DOT_AVX2)
         snprintf(be->products, sizeof be->products, "fp32 multiply-adds (%s, NETRT_CPU_ISA)",
                  nrt_dot_isa(c->net.dot));
-    if (c->net.half) /* (the line's 160 bytes hold the longest of both) */
+    if (c->net.half) /* (the line's 192 bytes hold the longest of both) */
         strcat(be->products, "; values kept in 16 bits");
     return 0;
 }

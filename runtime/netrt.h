@@ -35,7 +35,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 20
+#define NETRT_ABI 21
 
 #ifdef __cplusplus
 extern "C" {
@@ -585,11 +585,13 @@ void nrt_half_load(int prec, float *dst, const uint16_t *src, size_t n);
 /* p[0..n) rounded in place (nrt_round_lowp), and its 16 bits kept in dst:
  * one sweep for both. */
 void nrt_half_round_keep(int prec, uint16_t *dst, float *p, size_t n);
-/* Whether a run in precision prec keeps m's low-precision values in 16
- * bits: NETRT_ACT_BITS=16 where m has such values, 32 never, auto (the
- * default) where that takes less memory than 4 bytes each (the working
- * copies weigh against it in a small model); -1 (err) for another value. */
-int nrt_half_of(const struct nrt_model *m, int prec, nrt_error *err);
+/* Whether a run in precision prec keeps a model's low-precision values in
+ * 16 bits, given its memory plans' activations a sample (the cpu's
+ * half_act_size and act_size, or the GPU's): NETRT_ACT_BITS=16 where the
+ * model has such values (half != 0), 32 never, auto (the default) where
+ * that takes less memory than 4 bytes each (the working copies weigh
+ * against it in a small model); -1 (err) for another value. */
+int nrt_half_of(size_t half, size_t full, int prec, nrt_error *err);
 /* (nrt_net.half: prec where nrt_half_of says, else 0) */
 
 /* --------------------------------------------------------------- atomic.c */
@@ -930,7 +932,7 @@ typedef struct nrt_backend {
     void *ctx;
     char name[160];          /* "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)" */
     int loss_free;           /* reading a step's loss costs nothing (cpu) */
-    char products[160];      /* bf16, fp16: how the products run, in words */
+    char products[192];      /* bf16, fp16: how the products run, in words */
     int buckets;             /* several ranks: the buckets the gradients are
                                 summed in as backward runs (0: at once, after) */
     /* fp16: the loss scaler's state, read after a step (metrics,
@@ -1045,7 +1047,11 @@ typedef struct nrt_cuda_model {
     const nrt_cuda_code *code;
     size_t workspace;        /* bytes of device workspace the passes need */
     size_t act_size;         /* floats of activations per sample on the GPU:
-                                model->act_size less the cpu-only aux */
+                                every value, and the aux but the cpu-only */
+    size_t half_act_size;    /* the same where a bf16 or fp16 run keeps its
+                                values in 16 bits (nrt_cuda_net.half), with
+                                backward's working copies; 0: the model has
+                                no such value */
 } nrt_cuda_model;
 
 /* Everything generated code tells the runtime about a model. */

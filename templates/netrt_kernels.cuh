@@ -34,6 +34,7 @@
  *   nrt_dev_row_sums
  *   nrt_dev_round_lowp   nrt_round_lowp_to (lowp.h's rounding)
  *   nrt_dev_to_half      nrt_half_bits (a product's 16-bit operand)
+ *   nrt_dev_half_load    nrt_half_load (a value kept in 16 bits)
  *
  * (nrt_dev_: the cpu functions they mirror have C linkage too)
  *
@@ -1074,6 +1075,15 @@ extern "C" __global__ void nrt_dev_to_half(size_t count, const float *__restrict
 {
     NRT_EACH(i, count)
         dst[i] = nrt_half_bits(prec, src[i]);
+}
+
+/* dst[i] = the value src[i]'s 16 bits store in precision prec (lowp.h's
+ * nrt_half_value): a value kept in 16 bits, loaded. */
+extern "C" __global__ void nrt_dev_half_load(size_t count, const uint16_t *__restrict__ src,
+                                             float *__restrict__ dst, int prec)
+{
+    NRT_EACH(i, count)
+        dst[i] = nrt_half_value(prec, src[i]);
 }
 
 /* One thread per lane b of philox.h's layout: its stream decides the

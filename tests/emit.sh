@@ -132,9 +132,10 @@ MODEL
 "$NETC" --emit=c --no-line "$WORK/stem.net" -o "$WORK/stem.c" > "$WORK/stem.err" 2>&1
 check "[ $? -eq 0 ]" "stem: --emit=c failed: $(cat "$WORK/stem.err")"
 # rounds_after PASS: "R C": of PASS's C calls (cpu, and GPU where built
-# with CUDA), how many a rounding follows
+# with CUDA), how many a rounding follows (in a run keeping its values in
+# 16 bits, one with their keeping)
 rounds_after() {
-    awk -v pass="$1" 'after { r += /if \(net->lowp\)/; after = 0 }
+    awk -v pass="$1" 'after { r += /if \(net->lowp\)|half_round_keep\(/; after = 0 }
         $0 ~ "^ *(TRY\\(cu_)?" pass "\\(net, n," { after = 1; c++ }
         END { print r + 0, c + 0 }' "$WORK/stem.c"
 }

@@ -3,7 +3,8 @@
 # every models/*.net (resnet20 aside) and every tests/gradcheck model in bf16, the models in
 # fp16 with the loss scaler from 2^30 (its first steps overflow and are
 # skipped), the small ones bit for bit, and fp16's scaler through a
-# checkpoint.  The products run on the emulated tensor cores
+# checkpoint; and the GPU's 16-bit plan against its fp32 one, bit for bit.
+# The products run on the emulated tensor cores
 # (cublasGemmEx, the convolutions' mma), which sum in the cpu's order.
 # Skipped (77) where tests/emu.sh is.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
@@ -38,6 +39,24 @@ DEVICE=cuda STEPS=20 SAMPLES=75 BATCH=16 RTOL=1e-6 PRECISION=bf16 sh "$SRC/tests
     "$SRC"/models/airline_rnn.net \
     > "$WORK/parity.bf16x" 2>&1
 check "[ $? -eq 0 ]" "bf16 on the emulated device, bit for bit: $(grep -v '^ok' "$WORK/parity.bf16x")"
+
+# The GPU's 16-bit plan (NETRT_ACT_BITS=16: the values kept in 2 bytes,
+# loaded into working copies, read in 16 bits by the activation-derivative
+# kernels) against the same runs keeping 4 bytes: a value rounded to bf16
+# or fp16 loses nothing in 16 bits, so bit for bit.  The CNNs (a pool's,
+# a batchnorm's, a residual add's reads), the rnn, and the gradcheck
+# models whose activations need x or y (their own passes and fused).
+gc=$SRC/tests/gradcheck
+DEVICE=cuda-act16 STEPS=6 SAMPLES=75 BATCH=16 PRECISION=bf16 DATA_DIR="$WORK/data" \
+    sh "$SRC/tests/gpu/parity.sh" "$SRC"/models/digits_cnn.net "$SRC"/models/digits_cnn_bn.net \
+    "$SRC"/models/digits_resnet.net "$SRC"/models/airline_rnn.net "$gc"/smooth_acts.net \
+    "$gc"/standalone_acts.net "$gc"/leaky_relu.net "$gc"/concat.net "$gc"/mul.net \
+    "$gc"/branches.net "$gc"/residual.net > "$WORK/act16.bf16" 2>&1
+check "[ $? -eq 0 ]" "bf16 values in 16 bits on the emulated device: $(grep -v '^ok' "$WORK/act16.bf16")"
+DEVICE=cuda-act16 STEPS=10 SAMPLES=75 BATCH=16 PRECISION=fp16 FLAGS="--loss-scale 1073741824" \
+    sh "$SRC/tests/gpu/parity.sh" "$SRC"/models/digits_cnn.net "$SRC"/models/digits_resnet.net \
+    > "$WORK/act16.fp16" 2>&1
+check "[ $? -eq 0 ]" "fp16 values in 16 bits on the emulated device: $(grep -v '^ok' "$WORK/act16.fp16")"
 
 # fp16: the same, and the loss scaler on the device: from 2^30 the first
 # ten or so steps overflow and are skipped, on both devices alike (fp16's

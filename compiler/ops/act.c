@@ -173,11 +173,12 @@ static void act_cu_bwd(Emit *e, const Node *n)
     emitf(e, "    return 0;");
     const Act *act = n->op->act;
     const char *body[1] = {arena_printf(e->arena, "dx[i] = %s;",
-                                        act_grad(e->arena, n, act, "dy[i]", "x[i]", "y[i]"))};
+                                        act_grad(e->arena, n, act, "dy[i]", cu_value_at(e, n, false),
+                                                 cu_value_at(e, n, true)))};
     cu_each(e, n, "bwd", batch_count(e, (long long)value_size(e, n)),
             arena_printf(e->arena, "const float *dy, %s%sfloat *dx",
-                         act->needs & NEEDS_X ? "const float *x, " : "",
-                         act->needs & NEEDS_Y ? "const float *y, " : ""),
+                         act->needs & NEEDS_X ? cu_value_params(e, n, false) : "",
+                         act->needs & NEEDS_Y ? cu_value_params(e, n, true) : ""),
             body, 1);
 }
 

@@ -926,15 +926,15 @@ static int alloc_net(Ctx *c, nrt_error *err)
     /* a product reads the weights (their 16-bit copy made with their cast)
      * or one of these buffers: its operands' 16-bit copies are as long as
      * the longest */
+    const size_t act = cap * (net->half ? m->cuda->half_act_size : m->cuda->act_size);
     size_t half = 0;
-    const size_t read[] = {cap * m->cuda->act_size, cap * m->grad_size, cap * m->scratch_size,
-                           cap * m->lowp_in_size};
+    const size_t read[] = {act, cap * m->grad_size, cap * m->scratch_size, cap * m->lowp_in_size};
     for (size_t i = 0; i < sizeof read / sizeof *read; i++)
         half = read[i] > half ? read[i] : half;
     if (dalloc(c, &net->param, np, "the parameters", err) ||
         dalloc(c, &net->grad, np + 1, "the gradients", err) || /* + a rank's loss */
         dalloc(c, &net->buffers, m->buffer_bytes, "the buffers", err) ||
-        dalloc(c, &net->act, cap * m->cuda->act_size, "the activations", err) ||
+        dalloc(c, &net->act, act, "the activations", err) ||
         alloc_gbufs(c, err) ||
         dalloc(c, &net->scratch, cap * m->scratch_size, "the scratch buffer", err) ||
         dalloc(c, &net->iact, cap * m->iact_size, "the integer activations", err) ||
@@ -946,14 +946,14 @@ static int alloc_net(Ctx *c, nrt_error *err)
         (slots > 1 && dalloc(c, &c->opt_v, np, "the optimizer state", err)) ||
         (net->lowp && (dalloc(c, &net->wlp, np, "the bf16 weights", err) ||
                        dalloc(c, &net->xlp, cap * m->lowp_in_size, "the bf16 input", err) ||
-                       dalloc(c, &net->half[0], half, "the products' 16-bit operands", err) ||
-                       dalloc(c, &net->half[1], half, "the products' 16-bit operands", err) ||
+                       dalloc(c, &net->operand16[0], half, "the products' 16-bit operands", err) ||
+                       dalloc(c, &net->operand16[1], half, "the products' 16-bit operands", err) ||
                        dalloc(c, &net->whalf, np, "the products' 16-bit weights", err))) ||
         dalloc(c, &c->dev, 1, "the run's scalars", err) ||
         palloc(c, &c->host, 1, "the run's scalars", err))
         return -1;
     net->workspace_bytes = m->cuda->workspace;
-    net->half_count = net->lowp ? half : 0;
+    net->operand16_count = net->lowp ? half : 0;
     net->loss = &c->dev->loss;
     net->step = &c->dev->step;
     if (net->lowp == NRT_FP16)
@@ -973,6 +973,10 @@ static int setup(Ctx *c, const nrt_model *m, const nrt_run_config *cfg, char *na
     net->dropout_key = cfg->dropout_key;
     net->training = 1;
     net->lowp = cfg->precision;
+    const int half = nrt_half_of(m->cuda->half_act_size, m->cuda->act_size, cfg->precision, err);
+    if (half < 0)
+        return -1;
+    net->half = half ? cfg->precision : 0;
     cudaDeviceProp p;
     if (NRT_CUDA(cudaSetDevice(cfg->device), err) ||
         NRT_CUDA(cudaGetDeviceProperties(&p, cfg->device), err))
@@ -1117,6 +1121,8 @@ extern "C" int nrt_cuda_open(const nrt_model *m, const nrt_run_config *cfg, nrt_
                  "%s on the tensor cores (cuBLAS's cublasGemmEx); convolutions as fp32 of the "
                  "rounded values (mma.m16n8k16 needs compute capability 8.0)",
                  nrt_precision_name(cfg->precision));
+    if (c->net.half)
+        strcat(b.products, "; values kept in 16 bits");
     b.close = be_close;
     *out = b;
     return 0;

@@ -171,9 +171,9 @@ static int to_half(nrt_cuda_net *net, const float *src, int rows, int cols, int 
     *out = w >= 0 ? net->whalf + w : buf;
     if (w >= 0)
         return 0;
-    if (count > net->half_count)
+    if (count > net->operand16_count)
         return nrt_errorf(err, "internal error: a product's operand of %zu elements, more than "
-                          "the %zu of its 16-bit buffer", count, net->half_count);
+                          "the %zu of its 16-bit buffer", count, net->operand16_count);
     return nrt_cu_each(net, NRT_K_TO_HALF, count, NRT_ARGS(&src, &buf, &net->lowp), err);
 }
 
@@ -208,8 +208,8 @@ int nrt_cu_gemm(nrt_cuda_net *net, int transa, int transb, int m, int n, int k, 
                           err);
     const cudaDataType t = net->lowp == NRT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const uint16_t *ha, *hb;
-    return to_half(net, a, transa ? k : m, transa ? m : k, lda, net->half[0], &ha, err) ||
-                   to_half(net, b, transb ? n : k, transb ? k : n, ldb, net->half[1], &hb, err) ||
+    return to_half(net, a, transa ? k : m, transa ? m : k, lda, net->operand16[0], &ha, err) ||
+                   to_half(net, b, transb ? n : k, transb ? k : n, ldb, net->operand16[1], &hb, err) ||
                    NRT_CUBLAS(net->cublas,
                               net->cublas->GemmEx(net->blas, opb, opa, n, m, k, &alpha, hb, t,
                                                   ldb, ha, t, lda, &beta, c, CUDA_R_32F, ldc,
@@ -257,6 +257,26 @@ int nrt_cu_round_lowp_scaled(nrt_cuda_net *net, float *p, size_t count, nrt_erro
     uint16_t *none = NULL;
     return nrt_cu_each(net, NRT_K_ROUND_LOWP, count,
                        NRT_ARGS(&p, &p, &net->lowp, &net->loss_scale, &none), err);
+}
+
+int nrt_cu_half_keep(nrt_cuda_net *net, uint16_t *h, const float *w, size_t count,
+                     nrt_error *err)
+{
+    return nrt_cu_each(net, NRT_K_TO_HALF, count, NRT_ARGS(&w, &h, &net->half), err);
+}
+
+int nrt_cu_half_round_keep(nrt_cuda_net *net, uint16_t *h, float *w, size_t count,
+                           nrt_error *err)
+{
+    const float *none = NULL;
+    return nrt_cu_each(net, NRT_K_ROUND_LOWP, count, NRT_ARGS(&w, &w, &net->half, &none, &h),
+                       err);
+}
+
+int nrt_cu_half_load(nrt_cuda_net *net, float *w, const uint16_t *h, size_t count,
+                     nrt_error *err)
+{
+    return nrt_cu_each(net, NRT_K_HALF_LOAD, count, NRT_ARGS(&h, &w, &net->half), err);
 }
 
 int nrt_cu_dropout_fwd(nrt_cuda_net *net, uint32_t layer, const float *x, float *y,

@@ -21,7 +21,7 @@ extern const char nrt_kernels_cuh_text[], nrt_philox_h_text[], nrt_lowp_h_text[]
 
 static const char *const runtime_kernels[NRT_K_MODEL] = {
     "nrt_dev_gemm_scale", "nrt_dev_dropout_fwd", "nrt_dev_loss", "nrt_dev_col_sums",
-    "nrt_dev_row_sums", "nrt_dev_round_lowp", "nrt_dev_to_half"};
+    "nrt_dev_row_sums", "nrt_dev_round_lowp", "nrt_dev_to_half", "nrt_dev_half_load"};
 
 const char *nrt_cuda_kernel_name(const nrt_cuda_net *net, int k)
 {

@@ -127,14 +127,21 @@ struct nrt_cuda_net {
     int lowp;
     float *wlp, *xlp;
     const float *loss_scale; /* fp16: the scaler's scale, on the device; else NULL */
+    /* A bf16 or fp16 run keeping its values in 16 bits (the GPU's 16-bit
+     * plan, model->cuda->half_act_size): their format, NRT_BF16 or
+     * NRT_FP16, else 0.  The generated cu_forward_half and cu_backward_half
+     * run the passes on fp32 working copies and keep (nrt_cu_half_keep)
+     * and load (nrt_cu_half_load) the 16 bits of each value, as the cpu's
+     * forward_half and backward_half do. */
+    int half;
     /* bf16, fp16: nrt_cu_gemm's operands in 16 bits, for the tensor cores
-     * (cublasGemmEx): A into half[0], B into half[1], each half_count
-     * elements, as many as the largest buffer a product reads; and
-     * whalf [param_count], wlp's 16 bits, written with it (every write of
-     * wlp is nrt_cu_round_lowp's), read by the products in place of a
-     * conversion of the weights at each.  NULL in fp32. */
-    uint16_t *half[2], *whalf;
-    size_t half_count;
+     * (cublasGemmEx): A into operand16[0], B into operand16[1], each
+     * operand16_count elements, as many as the largest buffer a product
+     * reads; and whalf [param_count], wlp's 16 bits, written with it (every
+     * write of wlp is nrt_cu_round_lowp's), read by the products in place
+     * of a conversion of the weights at each.  NULL in fp32. */
+    uint16_t *operand16[2], *whalf;
+    size_t operand16_count;
     /* Several ranks: backward calls this (nrt_cu_grads_final) once the
      * gradients from param[from] on are final, so that their sum over the
      * ranks starts while it goes on (backend.cu's buckets); NULL alone. */
@@ -144,7 +151,7 @@ struct nrt_cuda_net {
 
 /* The runtime's kernels in every module (netrt_kernels.cuh), by index. */
 enum { NRT_K_GEMM_SCALE, NRT_K_DROPOUT_FWD, NRT_K_LOSS, NRT_K_COL_SUMS, NRT_K_ROW_SUMS,
-       NRT_K_ROUND_LOWP, NRT_K_TO_HALF, NRT_K_MODEL };
+       NRT_K_ROUND_LOWP, NRT_K_TO_HALF, NRT_K_HALF_LOAD, NRT_K_MODEL };
 
 /* Checks a CUDA runtime result: 0 if cudaSuccess, else -1 with
  * "CALL failed at FILE:LINE: REASON" in err. */
@@ -282,6 +289,16 @@ int nrt_cu_row_sums(nrt_cuda_net *net, const float *a, int rows, size_t cols, fl
 int nrt_cu_round_lowp(nrt_cuda_net *net, float *dst, const float *src, size_t count,
                       nrt_error *err);
 int nrt_cu_round_lowp_scaled(nrt_cuda_net *net, float *p, size_t count, nrt_error *err);
+/* A value kept in 16 bits (net->half, the format), as nrt_half_keep,
+ * nrt_half_round_keep and nrt_half_load: h[0..count) the 16 bits of w
+ * rounded to it (_round_keep: and w rounded too, in the same sweep); and
+ * back, w[0..count) the floats that h's bits store. */
+int nrt_cu_half_keep(nrt_cuda_net *net, uint16_t *h, const float *w, size_t count,
+                     nrt_error *err);
+int nrt_cu_half_round_keep(nrt_cuda_net *net, uint16_t *h, float *w, size_t count,
+                           nrt_error *err);
+int nrt_cu_half_load(nrt_cuda_net *net, float *w, const uint16_t *h, size_t count,
+                     nrt_error *err);
 /* Inverted dropout, nrt_dropout_fwd bit for bit; the step is read on the
  * device, so a captured graph draws new masks. */
 int nrt_cu_dropout_fwd(nrt_cuda_net *net, uint32_t layer, const float *x, float *y,

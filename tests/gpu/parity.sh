@@ -27,7 +27,8 @@
 #            AVX2 one the cpu picks (netrt.h), bit for bit too.  DEVICE=cpu-act16
 #            compares the cpu keeping a bf16 or fp16 run's values in 16 bits
 #            (NETRT_ACT_BITS=16) with it keeping them in 32 (=32), bit for bit
-#            too (with PRECISION bf16 or fp16; in fp32 both runs are the same).
+#            too (with PRECISION bf16 or fp16; in fp32 both runs are the same);
+#            DEVICE=cuda-act16 the same on the GPU.
 #   STEPS    steps per run (default: 100)
 #   RTOL     the tolerance (default: 1e-4)
 #   KEEP     a directory to keep the logs in (default: none)
@@ -135,6 +136,12 @@ elif [ "$DEVICE" = cpu-act16 ]; then
     a_env=NETRT_ACT_BITS=32
     b_env=NETRT_ACT_BITS=16
     rtol=0 # a value rounded to 16 bits keeps them exactly
+elif [ "$DEVICE" = cuda-act16 ]; then
+    a_flags="--device cuda"
+    b_flags="--device cuda"
+    a_env=NETRT_ACT_BITS=32
+    b_env=NETRT_ACT_BITS=16
+    rtol=0
 elif [ "$DEVICE" = cpu-baseline ]; then
     a_flags="--device cpu"
     b_flags="--device cpu"

@@ -164,6 +164,14 @@ stage_parity() {
     parity_job fp16 env DEVICE=$dev PRECISION=fp16 FLAGS="--loss-scale 1073741824" STEPS=30 \
         RTOL=1e-2 NETC="$BUILD/netc" "$root/tests/gpu/parity.sh" $models
     if [ $gpu = 1 ]; then
+        # bf16 and fp16 keeping their values in 16 bits against the same runs
+        # with 4 bytes (NETRT_ACT_BITS): bit for bit
+        # shellcheck disable=SC2086
+        parity_job act16-bf16 env DEVICE=cuda-act16 PRECISION=bf16 STEPS=20 NETC="$BUILD/netc" \
+            "$root/tests/gpu/parity.sh" $models "$root/models/resnet20.net"
+        # shellcheck disable=SC2086
+        parity_job act16-fp16 env DEVICE=cuda-act16 PRECISION=fp16 STEPS=20 \
+            FLAGS="--loss-scale 1073741824" NETC="$BUILD/netc" "$root/tests/gpu/parity.sh" $models
         # the training set kept on the host: batches staged through pinned buffers
         parity_job host-data env NETRT_CUDA_HOST_DATA=1 DEVICE=cuda NETC="$BUILD/netc" \
             "$root/tests/gpu/parity.sh" "$root/models/digits_mlp.net" "$root/models/cifar10.net"

@@ -292,13 +292,13 @@ static void kernel_table(nrt_cuda_net *net)
     g_model.cuda = &g_cuda_model;
     net->model = &g_model;
     net->kernel = g_kernel;
-    /* in the order of NRT_K_GEMM_SCALE .. NRT_K_TO_HALF */
-    static_assert(NRT_K_MODEL == 7, "netrt_cuda.h has a new runtime kernel: add it here");
+    /* in the order of NRT_K_GEMM_SCALE .. NRT_K_HALF_LOAD */
+    static_assert(NRT_K_MODEL == 8, "netrt_cuda.h has a new runtime kernel: add it here");
     const void *const runtime[NRT_K_MODEL] = {
         (const void *)nrt_dev_gemm_scale, (const void *)nrt_dev_dropout_fwd,
         (const void *)nrt_dev_loss,       (const void *)nrt_dev_col_sums,
         (const void *)nrt_dev_row_sums,   (const void *)nrt_dev_round_lowp,
-        (const void *)nrt_dev_to_half};
+        (const void *)nrt_dev_to_half,    (const void *)nrt_dev_half_load};
     for (int k = 0; k < NRT_K_MODEL; k++)
         kernel_index(runtime[k], nrt_cuda_kernel_name(net, k));
 }
@@ -681,7 +681,7 @@ static void test_gemm(nrt_cuda_net *net)
 
 /* A product of the weights (wlp) reads their 16-bit copy (whalf), which
  * their cast writes (nrt_cu_round_lowp into wlp): with both operands
- * there, no conversion and no buffer (half_count 0 would refuse one); the
+ * there, no conversion and no buffer (operand16_count 0 would refuse one); the
  * copy holds the cast values' bits, and the product is as test_gemm_one's. */
 static void test_gemm_weights(nrt_cuda_net *net)
 {
@@ -701,8 +701,8 @@ static void test_gemm_weights(nrt_cuda_net *net)
     g_model.param_count = np;
     net->wlp = dw.p;
     net->whalf = dh.p;
-    const size_t half_count = net->half_count;
-    net->half_count = 0;
+    const size_t operand16_count = net->operand16_count;
+    net->operand16_count = 0;
     nrt_error err = {};
     const std::string what = name("gemm %s of the weights", p);
     if (launched(net, nrt_cu_round_lowp(net, dw.p, dparam.p, np, &err), err, what.c_str()) &&
@@ -716,7 +716,7 @@ static void test_gemm_weights(nrt_cuda_net *net)
     g_model.param_count = saved_np;
     net->wlp = NULL;
     net->whalf = NULL;
-    net->half_count = half_count;
+    net->operand16_count = operand16_count;
 }
 
 /* The products of a bf16 or fp16 run: on the tensor cores, from 16-bit
@@ -726,15 +726,15 @@ static void test_gemm_lowp(nrt_cuda_net *net, int prec)
 {
     const size_t longest = 256 * (128 + 5);
     Dev<uint16_t> h0(longest), h1(longest);
-    net->half[0] = h0.p;
-    net->half[1] = h1.p;
-    net->half_count = longest;
+    net->operand16[0] = h0.p;
+    net->operand16[1] = h1.p;
+    net->operand16_count = longest;
     net->lowp = prec;
     test_gemm(net);
     Dev<float> a(64 * 65), b(64), c(65);
     nrt_error err = {};
     const int rc = nrt_cu_gemm(net, 0, 0, 65, 1, 64, 1.0f, a.p, 64, b.p, 1, 0.0f, c.p, 1, &err);
-    net->half_count = 64 * 64;
+    net->operand16_count = 64 * 64;
     const int rc2 = nrt_cu_gemm(net, 0, 0, 65, 1, 64, 1.0f, a.p, 64, b.p, 1, 0.0f, c.p, 1, &err);
     result(rc == 0 && rc2 != 0 && strstr(err.msg, "4160 elements, more than the 4096"),
            "gemm %s: an operand longer than the 16-bit buffers refused: %d, %d (%s)",
@@ -742,8 +742,8 @@ static void test_gemm_lowp(nrt_cuda_net *net, int prec)
     test_gemm_weights(net);
     CK(cudaStreamSynchronize(net->stream));
     net->lowp = 0;
-    net->half[0] = net->half[1] = NULL;
-    net->half_count = 0;
+    net->operand16[0] = net->operand16[1] = NULL;
+    net->operand16_count = 0;
 }
 
 /* The tensor cores' mma (nrt_k::mma_16x8x16), one warp, bf16 and fp16:
@@ -1271,7 +1271,10 @@ static void test_sums(nrt_cuda_net *net)
  * rounding has —
  * ties to even either way, a carry into the exponent, the largest values
  * (to infinity), subnormals, signed zeros, infinities, NaNs quiet and
- * signalling; in place and into another buffer. */
+ * signalling; in place and into another buffer.  And a value kept in 16
+ * bits (a run's 16-bit plan): nrt_cu_half_round_keep, nrt_cu_half_keep
+ * and nrt_cu_half_load against the cpu's nrt_half_round_keep, _keep and
+ * _load. */
 static std::vector<uint32_t> bits(const std::vector<float> &v) /* NaNs' too */
 {
     std::vector<uint32_t> u(v.size());
@@ -1321,6 +1324,25 @@ static void test_round_lowp(nrt_cuda_net *net, int prec)
             compare_exact(name("round_lowp_scaled %s count=%zu", p, count), gz.get(), scaled);
         net->loss_scale = NULL;
         net->lowp = 0;
+        std::vector<float> kept = x, loaded(count);
+        std::vector<uint16_t> h(count), h_rounded(count);
+        nrt_half_round_keep(prec, h.data(), kept.data(), count);
+        nrt_half_keep(prec, h_rounded.data(), kept.data(), count);
+        nrt_half_load(prec, loaded.data(), h.data(), count);
+        Dev<float> gk(x), gl(count);
+        Dev<uint16_t> gh(count), gh2(count);
+        net->half = prec;
+        if (launched(net, nrt_cu_half_round_keep(net, gh.p, gk.p, count, &err), err,
+                     "half_round_keep")) {
+            compare_exact(name("half_round_keep %s count=%zu: the bits", p, count), gh.get(), h);
+            compare_exact(name("half_round_keep %s count=%zu: the values", p, count),
+                          bits(gk.get()), bits(kept));
+        }
+        if (launched(net, nrt_cu_half_keep(net, gh2.p, gk.p, count, &err), err, "half_keep"))
+            compare_exact(name("half_keep %s count=%zu", p, count), gh2.get(), h_rounded);
+        if (launched(net, nrt_cu_half_load(net, gl.p, gh.p, count, &err), err, "half_load"))
+            compare_exact(name("half_load %s count=%zu", p, count), bits(gl.get()), bits(loaded));
+        net->half = 0;
     }
 }
 
