@@ -326,13 +326,21 @@ void emit_cuda_host(Emit *c)
     const char *code = emit_code(&e, &l, source);
     free(source);
 
-    int64_t ws = 0;
+    /* the workspace; and the longest operand a product reads through
+     * nrt_cu_gemm (the run's 16-bit copies of operands are as long): the
+     * input, output (its gradient), aux or scratch of a node whose
+     * products are nrt_cu_gemm's */
+    int64_t ws = 0, operand = 0;
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
         if (n->op->cu_workspace && ir_emits_passes(p, n)) {
             int64_t b = n->op->cu_workspace(p, n);
             ws = b > ws ? b : ws;
         }
+        const int64_t read[4] = {p->values[n->in].size, p->values[n->out].size, n->aux_size,
+                                 n->scratch};
+        for (int k = 0; k < 4 && n->op->cu_gemm; k++)
+            operand = read[k] > operand ? read[k] : operand;
     }
     emitf(&e, "static const nrt_cuda_model cuda_model = {");
     emitf(&e, "    cu_forward, cu_backward, nrt_cuda_device_count, nrt_cuda_list_devices,");
@@ -340,6 +348,7 @@ void emit_cuda_host(Emit *c)
     emitf(&e, "    %lld, /* workspace bytes (split-K partial sums) */", (long long)ws);
     emitf(&e, "    %lld, %lld, /* floats of activations a sample: fp32, and in 16 bits */",
           (long long)p->cuda_act_size, (long long)p->cuda_half_act_size);
+    emitf(&e, "    %lld, /* elements a sample of a product's longest operand */", (long long)operand);
     emitf(&e, "};");
     emit_blank(&e);
     c->line = e.line;

@@ -305,6 +305,10 @@ typedef struct OpDef {
     bool aux_cpu_only;   /* its aux is the cpu passes' alone (conv2d's "xp") */
     bool product;        /* linear, conv2d, rnn: matrix products, which take
                             bf16 inputs in a bf16 run (autocast's list) */
+    bool cu_gemm;        /* its GPU passes' products are nrt_cu_gemm's
+                            (cuBLAS), reading its input, its output's
+                            gradient, its aux or the scratch (not conv2d:
+                            its kernels are netc's own) */
     /* Whether its output holds only its input's values and zeros (relu,
      * maxpool2d, flatten), or, bwd, its d input only d output's values and
      * zeros (not a max pool whose windows overlap, where they add up): a

@@ -35,7 +35,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 21
+#define NETRT_ABI 22
 
 #ifdef __cplusplus
 extern "C" {
@@ -1052,6 +1052,9 @@ typedef struct nrt_cuda_model {
                                 values in 16 bits (nrt_cuda_net.half), with
                                 backward's working copies; 0: the model has
                                 no such value */
+    size_t operand_size;     /* elements a sample of the longest operand a
+                                product reads through nrt_cu_gemm: a bf16
+                                or fp16 run's 16-bit copies are as long */
 } nrt_cuda_model;
 
 /* Everything generated code tells the runtime about a model. */

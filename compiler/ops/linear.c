@@ -85,4 +85,4 @@ const OpDef op_linear = {
             {SIZE("out_features"), {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
     .shape = linear_shape, .emit_fwd = linear_fwd, .emit_bwd = linear_bwd,
     .takes_epilogue = true, .layout = LAYOUT_NC, .cu_fwd = linear_cu_fwd,
-    .cu_bwd = linear_cu_bwd, .product = true, .rounds_output = true};
+    .cu_bwd = linear_cu_bwd, .product = true, .cu_gemm = true, .rounds_output = true};

@@ -310,5 +310,5 @@ const OpDef op_rnn = {
              {"nonlinearity", A_WORD, "tanh", 0, 0, NULL, "tanh|relu"},
              {"bias", A_BOOL, "true", 0, 1, NULL, NULL}, INITS}},
     .shape = rnn_shape, .emit_fwd = rnn_fwd, .emit_bwd = rnn_bwd, .aux_name = "hs",
-    .layout = LAYOUT_NC, .cu_fwd = rnn_fwd, .cu_bwd = rnn_bwd, .product = true,
+    .layout = LAYOUT_NC, .cu_fwd = rnn_fwd, .cu_bwd = rnn_bwd, .product = true, .cu_gemm = true,
     .rounds_output = true};

@@ -924,13 +924,10 @@ static int alloc_net(Ctx *c, nrt_error *err)
     const int cls = m->target_kind == NRT_TARGET_CLASS;
     const int slots = nrt_optim_slots(&c->h);
     /* a product reads the weights (their 16-bit copy made with their cast)
-     * or one of these buffers: its operands' 16-bit copies are as long as
-     * the longest */
-    const size_t act = cap * (net->half ? m->cuda->half_act_size : m->cuda->act_size);
-    size_t half = 0;
-    const size_t read[] = {act, cap * m->grad_size, cap * m->scratch_size, cap * m->lowp_in_size};
-    for (size_t i = 0; i < sizeof read / sizeof *read; i++)
-        half = read[i] > half ? read[i] : half;
+     * or an operand of at most operand_size elements a sample: its
+     * operands' 16-bit copies are as long */
+    const size_t act = cap * (net->half ? m->cuda->half_act_size : m->cuda->act_size),
+                 half = cap * m->cuda->operand_size;
     if (dalloc(c, &net->param, np, "the parameters", err) ||
         dalloc(c, &net->grad, np + 1, "the gradients", err) || /* + a rank's loss */
         dalloc(c, &net->buffers, m->buffer_bytes, "the buffers", err) ||
