@@ -187,10 +187,8 @@ static int64_t place_aux(Program *p, int64_t off, bool cpu_only, int plan)
 
 /* Which values (roots) the cpu reads after the pass right after their
  * producer's, so must keep (kept): those a backward pass reads, those
- * read by name, those a later pass reads, and the output (the loss's);
- * and which values a 16-bit run's backward loads into working copies (the
- * others an activation's derivative reads in 16 bits itself). */
-static void mark_kept(const Program *p, bool *kept, bool *loaded_x, bool *loaded_y)
+ * read by name, those a later pass reads, and the output (the loss's). */
+static void mark_kept(const Program *p, bool *kept)
 {
     int prev = -1; /* the last node with passes */
     for (int i = 0; i < p->nnodes; i++) {
@@ -198,8 +196,6 @@ static void mark_kept(const Program *p, bool *kept, bool *loaded_x, bool *loaded
         if (!ir_emits_passes(p, n))
             continue;
         const int x = ir_root(p, n->in), y = ir_root(p, (n->fused ? n->fused : n)->out);
-        loaded_x[x] |= ir_bwd_reads_x(n, false) && !ir_bwd_reads_16(n, false);
-        loaded_y[y] |= ir_bwd_reads_y(n) && !ir_bwd_reads_16(n, true);
         kept[x] |= ir_bwd_reads_x(n, false) || prev != x - 1;
         kept[y] |= ir_bwd_reads_y(n);
         if (n->in2 >= 0)
@@ -209,26 +205,15 @@ static void mark_kept(const Program *p, bool *kept, bool *loaded_x, bool *loaded
     kept[ir_root(p, p->nvalues - 1)] = true;
 }
 
-/* The GPU's plan: fp32 (0) or 16-bit (1), the cpu's 16-bit plan made
- * (IrValue.half).  The aux its passes keep (not the cpu-only) first, at
- * the same place in both, then every value its own memory, in 16 bits
- * where half; then backward's working copies, as the cpu's: an
- * activation's derivative reads the 16 bits itself, the other passes what
- * they read (x, a value by name) loaded into fp32 copies as large as the
- * largest each takes. */
-static void plan_gpu(Program *p, int plan)
+/* A 16-bit plan's working copies for backward, from off on (where[k]; -1:
+ * none), each as large as the largest value it takes (size[k], unless
+ * NULL): the x and y (none loads it today) a backward pass reads other
+ * than in an activation's derivative (which reads the 16 bits itself) on
+ * the cpu or (cuda) the GPU, and a value read by name, of those kept in
+ * 16 bits (IrValue.half).  Returns the end. */
+static int64_t place_work(const Program *p, bool cuda, int64_t off, int64_t *where, int64_t *size)
 {
-    int64_t off = place_aux(p, 0, false, -1), work[3] = {0, 0, 0};
-    for (int v = 1; v < p->nvalues; v++) {
-        IrValue *val = &p->values[v];
-        val->cuda_offset[plan] = val->alias < 0 ? off : -1;
-        if (val->alias < 0)
-            off += plan && val->half ? (val->size + 1) / 2 : val->size;
-    }
-    if (!plan || !p->half_act_size) {
-        *(plan ? &p->cuda_half_act_size : &p->cuda_act_size) = plan ? 0 : off;
-        return;
-    }
+    int64_t work[3] = {0, 0, 0};
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
         if (!ir_emits_passes(p, n))
@@ -236,7 +221,7 @@ static void plan_gpu(Program *p, int plan)
         const IrValue *x = &p->values[ir_root(p, n->in)],
                       *y = &p->values[ir_root(p, last_visible(n)->out)],
                       *s = n->in2 >= 0 ? &p->values[ir_root(p, n->in2)] : NULL;
-        if (x->half && ir_bwd_reads_x(n, true) && !ir_bwd_reads_16(n, false) && x->size > work[0])
+        if (x->half && ir_bwd_reads_x(n, cuda) && !ir_bwd_reads_16(n, false) && x->size > work[0])
             work[0] = x->size;
         if (y->half && ir_bwd_reads_y(n) && !ir_bwd_reads_16(n, true) && y->size > work[1])
             work[1] = y->size;
@@ -244,18 +229,39 @@ static void plan_gpu(Program *p, int plan)
             work[2] = s->size;
     }
     for (int k = 0; k < 3; k++) {
-        p->cuda_half_work[k] = work[k] ? off : -1;
+        where[k] = work[k] ? off : -1;
+        if (size)
+            size[k] = work[k];
         off += work[k];
     }
-    p->cuda_half_act_size = off;
+    return off;
+}
+
+/* The GPU's plan: fp32 (0) or 16-bit (1), the cpu's 16-bit plan made
+ * (IrValue.half).  The aux its passes keep (not the cpu-only) first, at
+ * the same place in both, then every value its own memory, in 16 bits
+ * where half; then backward's working copies (place_work). */
+static void plan_gpu(Program *p, int plan)
+{
+    int64_t off = place_aux(p, 0, false, -1);
+    for (int v = 1; v < p->nvalues; v++) {
+        IrValue *val = &p->values[v];
+        val->cuda_offset[plan] = val->alias < 0 ? off : -1;
+        if (val->alias < 0)
+            off += plan && val->half ? (val->size + 1) / 2 : val->size;
+    }
+    if (!plan)
+        p->cuda_act_size = off;
+    else /* (none where no value is in 16 bits) */
+        p->cuda_half_act_size =
+            p->half_act_size ? place_work(p, true, off, p->cuda_half_work, NULL) : 0;
 }
 
 /* The cpu's plan: fp32 (plan 0) or 16-bit (1). */
-static void plan_cpu(Program *p, const bool *kept, const bool *loaded_x, const bool *loaded_y,
-                     int plan)
+static void plan_cpu(Program *p, const bool *kept, int plan)
 {
     const int out = ir_root(p, p->nvalues - 1);
-    int64_t off = 0, work[3] = {0, 0, 0};
+    int64_t off = 0;
     bool half = false;
     for (int v = 1; v < p->nvalues; v++) {
         IrValue *val = &p->values[v];
@@ -270,23 +276,11 @@ static void plan_cpu(Program *p, const bool *kept, const bool *loaded_x, const b
         const bool home = kept[v] || val->size > p->grad_size;
         val->cpu_offset[plan] = home ? off : -1;
         off += !home ? 0 : plan && val->half ? (val->size + 1) / 2 : val->size;
-        if (plan && val->half && loaded_x[v] && val->size > work[0])
-            work[0] = val->size;
-        if (plan && val->half && loaded_y[v] && val->size > work[1])
-            work[1] = val->size;
-    }
-    for (int i = 0; i < p->nnodes && plan; i++) {
-        const IrValue *s = p->nodes[i].in2 >= 0 ? &p->values[ir_root(p, p->nodes[i].in2)] : NULL;
-        if (s && s->half && s->size > work[2])
-            work[2] = s->size;
     }
     if (plan && !half)
         return;
-    for (int k = 0; k < 3 && plan; k++) {
-        p->half_work[k] = work[k] ? off : -1;
-        p->half_work_size[k] = work[k];
-        off += work[k];
-    }
+    if (plan)
+        off = place_work(p, false, off, p->half_work, p->half_work_size);
     off = place_aux(p, place_aux(p, off, false, plan), true, plan);
     *(plan ? &p->half_act_size : &p->act_size) = off;
 }
@@ -308,12 +302,11 @@ void fuse_and_plan(Program *p)
 
     plan_gradients(p);
     const size_t nv = (size_t)p->nvalues;
-    bool *kept = arena_alloc(p->arena, 3 * sizeof(bool) * nv), *loaded_x = kept + nv,
-         *loaded_y = loaded_x + nv;
-    memset(kept, 0, 3 * sizeof(bool) * nv);
-    mark_kept(p, kept, loaded_x, loaded_y);
+    bool *kept = arena_alloc(p->arena, sizeof(bool) * nv);
+    memset(kept, 0, sizeof(bool) * nv);
+    mark_kept(p, kept);
     for (int plan = 0; plan < 2; plan++) {
-        plan_cpu(p, kept, loaded_x, loaded_y, plan);
+        plan_cpu(p, kept, plan);
         plan_gpu(p, plan);
     }
 }

@@ -680,11 +680,11 @@ bool bwd_halves(const Emit *e);
 bool reads_16(const Emit *e, const Node *n, bool y);
 void emit_value_locals(Emit *e);
 /* The plans: e->glue for plan's forward or backward (0 fp32, 1 16-bit),
- * written next, and the plan being written; the locals of that function (the value pointers, the 16
- * bits and working copies its calls use); its start, which hands a run
- * keeping its values in 16 bits to the _half twin; and the size of the
- * 16-bit plan of the code being written (the cpu's or, e->cuda, the
- * GPU's; 0: none). */
+ * written next, and the plan being written; the locals of that function
+ * (the value pointers, the 16 bits and working copies its calls use); its
+ * start, which hands a run keeping its values in 16 bits to the _half
+ * twin; and the size of the 16-bit plan of the code being written (the
+ * cpu's or, e->cuda, the GPU's; 0: none). */
 void emit_use_plan(Emit *e, int plan);
 int glue_plan(const Emit *e);
 void emit_glue_locals(Emit *e, bool bwd);

@@ -245,16 +245,17 @@ const char *half_at(Emit *e, bool y)
 const char *cu_value_at(Emit *e, const Node *n, bool y)
 {
     const char c = y ? 'y' : 'x';
-    return reads_16(e, n, y) ? arena_printf(e->arena, "(h%c ? nrt_half_value(half, h%c[i]) : %c[i])", c, c, c)
-                             : arena_printf(e->arena, "%c[i]", c);
+    if (!reads_16(e, n, y))
+        return arena_printf(e->arena, "%c[i]", c);
+    return arena_printf(e->arena, "(h%c ? nrt_half_value(half, h%c[i]) : %c[i])", c, c, c);
 }
 
 const char *cu_value_params(Emit *e, const Node *n, bool y)
 {
     const char c = y ? 'y' : 'x';
-    return arena_printf(e->arena, "const float *%c, %s", c,
-                        reads_16(e, n, y) ? arena_printf(e->arena, "const uint16_t *h%c, int half, ", c)
-                                          : "");
+    const char *h = reads_16(e, n, y) ? arena_printf(e->arena, "const uint16_t *h%c, int half, ", c)
+                                      : "";
+    return arena_printf(e->arena, "const float *%c, %s", c, h);
 }
 
 /* ---------------------------------------------------- broadcasting */
