@@ -35,7 +35,7 @@
 #define NETRT_VERSION "0.1.0"
 /* Bumped whenever the interface between generated code and this library
  * changes; generated code refuses to compile against another one. */
-#define NETRT_ABI 22
+#define NETRT_ABI 23
 
 #ifdef __cplusplus
 extern "C" {
@@ -531,7 +531,7 @@ void nrt_maxpool2d_fwd(const float *x, int n, int c, int h, int w, int k,
                        int s, int p, int oh, int ow, float *y, int32_t *arg);
 /* dx [N, C, H, W] = scatter of dy through arg (dx is overwritten). */
 void nrt_maxpool2d_bwd(const float *dy, const int32_t *arg, int n, int c,
-                       int h, int w, int oh, int ow, float *dx);
+                       int h, int w, int k, int s, int p, int oh, int ow, float *dx);
 
 /* Average pooling, PyTorch's count_include_pad=True: the divisor is k*k. */
 void nrt_avgpool2d_fwd(const float *x, int n, int c, int h, int w, int k,

@@ -49,14 +49,10 @@ static void pool_bwd(Emit *e, const Node *n)
     const Shape *i = &e->p->values[n->in].shape, *o = &e->p->values[n->out].shape;
     emitf(e, "if (!dx)");
     emitf(e, "    return;");
-    if (n->iaux_size > 0)
-        emitf(e, "nrt_maxpool2d_bwd(dy, arg, n, %lld, %lld, %lld, %lld, %lld, dx);",
-              (long long)i->d[0], (long long)i->d[1], (long long)i->d[2],
-              (long long)o->d[1], (long long)o->d[2]);
-    else
-        emitf(e, "nrt_avgpool2d_bwd(dy, " POOL_ARGS ", dx);",
-              (long long)i->d[0], (long long)i->d[1], (long long)i->d[2], (int)arg(n, PL_KERNEL),
-              (int)arg(n, PL_STRIDE), (int)arg(n, PL_PAD), (long long)o->d[1], (long long)o->d[2]);
+    emitf(e, "nrt_%s_bwd(dy, %s" POOL_ARGS ", dx);", n->op->sig.name,
+          n->iaux_size > 0 ? "arg, " : "", (long long)i->d[0], (long long)i->d[1],
+          (long long)i->d[2], (int)arg(n, PL_KERNEL), (int)arg(n, PL_STRIDE), (int)arg(n, PL_PAD),
+          (long long)o->d[1], (long long)o->d[2]);
 }
 
 /* H, W, OH, OW, K, S, P */

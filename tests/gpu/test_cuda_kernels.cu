@@ -992,7 +992,7 @@ static void test_pool(nrt_cuda_net *net, const char *geo, std::initializer_list<
                           garg.get(), arg);
         }
         std::vector<float> gx(xs);
-        nrt_maxpool2d_bwd(dy.data(), arg.data(), planes, 1, H, W, OH, OW, gx.data());
+        nrt_maxpool2d_bwd(dy.data(), arg.data(), planes, 1, H, W, K, S, P, OH, OW, gx.data());
         Dev<int32_t> carg(arg);
         Dev<float> gdx(xs);
         void *bwd_args[] = {&ddy.p, &carg.p, &gdx.p};

@@ -615,7 +615,7 @@ static void test_maxpool(void)
             /* Backward: dx overwritten with the scatter of dy through arg. */
             float *dy = randv(ys), *dx = randv(xs);
             double *ref = calloc(xs, sizeof *ref);
-            nrt_maxpool2d_bwd(dy, arg, v.n, v.c, v.h, v.w, oh, ow, dx);
+            nrt_maxpool2d_bwd(dy, arg, v.n, v.c, v.h, v.w, v.k, v.s, v.p, oh, ow, dx);
             for (int q = 0; q < v.n * v.c; q++)
                 for (int o = 0; o < oh * ow; o++)
                     ref[(size_t)q * v.h * v.w + rarg[(size_t)q * oh * ow + o]] +=
@@ -1334,7 +1334,8 @@ static void test_maxpool_fast(void)
     static const int shapes[][4] = {
         {1, 1, 2, 2},  {1, 1, 3, 3},  {2, 3, 8, 8},   {1, 2, 5, 7},
         {2, 2, 13, 13}, {1, 1, 2, 31}, {1, 1, 31, 2}, {3, 2, 30, 30},
-        {2, 4, 32, 32}, {1, 1, 1, 4},  {1, 3, 17, 9}, {64, 4, 16, 16}};
+        {2, 4, 32, 32}, {1, 1, 1, 4},  {1, 3, 17, 9}, {64, 4, 16, 16},
+        {1, 2, 6, 40}, {1, 1, 5, 35}, {2, 1, 4, 66}};
     int runs = 0;
     for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
         struct pool v = {shapes[t][0], shapes[t][1], shapes[t][2],
@@ -1390,7 +1391,7 @@ static void test_maxpool_fast(void)
                 dy[i] = i % 5 == 1 ? -0.0f : i % 7 == 3 ? nan_with((uint32_t)i + 1) : dy[i];
             for (size_t i = 0; i < xs; i++)
                 dx[i] = NAN;
-            nrt_maxpool2d_bwd(dy, arg, v.n, v.c, v.h, v.w, oh, ow, dx);
+            nrt_maxpool2d_bwd(dy, arg, v.n, v.c, v.h, v.w, 2, 2, 0, oh, ow, dx);
             bad = 0;
             for (size_t i = 0; i < xs; i++) {
                 const size_t q = i / ((size_t)v.h * v.w), cell = i % ((size_t)v.h * v.w);
@@ -1906,7 +1907,7 @@ static void run_job(const struct job *j)
         nrt_maxpool2d_fwd(j->in, n, c, h, w, 2, 2, 0, ph, pw, j->out, j->iout);
         break;
     case J_MAXPOOL_BWD:
-        nrt_maxpool2d_bwd(j->in, j->iout, n, c, h, w, ph, pw, j->out);
+        nrt_maxpool2d_bwd(j->in, j->iout, n, c, h, w, 2, 2, 0, ph, pw, j->out);
         break;
     case J_AVGPOOL:
         nrt_avgpool2d_fwd(j->in, n, c, h, w, 2, 2, 0, ph, pw, j->out);
