@@ -1876,10 +1876,52 @@ def along(check, spec, prog, work, data, init, dev):
 # way of their own (its linear's grad_weight is neither the fp32 sum
 # rounded once nor a bf16 running sum: up to 1.5 % from the first), so the
 # first updates of the two differ by more than rounding for most weights.
+#
+# That holds where PyTorch's bf16 convolution is oneDNN's, which needs
+# AVX-512.  On a cpu with AVX2 only (an AMD Zen 3, 2026-12-03), torch
+# 1.13's bf16 conv2d under autocast is not the fp32 sum rounded once: 90 %
+# of its outputs differ from that, its mean error 13 times the rounding's
+# (it accumulates in bf16), and the first losses of the convolutional
+# models moved by 1.2e-4 to 1.8e-3.  There the reference does what autocast
+# does with oneDNN: the conv2d of the bf16-rounded input, weight and bias
+# in fp32, rounded to bf16 once (and so its gradients rounded to bf16 at
+# the same points), and the run says so.
 BF16_FIRST, BF16_RTOL, BF16_STEPS = 1e-4, 2e-2, 20
 
 
-def check_bf16(check, spec, netc, src, root):
+def bf16_conv_rounds_once():
+    """Whether this torch's conv2d under autocast(bfloat16) gives the fp32
+    convolution of the bf16-rounded operands rounded to bf16 once, on all
+    but the few outputs within a summation-order difference of a tie."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(4, 16, 10, 10, generator=g), torch.randn(24, 16, 5, 5, generator=g) * 0.1
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = nn.functional.conv2d(x, w, padding=2)
+    want = nn.functional.conv2d(x.bfloat16().float(), w.bfloat16().float(), padding=2).bfloat16()
+    return float((y != want).float().mean()) < 0.01
+
+
+class RoundedOnceConv2d:
+    """While active, conv2d under autocast(bfloat16) is computed as oneDNN's
+    is: fp32 products and sums of the bf16-rounded operands, rounded once."""
+
+    def __enter__(self):
+        self.conv2d = nn.functional.conv2d
+
+        def conv2d(x, w, b=None, *args, **kw):
+            if not torch.is_autocast_cpu_enabled():
+                return self.conv2d(x, w, b, *args, **kw)
+            r = lambda t: None if t is None else t.to(torch.bfloat16).float()
+            with torch.autocast("cpu", enabled=False):
+                return self.conv2d(r(x), r(w), r(b), *args, **kw).to(torch.bfloat16)
+        nn.functional.conv2d = conv2d
+        return self
+
+    def __exit__(self, *exc):
+        nn.functional.conv2d = self.conv2d
+
+
+def check_bf16(check, spec, netc, src, root, rounded_conv):
     steps = spec.bf16_steps or BF16_STEPS
     work = os.path.join(root, spec.name + "-bf16")
     os.makedirs(work, exist_ok=True)
@@ -1904,7 +1946,11 @@ def check_bf16(check, spec, netc, src, root):
     if not check(p.returncode == 0, f"{name}: trains with --precision bf16", describe(p)):
         return
     got = [r["loss"] for r in read_metrics(os.path.join(work, "m.jsonl"))[0]]
-    want, _, _ = torch_train(model, spec, data, spec.batch, steps, steps, bf16=True)
+    if not rounded_conv:
+        want, _, _ = torch_train(model, spec, data, spec.batch, steps, steps, bf16=True)
+    else:
+        with RoundedOnceConv2d():
+            want, _, _ = torch_train(model, spec, data, spec.batch, steps, steps, bf16=True)
     worst = max(((abs(g - w) / abs(w), i + 1) for i, (g, w) in enumerate(zip(got, want))),
                 default=(float("inf"), 0))
     first = abs(got[0] - want[0]) / abs(want[0]) if got and want else 1
@@ -1935,6 +1981,10 @@ def main():
           f"losses within rtol {LOSS_RTOL:g} + atol {LOSS_ATOL:g}, "
           f"weights within rtol {W_RTOL:g} + atol {W_ATOL:g}")
     only = set(a.only.split(",")) if a.only else None
+    rounded_conv = a.precision == "bf16" and not bf16_conv_rounds_once()
+    if rounded_conv:
+        print("NOTE: this torch's bf16 conv2d is not rounded once (no oneDNN bf16 on this "
+              "cpu): the reference's conv2d is fp32 on bf16-rounded operands, rounded once")
     for spec in SPECS:
         if only and spec.name not in only:
             continue
@@ -1949,7 +1999,7 @@ def main():
                 continue
             if a.precision == "bf16":
                 check_bf16(check, spec, os.path.abspath(a.netc), os.path.abspath(a.src),
-                           os.path.abspath(a.work))
+                           os.path.abspath(a.work), rounded_conv)
                 continue
             check_model(check, spec, os.path.abspath(a.netc), os.path.abspath(a.src),
                         os.path.abspath(a.work), a.device)
