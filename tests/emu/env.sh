@@ -37,6 +37,10 @@ cuda_major=$(sed -n 's/^#define CUDART_VERSION *\([0-9]*\)[0-9][0-9][0-9]$/\1/p'
 export NETC_EMU_LIBDIR="$EMU_LIB" NETC_EMU_CUDA_INCLUDE="$cuda_inc" NETRT_CPU_BF16=fp32 \
     NETRT_CPU_CONV=builtin
 export NETC_EMU_IMAGE_DIR="$EMU_LIB/images"
+# the objects nvcc.py has compiled, shared by the tests of one build tree
+# (make clean removes them): the same kernel source, built by another test,
+# is compiled once
+export NETC_EMU_CACHE="${NETC_EMU_CACHE:-$BUILD/tests/emu-cache}"
 export NETC_EMU_NVCC="$PYTHON $EMU/nvcc.py"
 emu_nvcc() { "$PYTHON" "$EMU/nvcc.py" "$@"; }
 

@@ -24,8 +24,13 @@ Environment: CXX (default c++), NETC_EMU_CXXFLAGS (default -O2 -g0
 for fmaf among them, the emulator being built and run on one machine; a*b+c
 two roundings still, never contracted behind the kernel's back),
 NETC_EMU_IMAGE_DIR (where a copy of each fatbin is kept, for
-cudaLibraryLoadData to load without writing a file).
+cudaLibraryLoadData to load without writing a file), NETC_EMU_CACHE (a
+folder where each source's object is kept, named by a hash of what makes
+it: the translated source without its line markers, the compiler's flags
+and version, this script; a source compiled again, by another test of the
+same run, is linked from there, and its compiler's messages repeated).
 """
+import hashlib
 import os
 import re
 import shutil
@@ -320,6 +325,53 @@ def stage(fatbin):
     return 0
 
 
+class Cache:
+    """Objects already compiled, in NETC_EMU_CACHE (none if unset): KEY.o
+    and KEY.err, the compiler's messages, each written whole and renamed
+    into place, so that tests running at once share the folder."""
+
+    LINE_MARKER = re.compile(r"^# \d+ .*\n", re.M)
+
+    def __init__(self, cxx, cxxflags, text):
+        self.dir = os.environ.get("NETC_EMU_CACHE")
+        if not self.dir:
+            return
+        h = hashlib.sha256()
+        version = subprocess.run(cxx + ["--version"], capture_output=True).stdout
+        with open(os.path.abspath(__file__), "rb") as f:
+            me = f.read()
+        for part in (version, me, "\0".join(cxx + cxxflags).encode(),
+                     self.LINE_MARKER.sub("", text).encode()):
+            h.update(hashlib.sha256(part).digest())
+        self.key = os.path.join(self.dir, h.hexdigest())
+
+    def get(self, obj):
+        if not self.dir:
+            return False
+        try:
+            with open(self.key + ".err", "rb") as f:
+                err = f.read()
+            shutil.copyfile(self.key + ".o", obj)
+        except OSError:
+            return False
+        sys.stderr.buffer.write(err)
+        return True
+
+    def put(self, obj, err):
+        if not self.dir:
+            return
+        os.makedirs(self.dir, exist_ok=True)
+        for data, ext in ((None, ".o"), (err, ".err")):  # .err last: it marks the entry whole
+            fd, tmp = tempfile.mkstemp(dir=self.dir)
+            with os.fdopen(fd, "wb") as f:
+                if data is None:
+                    with open(obj, "rb") as src:
+                        shutil.copyfileobj(src, f)
+                else:
+                    f.write(data)
+            os.replace(tmp, self.key + ext)
+
+
 def main(argv):
     o = parse(argv)
     if not o["srcs"]:
@@ -343,23 +395,29 @@ def main(argv):
                 return 1
             with open(ii) as f:
                 text, kernels = translate(f.read())
-            cc = os.path.join(tmp, "%d.cc" % i)
-            with open(cc, "w") as f:
-                f.write(text)
-            asm = os.path.join(tmp, "%d.s" % i)
-            cmd = cxx + cxxflags + ["-I" + HERE, "-I" + cuda_inc, "-S", "-x", "c++", cc, "-o", asm]
-            if subprocess.call(cmd) != 0:
-                return 1
-            with open(asm) as f:
-                text = shared_sections(f.read())
-            check_shared(src, text, kernels)
-            with open(asm, "w") as f:
-                f.write(text)
             obj = o["out"] if o["mode"] == "compile" else os.path.join(tmp, "%d.o" % i)
-            cmd = cxx + [f for f in cxxflags if f.startswith(("-m", "-Wa,"))] + [
-                "-c", "-x", "assembler", asm, "-o", obj]
-            if subprocess.call(cmd) != 0:
-                return 1
+            cache = Cache(cxx, cxxflags, text)
+            if not cache.get(obj):
+                cc = os.path.join(tmp, "%d.cc" % i)
+                with open(cc, "w") as f:
+                    f.write(text)
+                asm = os.path.join(tmp, "%d.s" % i)
+                cmd = cxx + cxxflags + ["-I" + HERE, "-I" + cuda_inc, "-S", "-x", "c++", cc,
+                                        "-o", asm]
+                p = subprocess.run(cmd, stderr=subprocess.PIPE)
+                sys.stderr.buffer.write(p.stderr)
+                if p.returncode != 0:
+                    return 1
+                with open(asm) as f:
+                    text = shared_sections(f.read())
+                check_shared(src, text, kernels)
+                with open(asm, "w") as f:
+                    f.write(text)
+                cmd = cxx + [f for f in cxxflags if f.startswith(("-m", "-Wa,"))] + [
+                    "-c", "-x", "assembler", asm, "-o", obj]
+                if subprocess.call(cmd) != 0:
+                    return 1
+                cache.put(obj, p.stderr)
             objs.append(obj)
         if o["mode"] == "compile":
             return 0
