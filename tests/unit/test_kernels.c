@@ -912,6 +912,25 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
               nrt_gemm_isa());
         free(y2), free(dw2), free(dx2);
     }
+    /* ... and y is the product's: each sample's columns (nrt_im2col)
+     * through nrt_sgemm, then + the bias, bit for bit, whichever kernels
+     * (the direct first-layer tiles among them) computed it */
+    if (dot == NRT_DOT_F32 && (v.c % 16 || work < 65536.0) && work >= 4096.0) {
+        const size_t rows = (size_t)v.c * v.kh * v.kw, cols = (size_t)oh * ow;
+        float *col = malloc(rows * cols * sizeof *col), *yg = malloc(ys * sizeof *yg);
+        for (int i = 0; i < n; i++) {
+            nrt_im2col(x + (size_t)i * v.c * in, v.c, v.h, v.w, v.kh, v.kw, v.sh, v.sw, v.ph,
+                       v.pw, oh, ow, col);
+            nrt_sgemm(0, 0, o, (int)cols, (int)rows, 1.0f, w, (int)rows, col, (int)cols, 0.0f,
+                      yg + (size_t)i * cols, n * (int)cols);
+        }
+        for (size_t e = 0; b && e < ys; e++)
+            yg[e] += b[e / ((size_t)n * cols)];
+        CHECK(!memcmp(y, yg, ys * sizeof *y),
+              "conv2d n=%d c=%d %dx%d o=%d: not the bits of im2col and sgemm (%s)", n, v.c, v.h,
+              v.w, o, nrt_gemm_isa());
+        free(col), free(yg);
+    }
     CHECK(ey < 1e-5 && edw < 1e-5 && edx < 1e-5,
           "conv2d n=%d c=%d %dx%d o=%d k=%dx%d s=%d,%d p=%d,%d: relative errors y %g, "
           "dW %g, dx %g", n, v.c, v.h, v.w, o, v.kh, v.kw, v.sh, v.sw, v.ph, v.pw, ey, edw, edx);
