@@ -27,7 +27,7 @@ NETC_EMU_IMAGE_DIR (where a copy of each fatbin is kept, for
 cudaLibraryLoadData to load without writing a file), NETC_EMU_CACHE (a
 folder where each source's object is kept, named by a hash of what makes
 it: the translated source without its line markers, the compiler's flags
-and version, this script; a source compiled again, by another test of the
+and version, the cpu's instruction sets, this script; a source compiled again, by another test of the
 same run, is linked from there, and its compiler's messages repeated).
 """
 import hashlib
@@ -340,7 +340,12 @@ class Cache:
         version = subprocess.run(cxx + ["--version"], capture_output=True).stdout
         with open(os.path.abspath(__file__), "rb") as f:
             me = f.read()
-        for part in (version, me, "\0".join(cxx + cxxflags).encode(),
+        try:  # -march=native's: the cpu's instruction sets
+            with open("/proc/cpuinfo", "rb") as f:
+                cpu = next((l for l in f if l.startswith(b"flags")), b"")
+        except OSError:
+            cpu = b""
+        for part in (version, me, cpu, "\0".join(cxx + cxxflags).encode(),
                      self.LINE_MARKER.sub("", text).encode()):
             h.update(hashlib.sha256(part).digest())
         self.key = os.path.join(self.dir, h.hexdigest())
