@@ -8,6 +8,7 @@
  * through the model's CUDA descriptor), through the same calls.
  */
 #include "netrt.h"
+#include "conv_dnnl.h"
 
 #include <errno.h>
 #include <math.h>
@@ -68,6 +69,9 @@ int nrt_dot_of(int prec, nrt_error *err)
     const int avx2 = isa && !strcmp(isa, "avx2");
     if (isa && *isa && !avx2 && strcmp(isa, "auto"))
         return nrt_errorf(err, "NETRT_CPU_ISA is '%s': auto or avx2", isa);
+    if (nrt_conv_mode() == NRT_CONV_BAD)
+        return nrt_errorf(err, "NETRT_CPU_CONV is '%s': auto, builtin, direct or onednn",
+                          getenv("NETRT_CPU_CONV"));
     if (avx2)
         return NRT_DOT_AVX2;
     if (prec != NRT_BF16 || want == 3)

@@ -33,8 +33,9 @@
  * Xeon (AVX-512), steps against the built-in path's: cifar10 47 -> 39 ms
  * on one thread, 35 -> 24 ms on two; cnn101 13.7 -> 11.8 and 9.7 -> 8.6;
  * digits_cnn 0.50 -> 0.37 ms.  Otherwise, or if oneDNN fails, or with
- * NETRT_CPU_CONV=builtin in the environment, the caller runs the built-in
- * path.  oneDNN's threads are OpenMP's, the runtime's.
+ * NETRT_CPU_CONV=builtin or direct in the environment, the caller runs the
+ * built-in path (kernels.c, whose Winograd form comes before oneDNN where
+ * it applies).  oneDNN's threads are OpenMP's, the runtime's.
  *
  * A pass is made once, at its first call (oneDNN's descriptions, its
  * primitives, the buffers in its layouts, the steps in order: struct
@@ -99,8 +100,8 @@ int nrt_dnnl_wanted(const nrt_conv *g)
 {
     if (g->dot != NRT_DOT_F32 && g->dot != NRT_DOT_AVX2 && g->dot != NRT_DOT_AMX)
         return 0;
-    const char *e = getenv("NETRT_CPU_CONV");
-    if (e && !strcmp(e, "builtin"))
+    const int mode = nrt_conv_mode();
+    if (mode == NRT_CONV_BUILTIN || mode == NRT_CONV_DIRECT)
         return 0;
     return g->c % 16 == 0 && work_of(g, 1) >= NRT_DNNL_MIN_WORK;
 }
@@ -815,6 +816,18 @@ void nrt_dnnl_free(struct nrt_dnnl *c)
 }
 
 #endif /* NETRT_HAVE_ONEDNN */
+
+int nrt_conv_mode(void)
+{
+    static const char *const names[] = {"auto", "builtin", "direct", "onednn"};
+    const char *e = getenv("NETRT_CPU_CONV");
+    int mode = 0;
+    if (!e || !*e)
+        return NRT_CONV_AUTO;
+    while (mode < NRT_CONV_BAD && strcmp(e, names[mode]))
+        mode++;
+    return mode;
+}
 
 void *nrt_conv_workspace(const nrt_conv *g, size_t bytes)
 {

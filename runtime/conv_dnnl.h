@@ -24,6 +24,14 @@ void nrt_interleave_bf16(const float *src, size_t cs, size_t w, int nb, uint16_t
  * (nrt_conv.dnnl) or no memory: the caller then allocates its own. */
 void *nrt_conv_workspace(const nrt_conv *g, size_t bytes);
 
+/* NETRT_CPU_CONV, the paths a convolution may take: auto (unset or
+ * empty), builtin (the runtime's own kernels, Winograd's form among them),
+ * direct (the runtime's own, the direct sums only), onednn (oneDNN's where
+ * the build has it, else the direct sums: no Winograd); NRT_CONV_BAD for
+ * any other value (nrt_dot_of refuses it). */
+enum nrt_conv_mode { NRT_CONV_AUTO, NRT_CONV_BUILTIN, NRT_CONV_DIRECT, NRT_CONV_ONEDNN, NRT_CONV_BAD };
+int nrt_conv_mode(void);
+
 #ifdef NETRT_HAVE_ONEDNN
 /* Whether g's passes should run on oneDNN (a property of the layer, not
  * of the batch). */

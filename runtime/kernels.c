@@ -1908,9 +1908,545 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
 #endif
 }
 
+/* ------------------------------------------------- Winograd F(2x2, 5x5) */
+
+/* A stride-1 5x5 convolution padded by 2, with an even output plane and 16
+ * channels or more in and out (cifar10's conv2 and conv3), in Lavin and
+ * Gray's minimal filtering F(2x2, 5x5): each 2x2 block of an output plane
+ * (a tile) comes from the 6x6 block of the padded input under it, as
+ *
+ *     Y = A^T [ sum over c of (G g G^T) (.) (B^T d B) ] A,
+ *
+ * so that the sums over the input channels are 36 products [O, C] x [C,
+ * tiles]: 36 multiply-adds a tile and channel pair where the direct sum
+ * does 100.  The points are 0, 1, -1, 2, -2 and infinity (B^T is that of
+ * F(4x4, 3x3)); G carries the fractions.  The input gradient is the
+ * transposed convolution's forward pass in this form (conv_winograd with
+ * flipped kernels), the weight gradient this form's own gradient
+ * (conv_dw_winograd).  The transforms cost precision: against the exact
+ * sums, relative to the sums of the terms' magnitudes, the outputs and dx
+ * lie about 1e-6 away and dW up to 4e-6 (tests/unit/test_kernels), the
+ * direct sums 1e-7 (fp32 either way): far below what a step's loss
+ * notices.  Each result is one fixed sequence of operations, whichever
+ * thread runs it; the code is AVX2's wherever it runs (AVX-512 cpus under
+ * NETRT_CPU_CONV=builtin), so that the bits do not depend on the
+ * instruction set either.  cifar10 (AMD Zen 3, one thread): conv2's
+ * forward pass 8.3 ms on oneDNN, 5.2 here; dW 10.2 and 6.6; the whole
+ * step 60 -> 42.5 ms.
+ *
+ * The work goes in blocks of WG_TB tiles (any samples'): the block's 36 x
+ * C transformed inputs (v, [36][C][WG_TB], in L2), then WG_OC output
+ * channels at a time the 36 products, WG_OB channels a run (m,
+ * [36][WG_OC][WG_TB]), and their output transforms.  The transformed
+ * weights (u, [36][O][C], O up to whole WG_OB) are made once a call. */
+#ifdef NRT_X86_AVX2
+#define WG_TB 24 /* tiles a block: a micro-kernel run */
+#define WG_OB 4  /* output channels a run */
+#define WG_OC 16 /* output channels a chunk (the runs over one x) */
+
+/* G k for the five taps k[0], k[ks], ... k[4 ks] of a kernel's row or
+ * column, into out[0], out[os], ... out[5 os]: G's rows, scaled so that
+ * B^T is in integers, are (1/4, 0, 0, 0, 0), -1/6 (1, 1, 1, 1, 1), -1/6
+ * (1, -1, 1, -1, 1), 1/24 (1, 2, 4, 8, 16), 1/24 (1, -2, 4, -8, 16) and
+ * (0, 0, 0, 0, 1), taken here as sums of the even and the odd taps. */
+static void wg_g(const float *k, size_t ks, float *out, size_t os)
+{
+    const float k0 = k[0], k1 = k[ks], k2 = k[2 * ks], k3 = k[3 * ks], k4 = k[4 * ks];
+    const float e = k0 + k2 + k4, d = k1 + k3;
+    const float e4 = k0 + 4.0f * k2 + 16.0f * k4, d4 = 2.0f * k1 + 8.0f * k3;
+    out[0] = k0 * (1.0f / 4);
+    out[os] = (e + d) * (-1.0f / 6);
+    out[2 * os] = (e - d) * (-1.0f / 6);
+    out[3 * os] = (e4 + d4) * (1.0f / 24);
+    out[4 * os] = (e4 - d4) * (1.0f / 24);
+    out[5 * os] = k4;
+}
+
+/* The kernels' transforms: u[x][o][c] = (G g G^T)[x / 6][x % 6] for the
+ * kernel g of output channel o and input channel c; o from o_n to opad:
+ * zeros.  flip: the transposed convolution's kernels (dx), g of (o, c)
+ * being w's (c, o) turned half round, w [c_n][o_n][5][5]; else w is
+ * [o_n][c_n][5][5]. */
+static void wg_weights(int o_n, int c_n, int opad, const float *w, int flip, float *u)
+{
+    NRT_OMP(omp parallel for schedule(static) if ((double)opad * c_n >= 4096))
+    for (int o = 0; o < opad; o++)
+        for (int c = 0; c < c_n; c++) {
+            float k[5][5], t[6][5], r[6][6];
+            for (int i = 0; i < 5; i++)
+                for (int j = 0; j < 5; j++)
+                    k[i][j] = o >= o_n ? 0.0f
+                              : flip   ? w[((size_t)c * o_n + o) * 25 + (size_t)(4 - i) * 5 + 4 - j]
+                                       : w[((size_t)o * c_n + c) * 25 + (size_t)i * 5 + j];
+            for (int j = 0; j < 5; j++) /* G g */
+                wg_g(&k[0][j], 5, &t[0][j], 5);
+            for (int a = 0; a < 6; a++) /* (G g) G^T */
+                wg_g(t[a], 1, r[a], 1);
+            for (int x = 0; x < 36; x++)
+                u[((size_t)x * opad + o) * c_n + c] = r[x / 6][x % 6];
+        }
+}
+
+struct wg {
+    const float *xp, *u, *b;
+    float *y;
+    int c, o, opad, oh, ow;
+    long tiles, tw, tplane; /* tiles: all, a row's, a plane's */
+    size_t wp, hw, cs;      /* the padded input's row, plane, channel */
+    size_t np;              /* an output channel's positions */
+};
+
+/* Tile t's window origin in a channel of xp, and its first output in a
+ * channel of y. */
+static size_t wg_in(const struct wg *g, long t)
+{
+    const long r = t % g->tplane;
+    return (size_t)(t / g->tplane) * g->hw + (size_t)(r / g->tw) * 2 * g->wp +
+           (size_t)(r % g->tw) * 2;
+}
+
+static size_t wg_out(const struct wg *g, long t)
+{
+    const long r = t % g->tplane;
+    return (size_t)(t / g->tplane) * g->oh * g->ow + (size_t)(r / g->tw) * 2 * g->ow +
+           (size_t)(r % g->tw) * 2;
+}
+
+/* B^T r for eight tiles at once: r[j] holds entry j of each tile's run of
+ * six. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+wg_bt(const v8f r[6], v8f u[6])
+{
+    const v8f r42 = r[4] - r[2], d31 = r[3] - r[1];
+    u[0] = 4.0f * r[0] - 5.0f * r[2] + r[4];
+    u[1] = (r[3] + r[4]) - 4.0f * (r[1] + r[2]);
+    u[2] = (r[4] - r[3]) + 4.0f * (r[1] - r[2]);
+    u[3] = r42 + 2.0f * d31;
+    u[4] = r42 - 2.0f * d31;
+    u[5] = 4.0f * r[1] - 5.0f * r[3] + r[5];
+}
+
+/* The tiles of a block go eight to a vector, lane l holding tile
+ * wg_lane[l] of the eight: the order in which one shuffle takes every
+ * other column of two runs of eight. */
+static const int wg_lane[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+
+/* The block of tiles from t0: v[x][c][l0 + l] = (B^T d B)[x / 6][x % 6] of
+ * the window d in channel c of tile t0 + l0 + wg_lane[l] (past the last
+ * tile: the last one's).  Where the eight tiles are one run of a row, their
+ * windows' columns j come from that row at once, every other column (a
+ * shuffle of two loads); else each window's row is loaded and the eight
+ * transposed. */
+__attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, long t0, float *v)
+{
+    const float *in[WG_TB];
+    int run[WG_TB / 8];
+    for (int l = 0; l < WG_TB; l++)
+        in[l] = g->xp + wg_in(g, t0 + l < g->tiles ? t0 + l : g->tiles - 1);
+    for (int l0 = 0; l0 < WG_TB; l0 += 8)
+        run[l0 / 8] = (t0 + l0) % g->tw + 8 <= g->tw && t0 + l0 + 8 <= g->tiles;
+    const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+    const size_t wp = g->wp, cs = g->cs, xs = (size_t)g->c * WG_TB; /* v's x apart */
+    const int nc = g->c;
+    for (int c = 0; c < nc; c++)
+        for (int l0 = 0; l0 < WG_TB; l0 += 8) {
+            v8f s[6][6];
+            for (int i = 0; i < 6; i++) { /* row i of the eight windows: r[j], column j */
+                v8f r[8];
+                const size_t at = (size_t)c * cs + (size_t)i * wp;
+                if (run[l0 / 8]) { /* up to the row's last column, never past it */
+                    const float *p = in[l0] + at;
+                    if (c + 1 < nc) /* the next channel's row, while this one's is worked */
+                        _mm_prefetch((const char *)(p + cs), _MM_HINT_T0),
+                            _mm_prefetch((const char *)(p + cs + 19), _MM_HINT_T0);
+#pragma GCC unroll 3
+                    for (int q = 0; q < 3; q++) {
+                        const v8f a = _mm256_loadu_ps(p + 2 * q), b = _mm256_loadu_ps(p + 2 * q + 8);
+                        r[2 * q] = _mm256_shuffle_ps(a, b, 0x88);
+                        r[2 * q + 1] = _mm256_shuffle_ps(a, b, 0xdd);
+                    }
+                } else {
+                    if (c < nc - 1 || i < 5) /* eight columns: past the row's end, the next row's */
+#pragma GCC unroll 8
+                        for (int l = 0; l < 8; l++)
+                            r[l] = _mm256_loadu_ps(in[l0 + wg_lane[l]] + at);
+                    else /* the last row of xp: six */
+                        for (int l = 0; l < 8; l++)
+                            r[l] = _mm256_maskload_ps(in[l0 + wg_lane[l]] + at, six);
+                    tr8x8(r);
+                }
+                wg_bt(r, s[i]);
+            }
+            float *vc = v + (size_t)c * WG_TB + l0;
+#pragma GCC unroll 6
+            for (int b = 0; b < 6; b++) {
+                const v8f col[6] = {s[0][b], s[1][b], s[2][b], s[3][b], s[4][b], s[5][b]};
+                v8f out[6];
+                wg_bt(col, out);
+#pragma GCC unroll 6
+                for (int a = 0; a < 6; a++)
+                    _mm256_storeu_ps(vc + (size_t)(a * 6 + b) * xs, out[a]);
+            }
+        }
+}
+
+/* m [WG_OB][WG_TB] = u [WG_OB][nc] v [nc][WG_TB]: the sums over c in
+ * order, one multiply-add (fused) each. */
+__attribute__((target("avx2,fma"))) static void wg_product(int nc, const float *u, const float *v,
+                                                          float *m)
+{
+    for (int h = 0; h < WG_TB; h += 24) {
+        v8f acc[WG_OB][3];
+#pragma GCC unroll 4
+        for (int a = 0; a < WG_OB; a++)
+            acc[a][0] = acc[a][1] = acc[a][2] = (v8f){0};
+        const float *vc = v + h;
+        for (int c = 0; c < nc; c++, vc += WG_TB) {
+            const v8f x0 = _mm256_loadu_ps(vc), x1 = _mm256_loadu_ps(vc + 8),
+                      x2 = _mm256_loadu_ps(vc + 16);
+#pragma GCC unroll 4
+            for (int a = 0; a < WG_OB; a++) {
+                const v8f ua = _mm256_broadcast_ss(u + (size_t)a * nc + c);
+                acc[a][0] = _mm256_fmadd_ps(ua, x0, acc[a][0]);
+                acc[a][1] = _mm256_fmadd_ps(ua, x1, acc[a][1]);
+                acc[a][2] = _mm256_fmadd_ps(ua, x2, acc[a][2]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int a = 0; a < WG_OB; a++)
+            for (int q = 0; q < 3; q++)
+                _mm256_storeu_ps(m + (size_t)a * WG_TB + h + 8 * q, acc[a][q]);
+    }
+}
+
+/* A^T r for eight tiles: r[j], entry j of a run of six. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+wg_at(const v8f r[6], v8f y[2])
+{
+    y[0] = (((r[0] + r[1]) + (r[2] + r[3])) + r[4]);
+    y[1] = ((r[1] - r[2]) + 2.0f * (r[3] - r[4])) + r[5];
+}
+
+/* Output channels o0 .. o0 + nm - 1 of the block's tiles from t0: A^T m A
+ * + the bias, into y; m [36][WG_OC][WG_TB]. */
+__attribute__((target("avx2,fma"))) static void wg_output(const struct wg *g, long t0, int o0,
+                                                         int nm, const float *m)
+{
+    const size_t ow = (size_t)g->ow;
+    size_t out[WG_TB];
+    for (int l = 0; l < WG_TB && t0 + l < g->tiles; l++)
+        out[l] = wg_out(g, t0 + l);
+    const int nl = g->tiles - t0 < WG_TB ? (int)(g->tiles - t0) : WG_TB;
+    for (int a = 0; a < nm && o0 + a < g->o; a++) {
+        const v8f bias = _mm256_set1_ps(g->b ? g->b[o0 + a] : 0.0f);
+        float *yo = g->y + (size_t)(o0 + a) * g->np;
+        for (int l0 = 0; l0 < nl; l0 += 8) {
+            v8f t[2][6], y[2][2];
+            for (int i = 0; i < 6; i++) {
+                v8f r[6], q[2];
+#pragma GCC unroll 6
+                for (int j = 0; j < 6; j++)
+                    r[j] = _mm256_loadu_ps(m + ((size_t)(i * 6 + j) * WG_OC + a) * WG_TB + l0);
+                wg_at(r, q);
+                t[0][i] = q[0], t[1][i] = q[1];
+            }
+            wg_at(t[0], y[0]); /* y[q][p]: output row p, column q */
+            wg_at(t[1], y[1]);
+            float o[4][8];
+            _mm256_storeu_ps(o[0], y[0][0] + bias);
+            _mm256_storeu_ps(o[1], y[1][0] + bias);
+            _mm256_storeu_ps(o[2], y[0][1] + bias);
+            _mm256_storeu_ps(o[3], y[1][1] + bias);
+            for (int l = 0; l < 8; l++) {
+                if (l0 + wg_lane[l] >= nl)
+                    continue;
+                float *d = yo + out[l0 + wg_lane[l]];
+                d[0] = o[0][l], d[1] = o[1][l];
+                d[ow] = o[2][l], d[ow + 1] = o[3][l];
+            }
+        }
+    }
+}
+
+/* The threads a pass's team takes. */
+static int wg_team(void)
+{
+#ifdef _OPENMP
+    if (!omp_in_parallel())
+        return omp_get_max_threads();
+#endif
+    return 1;
+}
+
+/* ... and which of them runs this. */
+static int wg_thread(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* floats floats: the net's workspace (ws_of's), or else *own, allocated
+ * here (the caller frees it; NULL where the workspace served). */
+static float *wg_buffer(const nrt_conv *ws_of, size_t floats, float **own)
+{
+    const size_t bytes = floats * sizeof(float);
+    float *ws = nrt_conv_workspace(ws_of, bytes);
+    *own = ws ? NULL : aligned_alloc(64, (bytes + 63) / 64 * 64);
+    return ws ? ws : *own;
+}
+
+/* The geometry of g's tiles over n samples, and the pass's operands. */
+static struct wg wg_of(const nrt_conv *g, int n, const float *xp, const float *u,
+                       const float *b, float *y)
+{
+    const size_t wp = (size_t)g->ow + 4, hw = ((size_t)g->oh + 4) * wp;
+    const long tw = g->ow / 2, tplane = (long)(g->oh / 2) * tw;
+    return (struct wg){xp, u, b, y, g->c, g->o, (g->o + WG_OB - 1) / WG_OB * WG_OB, g->oh,
+                       g->ow, (long)n * tplane, tw, tplane, wp, hw, (size_t)n * hw,
+                       (size_t)n * g->oh * g->ow};
+}
+
+/* The weight gradient's tiles from t0 (nl of them): y[x][l][o] = (A dy
+ * A^T)[x / 6][x % 6], the 6x6 image of the 2x2 output gradient dy in
+ * channel o of the tile at place l of wg_input's v (tile l0 + wg_lane[l -
+ * l0], l0 = l rounded down to 8; none past the last: zeros), from dyt
+ * [positions][O] (the output gradient transposed), eight channels a
+ * vector. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+wg_a(v8f y0, v8f y1, v8f r[6])
+{
+    r[0] = y0, r[1] = y0 + y1, r[2] = y0 - y1;
+    r[3] = y0 + 2.0f * y1, r[4] = y0 - 2.0f * y1, r[5] = y1;
+}
+
+__attribute__((target("avx2,fma"))) static void wg_dy(const struct wg *g, long t0, int nl,
+                                                     const float *dyt, float *y)
+{
+    const size_t no = (size_t)g->o, ow = (size_t)g->ow, xs = (size_t)WG_TB * no;
+    for (int l = 0; l < (nl + 7) / 8 * 8; l++) {
+        const int tile = l / 8 * 8 + wg_lane[l % 8]; /* as wg_input's v */
+        float *yl = y + (size_t)l * no;
+        if (tile >= nl) { /* none: zeros, which add nothing */
+            for (int x = 0; x < 36; x++)
+                memset(yl + (size_t)x * xs, 0, no * sizeof *yl);
+            continue;
+        }
+        const float *d = dyt + wg_out(g, t0 + tile) * no;
+        for (size_t o = 0; o < no; o += 8) {
+            v8f r0[6], r1[6];
+            wg_a(_mm256_loadu_ps(d + o), _mm256_loadu_ps(d + no + o), r0);
+            wg_a(_mm256_loadu_ps(d + ow * no + o), _mm256_loadu_ps(d + (ow + 1) * no + o), r1);
+#pragma GCC unroll 6
+            for (int b = 0; b < 6; b++) {
+                v8f r[6];
+                wg_a(r0[b], r1[b], r);
+#pragma GCC unroll 6
+                for (int a = 0; a < 6; a++)
+                    _mm256_storeu_ps(yl + (size_t)(a * 6 + b) * xs + o, r[a]);
+            }
+        }
+    }
+}
+
+/* du [4][no] (rows no apart, from column o0, 16 of them) += v [4][WG_TB]
+ * (rows WG_TB apart) y [nl][no]: each sum over the tiles in order, one
+ * multiply-add (fused) a tile. */
+__attribute__((target("avx2,fma"))) static void wg_dw_product(int nl, const float *v,
+                                                             const float *y, size_t no,
+                                                             float *du)
+{
+    v8f acc[4][2];
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++)
+        acc[a][0] = _mm256_loadu_ps(du + a * no), acc[a][1] = _mm256_loadu_ps(du + a * no + 8);
+    for (int l = 0; l < nl; l++, y += no) {
+        const v8f y0 = _mm256_loadu_ps(y), y1 = _mm256_loadu_ps(y + 8);
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) {
+            const v8f va = _mm256_broadcast_ss(v + (size_t)a * WG_TB + l);
+            acc[a][0] = _mm256_fmadd_ps(va, y0, acc[a][0]);
+            acc[a][1] = _mm256_fmadd_ps(va, y1, acc[a][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++)
+        _mm256_storeu_ps(du + a * no, acc[a][0]), _mm256_storeu_ps(du + a * no + 8, acc[a][1]);
+}
+
+/* Whether NETRT_CPU_CONV lets g run in Winograd's form: builtin and auto
+ * do, but auto not where the products run on AVX-512 (this code's AVX2
+ * vectors are half as wide as the direct kernels' there, oneDNN's or the
+ * runtime's; an AVX-512 form awaits a session on such a cpu). */
+static int wg_mode_allows(const nrt_conv *g)
+{
+    const int mode = nrt_conv_mode();
+    return mode == NRT_CONV_BUILTIN ||
+           (mode == NRT_CONV_AUTO && (g->dot == NRT_DOT_AVX2 || !have_avx512()));
+}
+#endif /* NRT_X86_AVX2 */
+
+/* Whether the convolution g of n samples runs in Winograd's form. */
+static int wg_wanted(const nrt_conv *g, int n)
+{
+#ifdef NRT_X86_AVX2
+    return have_avx2() && (g->dot == NRT_DOT_F32 || g->dot == NRT_DOT_AVX2) && g->kh == 5 &&
+           g->kw == 5 && g->sh == 1 && g->sw == 1 && g->ph == 2 && g->pw == 2 &&
+           g->oh % 2 == 0 && g->ow % 2 == 0 && g->c >= 16 && g->o >= 16 && n > 0 &&
+           g->oh > 0 && g->ow > 0 && wg_mode_allows(g);
+#else
+    (void)g, (void)n;
+    return 0;
+#endif
+}
+
+/* y [O, N*OH*OW] from xp as nrt_conv2d_fwd (flip: the kernels are the
+ * transposed convolution's, as wg_weights), where the geometry and the cpu
+ * allow it and its buffers can be had: 0; else -1, and the caller takes
+ * another path.  The workspace is ws_of's (the net's). */
+static int conv_winograd(const nrt_conv *g, const nrt_conv *ws_of, int n, const float *w,
+                         int flip, const float *b, const float *xp, float *y)
+{
+#ifdef NRT_X86_AVX2
+    if (!wg_wanted(g, n))
+        return -1;
+    const int nt = wg_team(), opad = (g->o + WG_OB - 1) / WG_OB * WG_OB;
+    const size_t nu = (size_t)36 * opad * g->c, nv = (size_t)36 * g->c * WG_TB,
+                 nm = (size_t)36 * WG_OC * WG_TB, per = (nv + nm + 15) / 16 * 16;
+    float *own, *u = wg_buffer(ws_of, (nu + 15) / 16 * 16 + (size_t)nt * per, &own);
+    if (!u)
+        return -1;
+    float *blocks_ws = u + (nu + 15) / 16 * 16;
+    const struct wg s = wg_of(g, n, xp, u, b, y);
+    wg_weights(g->o, g->c, opad, w, flip, u);
+    const long blocks = (s.tiles + WG_TB - 1) / WG_TB;
+    NRT_OMP(omp parallel for num_threads(nt) schedule(static))
+    for (long q = 0; q < blocks; q++) {
+        float *v = blocks_ws + (size_t)wg_thread() * per, *m = v + nv;
+        wg_input(&s, q * WG_TB, v);
+        for (int o0 = 0; o0 < opad; o0 += WG_OC) {
+            const int nm = opad - o0 < WG_OC ? opad - o0 : WG_OC;
+            for (int x = 0; x < 36; x++) /* v's x in L1 for the chunk's runs */
+                for (int a = 0; a < nm; a += WG_OB)
+                    wg_product(g->c, u + ((size_t)x * opad + o0 + a) * g->c,
+                               v + (size_t)x * g->c * WG_TB, m + ((size_t)x * WG_OC + a) * WG_TB);
+            wg_output(&s, q * WG_TB, o0, nm, m);
+        }
+    }
+    free(own);
+    return 0;
+#else
+    (void)g, (void)ws_of, (void)n, (void)w, (void)flip, (void)b, (void)xp, (void)y;
+    return -1;
+#endif
+}
+
+#ifdef NRT_X86_AVX2
+/* G^T d G, 5x5 from 6x6 (dw's rows 5 apart): the adjoint of wg_weights'
+ * transform, in wg_g's sums. */
+static void wg_gt(const float d[6][6], float *dw)
+{
+    float t[5][6];
+    for (int b = 0; b < 6; b++) { /* G^T d, column b */
+        const float d0 = d[0][b] * (1.0f / 4), d1 = d[1][b] * (-1.0f / 6),
+                    d2 = d[2][b] * (-1.0f / 6), d3 = d[3][b] * (1.0f / 24),
+                    d4 = d[4][b] * (1.0f / 24), d5 = d[5][b];
+        const float s12 = d1 + d2, m12 = d1 - d2, s34 = d3 + d4, m34 = d3 - d4;
+        t[0][b] = (d0 + s12) + s34;
+        t[1][b] = m12 + 2.0f * m34;
+        t[2][b] = s12 + 4.0f * s34;
+        t[3][b] = m12 + 8.0f * m34;
+        t[4][b] = (s12 + 16.0f * s34) + d5;
+    }
+    for (int i = 0; i < 5; i++) { /* (G^T d) G, row i */
+        const float d0 = t[i][0] * (1.0f / 4), d1 = t[i][1] * (-1.0f / 6),
+                    d2 = t[i][2] * (-1.0f / 6), d3 = t[i][3] * (1.0f / 24),
+                    d4 = t[i][4] * (1.0f / 24), d5 = t[i][5];
+        const float s12 = d1 + d2, m12 = d1 - d2, s34 = d3 + d4, m34 = d3 - d4;
+        dw[i * 5 + 0] = (d0 + s12) + s34;
+        dw[i * 5 + 1] = m12 + 2.0f * m34;
+        dw[i * 5 + 2] = s12 + 4.0f * s34;
+        dw[i * 5 + 3] = m12 + 8.0f * m34;
+        dw[i * 5 + 4] = (s12 + 16.0f * s34) + d5;
+    }
+}
+#endif
+
+/* nrt_conv2d_dw in Winograd's form, where conv_winograd's forward pass
+ * runs, C a multiple of 4 and O of 16: the gradient of the forward form
+ * (the same function of w in exact arithmetic, so the convolution's),
+ *
+ *     dW[o][c] = G^T [ sum over tiles of (A dy A^T)[o] (.) (B^T d B)[c] ] G,
+ *
+ * 36 products [C, tiles] x [tiles, O].  The tiles' sum is cut into
+ * WG_PIECES pieces of whole blocks by the batch's size alone, each summed
+ * in order on one thread, then the pieces in order: the same bits for any
+ * number of threads.  0, or -1 where it does not run. */
+#define WG_PIECES 8
+
+static int conv_dw_winograd(const nrt_conv *g, int n, const float *dy, const float *xp,
+                            float *dw)
+{
+#ifdef NRT_X86_AVX2
+    if (!wg_wanted(g, n) || g->c % 4 || g->o % 16)
+        return -1;
+    const int nt = wg_team();
+    const struct wg s = wg_of(g, n, xp, NULL, NULL, NULL);
+    const long blocks = (s.tiles + WG_TB - 1) / WG_TB;
+    const int pieces = blocks < WG_PIECES ? (int)blocks : WG_PIECES;
+    const size_t no = (size_t)g->o, nc = (size_t)g->c, ndu = 36 * nc * no;
+    const size_t nv = 36 * nc * WG_TB, per = (nv + 36 * WG_TB * no + 15) / 16 * 16;
+    float *own, *dyt = wg_buffer(g, (s.np * no + 15) / 16 * 16 + (size_t)pieces * ndu +
+                                        (size_t)nt * per, &own);
+    if (!dyt)
+        return -1;
+    float *du = dyt + (s.np * no + 15) / 16 * 16,
+          *blocks_ws = du + (size_t)pieces * ndu;
+    nrt_interleave(dy, s.np, s.np, g->o, dyt); /* dyt [positions][O] */
+    NRT_OMP(omp parallel for num_threads(nt) schedule(static))
+    for (int p = 0; p < pieces; p++) {
+        float *v = blocks_ws + (size_t)wg_thread() * per, *y = v + nv;
+        float *dup = du + (size_t)p * ndu;
+        memset(dup, 0, ndu * sizeof *dup);
+        for (long q = blocks * p / pieces; q < blocks * (p + 1) / pieces; q++) {
+            const long t0 = q * WG_TB;
+            const int nl = s.tiles - t0 < WG_TB ? (int)(s.tiles - t0) : WG_TB;
+            wg_input(&s, t0, v);
+            wg_dy(&s, t0, nl, dyt, y);
+            for (int x = 0; x < 36; x++)
+                for (size_t c = 0; c < nc; c += 4)
+                    for (size_t o = 0; o < no; o += 16)
+                        wg_dw_product((nl + 7) / 8 * 8, v + ((size_t)x * nc + c) * WG_TB,
+                                      y + (size_t)x * WG_TB * no + o, no,
+                                      dup + ((size_t)x * nc + c) * no + o);
+        }
+    }
+    for (int p = 1; p < pieces; p++) /* the pieces' sums, in order */
+        for (size_t e = 0; e < ndu; e++)
+            du[e] += du[(size_t)p * ndu + e];
+    NRT_OMP(omp parallel for num_threads(nt) schedule(static))
+    for (int o = 0; o < g->o; o++)
+        for (size_t c = 0; c < nc; c++) {
+            float d[6][6];
+            for (int x = 0; x < 36; x++)
+                d[x / 6][x % 6] = du[((size_t)x * nc + c) * no + (size_t)o];
+            wg_gt(d, dw + ((size_t)o * nc + c) * 25);
+        }
+    free(own);
+    return 0;
+#else
+    (void)g, (void)n, (void)dy, (void)xp, (void)dw;
+    return -1;
+#endif
+}
+
 void nrt_conv2d_fwd(const nrt_conv *g, int n, const float *w, const float *b, const float *xp,
                     float *y)
 {
+    if (conv_winograd(g, g, n, w, 0, b, xp, y) == 0)
+        return;
     if (nrt_dnnl_wanted(g) && nrt_dnnl_fwd(g, n, w, b, xp, y) == 0)
         return;
     if (conv_fwd_direct(g, n, w, b, xp, y) == 0)
@@ -2422,6 +2958,8 @@ void nrt_conv2d_dw(const nrt_conv *g, int n, const float *dy, const float *xp,
 {
     if (conv_dw_amx(g, n, dy, xp, dw) == 0)
         return;
+    if (conv_dw_winograd(g, n, dy, xp, dw) == 0)
+        return;
     if (nrt_dnnl_wanted(g) && nrt_dnnl_dw(g, n, dy, xp, dw) == 0)
         return;
     if (conv_dw_direct(g, n, dy, xp, dw) == 0)
@@ -2444,22 +2982,25 @@ size_t nrt_conv2d_dx_scratch(const nrt_conv *g)
 void nrt_conv2d_dx(const nrt_conv *g, int n, int cn, const float *w,
                    const float *dy, float *scratch, float *dx)
 {
-    if (nrt_dnnl_wanted(g) && nrt_dnnl_dx(g, n, cn, w, dy, dx) == 0)
-        return;
     /* The transposed convolution: dy's channels in, x's out. */
     const nrt_conv t = {g->o, g->oh, g->ow, g->c, g->h, g->w, g->kh, g->kw,
                         1, 1, g->kh - 1 - g->ph, g->kw - 1 - g->pw, g->dot, NULL};
-    float *dyp = scratch;
-    nrt_conv2d_pad(&t, n, 1, dy, dyp);
-    const struct conv_src s = conv_src_of(&t, n, dyp);
     const int kk = g->kh * g->kw, np = n * g->h * g->w;
-    /* channel first: straight into dx; else into scratch, then transposed */
-    float *out = cn ? dx : scratch + (size_t)n * (nrt_conv2d_dx_scratch(g) - (size_t)g->c * g->h * g->w);
-    struct gemm gm = {.k = g->o * kk, .alpha = 1.0f, .a = w, .c = out, .lda = g->c * kk,
-                      .ldc = np, .cv = &s, .flip = kk, .dot = g->dot};
     if (g->c <= 0 || np <= 0)
         return;
-    gemm_run(&gm, g->c, np);
+    const int wino = wg_wanted(&t, n);
+    if (!wino && nrt_dnnl_wanted(g) && nrt_dnnl_dx(g, n, cn, w, dy, dx) == 0)
+        return;
+    float *dyp = scratch;
+    nrt_conv2d_pad(&t, n, 1, dy, dyp);
+    /* channel first: straight into dx; else into scratch, then transposed */
+    float *out = cn ? dx : scratch + (size_t)n * (nrt_conv2d_dx_scratch(g) - (size_t)g->c * g->h * g->w);
+    if (!wino || conv_winograd(&t, g, n, w, 1, NULL, dyp, out) != 0) {
+        const struct conv_src s = conv_src_of(&t, n, dyp);
+        struct gemm gm = {.k = g->o * kk, .alpha = 1.0f, .a = w, .c = out, .lda = g->c * kk,
+                          .ldc = np, .cv = &s, .flip = kk, .dot = g->dot};
+        gemm_run(&gm, g->c, np);
+    }
     if (cn)
         return;
     const size_t hw = (size_t)g->h * g->w;

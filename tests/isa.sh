@@ -11,7 +11,7 @@
 # sum in orders of their own: NETRT_CPU_CONV=builtin; bf16's products as
 # fp32 multiply-adds: NETRT_CPU_BF16=fp32); not on a cpu without
 # AVX-512, where both runs would be the same AVX2.  First, the variable's
-# own checks.
+# own checks, and NETRT_CPU_CONV's.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 . "$SRC/tests/gradcheck/data.sh"
 
@@ -20,6 +20,9 @@ compile "$SRC/models/digits_mlp.net" "$WORK/dm"
 (cd "$SRC" && NETRT_CPU_ISA=avx3 "$WORK/dm" --max-steps 1) > "$WORK/bad.out" 2>&1
 check "[ $? -eq 1 ] && grep -q \"error: NETRT_CPU_ISA is 'avx3': auto or avx2\" '$WORK/bad.out'" \
     "NETRT_CPU_ISA=avx3: $(cat "$WORK/bad.out")"
+(cd "$SRC" && NETRT_CPU_CONV=winograd "$WORK/dm" --max-steps 1) > "$WORK/bad.out" 2>&1
+check "[ $? -eq 1 ] && grep -q \"error: NETRT_CPU_CONV is 'winograd': auto, builtin, direct or onednn\" '$WORK/bad.out'" \
+    "NETRT_CPU_CONV=winograd: $(cat "$WORK/bad.out")"
 (cd "$SRC" && NETRT_CPU_ISA=avx2 "$WORK/dm" --max-steps 1) > "$WORK/avx2.out" 2>&1
 check "[ $? -eq 0 ] && grep -q 'precision fp32: products as fp32 multiply-adds (\(AVX2\|portable\|OpenBLAS\), NETRT_CPU_ISA)' '$WORK/avx2.out'" \
     "NETRT_CPU_ISA=avx2: $(head -3 "$WORK/avx2.out")"

@@ -896,7 +896,15 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
      * 2^16 multiply-adds a sample may run on oneDNN (runtime/conv_dnnl.c),
      * which sums in its own order */
     const double work = (double)o * oh * ow * v.c * v.kh * v.kw;
-    if (dot == NRT_DOT_F32 && (v.c % 16 || work < 65536.0)) {
+    /* Winograd's form (kernels.c: 5x5, stride 1, padding 2, an even plane,
+     * 16 channels or more in and out) sums otherwise; its code is AVX2's,
+     * taken under NETRT_CPU_CONV=auto where the products are AVX2's, and
+     * on every cpu under builtin */
+    const int winograd = v.kh == 5 && v.kw == 5 && v.sh == 1 && v.sw == 1 && v.ph == 2 &&
+                         v.pw == 2 && oh % 2 == 0 && ow % 2 == 0 && v.c >= 16 && o >= 16;
+    const char *mode = getenv("NETRT_CPU_CONV");
+    const int builtin = mode && !strcmp(mode, "builtin");
+    if (dot == NRT_DOT_F32 && (v.c % 16 || work < 65536.0) && (!winograd || builtin)) {
         nrt_conv g2 = g;
         g2.dot = NRT_DOT_AVX2;
         float *y2 = malloc(ys * sizeof *y2), *dw2 = malloc(ws * sizeof *dw2);
@@ -914,8 +922,8 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
     }
     /* ... and y is the product's: each sample's columns (nrt_im2col)
      * through nrt_sgemm, then + the bias, bit for bit, whichever kernels
-     * (the direct first-layer tiles among them) computed it */
-    if (dot == NRT_DOT_F32 && (v.c % 16 || work < 65536.0) && work >= 4096.0) {
+     * (the direct first-layer tiles among them) computed it, but Winograd's */
+    if (dot == NRT_DOT_F32 && (v.c % 16 || work < 65536.0) && work >= 4096.0 && !winograd) {
         const size_t rows = (size_t)v.c * v.kh * v.kw, cols = (size_t)oh * ow;
         float *col = malloc(rows * cols * sizeof *col), *yg = malloc(ys * sizeof *yg);
         for (int i = 0; i < n; i++) {
@@ -1026,6 +1034,30 @@ static void test_conv_batch(void)
      * pass and dx), the built-in path's elsewhere */
     check_conv2d(8, (struct conv){32, 16, 16, 5, 5, 1, 1, 2, 2}, 32);
     check_conv2d(8, (struct conv){32, 15, 15, 3, 3, 1, 1, 0, 0}, 64);
+    /* Winograd's form (with AVX2; cifar10's conv2 above): a block's tiles
+     * (24) past the last tile, output channels past the last run of 4, in
+     * and out channels not alike (dx's flipped kernels); blocks of rows of
+     * eight tiles (one load a row) and of tiles of several rows; not on an
+     * odd plane; cifar10's conv2 with three samples.  dW too where C is a
+     * multiple of 4 and O of 16: pieces of one block and of several, a
+     * last block in part, 16 and three runs of 16 output channels */
+    static const struct conv wg[] = {{17, 6, 10, 5, 5, 1, 1, 2, 2}, {16, 8, 8, 5, 5, 1, 1, 2, 2},
+                                     {16, 4, 20, 5, 5, 1, 1, 2, 2}, {16, 7, 8, 5, 5, 1, 1, 2, 2},
+                                     {32, 16, 16, 5, 5, 1, 1, 2, 2}, {20, 8, 8, 5, 5, 1, 1, 2, 2}};
+    static const int wn[] = {3, 5, 3, 2, 3, 4}, wo[] = {18, 20, 16, 16, 32, 48};
+    /* ... under NETRT_CPU_CONV=auto, then builtin (Winograd's on AVX-512
+     * too, and the same bits there with NRT_DOT_AVX2) */
+    const char *mode = getenv("NETRT_CPU_CONV");
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t t = 0; t < sizeof wg / sizeof *wg; t++)
+            check_conv2d(wn[t], wg[t], wo[t]);
+        setenv("NETRT_CPU_CONV", "builtin", 1);
+    }
+    if (mode)
+        setenv("NETRT_CPU_CONV", mode, 1);
+    else
+        unsetenv("NETRT_CPU_CONV");
+    runs += 12;
     check_conv2d(4, (struct conv){16, 8, 8, 3, 3, 1, 1, 0, 0}, 32); /* on one thread */
     check_conv2d(20, (struct conv){16, 8, 8, 3, 3, 1, 1, 1, 1}, 16); /* dW in 2 pieces */
     runs += 4;
