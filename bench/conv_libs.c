@@ -1,7 +1,8 @@
 /*
  * bench/conv_libs.c — the seed models' convolutions in netc's runtime
  * (nrt_conv2d_pad + fwd, dw, dx: the padded input's columns read by the
- * built-in GEMM) against oneDNN, the library PyTorch's CPU convolutions are,
+ * built-in GEMM, or direct tiles, or, for cifar10's conv2 and conv3 on a
+ * cpu with AVX2, Winograd's form) against oneDNN, the library PyTorch's CPU convolutions are,
  * on the same shapes, in the same process, one thread unless OMP_NUM_THREADS
  * says otherwise.  Not built by make: bench/conv_libs.sh compiles it against
  * the build tree's runtime and Debian's libdnnl-dev, and runs it.
@@ -259,7 +260,8 @@ int main(void)
         {"digits_cnn conv2", 32, 16, 32, 4, 3, 1},
     };
     /* netc's column: its own kernels, even where the runtime would hand a
-     * pass to oneDNN (runtime/conv_dnnl.c) */
+     * pass to oneDNN (runtime/conv_dnnl.c); Winograd's form on every cpu
+     * with AVX2 (AVX-512's too, where auto would not take it yet) */
     setenv("NETRT_CPU_CONV", "builtin", 1);
     dnnl_engine_t eng;
     dnnl_stream_t stream;

@@ -2028,23 +2028,25 @@ wg_bt(const v8f r[6], v8f u[6])
 
 /* The tiles of a block go eight to a vector, lane l holding tile
  * wg_lane[l] of the eight: the order in which one shuffle takes every
- * other column of two runs of eight. */
+ * other column of two runs of four tiles (two loads of eight columns). */
 static const int wg_lane[8] = {0, 1, 4, 5, 2, 3, 6, 7};
 
 /* The block of tiles from t0: v[x][c][l0 + l] = (B^T d B)[x / 6][x % 6] of
  * the window d in channel c of tile t0 + l0 + wg_lane[l] (past the last
- * tile: the last one's).  Where the eight tiles are one run of a row, their
- * windows' columns j come from that row at once, every other column (a
- * shuffle of two loads); else each window's row is loaded and the eight
- * transposed. */
+ * tile: the last one's).  Where the eight tiles are two runs of four, each
+ * in a row (cifar10's conv2: a row of eight; conv3: two rows of four), the
+ * windows' column j of a row comes at once, every other column of the two
+ * runs' rows (one shuffle of two loads, whose lanes are wg_lane's); else
+ * each window's row is loaded and the eight transposed. */
 __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, long t0, float *v)
 {
     const float *in[WG_TB];
     int run[WG_TB / 8];
     for (int l = 0; l < WG_TB; l++)
         in[l] = g->xp + wg_in(g, t0 + l < g->tiles ? t0 + l : g->tiles - 1);
-    for (int l0 = 0; l0 < WG_TB; l0 += 8)
-        run[l0 / 8] = (t0 + l0) % g->tw + 8 <= g->tw && t0 + l0 + 8 <= g->tiles;
+    for (int l0 = 0; l0 < WG_TB; l0 += 8) /* two runs of four tiles, each in a row */
+        run[l0 / 8] = (t0 + l0) % g->tw + 4 <= g->tw && (t0 + l0 + 4) % g->tw + 4 <= g->tw &&
+                      t0 + l0 + 8 <= g->tiles;
     const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
     const size_t wp = g->wp, cs = g->cs, xs = (size_t)g->c * WG_TB; /* v's x apart */
     const int nc = g->c;
@@ -2054,14 +2056,14 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
             for (int i = 0; i < 6; i++) { /* row i of the eight windows: r[j], column j */
                 v8f r[8];
                 const size_t at = (size_t)c * cs + (size_t)i * wp;
-                if (run[l0 / 8]) { /* up to the row's last column, never past it */
-                    const float *p = in[l0] + at;
-                    if (c + 1 < nc) /* the next channel's row, while this one's is worked */
+                if (run[l0 / 8]) { /* up to each run's last column, never past its row */
+                    const float *p = in[l0] + at, *p4 = in[l0 + 4] + at;
+                    if (c + 1 < nc) /* the next channel's rows, while these are worked */
                         _mm_prefetch((const char *)(p + cs), _MM_HINT_T0),
-                            _mm_prefetch((const char *)(p + cs + 19), _MM_HINT_T0);
+                            _mm_prefetch((const char *)(p4 + cs), _MM_HINT_T0);
 #pragma GCC unroll 3
                     for (int q = 0; q < 3; q++) {
-                        const v8f a = _mm256_loadu_ps(p + 2 * q), b = _mm256_loadu_ps(p + 2 * q + 8);
+                        const v8f a = _mm256_loadu_ps(p + 2 * q), b = _mm256_loadu_ps(p4 + 2 * q);
                         r[2 * q] = _mm256_shuffle_ps(a, b, 0x88);
                         r[2 * q + 1] = _mm256_shuffle_ps(a, b, 0xdd);
                     }
@@ -2404,7 +2406,11 @@ static int conv_dw_winograd(const nrt_conv *g, int n, const float *dy, const flo
         return -1;
     float *du = dyt + (s.np * no + 15) / 16 * 16,
           *blocks_ws = du + (size_t)pieces * ndu;
-    nrt_interleave(dy, s.np, s.np, g->o, dyt); /* dyt [positions][O] */
+    NRT_OMP(omp parallel for num_threads(nt) schedule(static))
+    for (int part = 0; part < nt; part++) { /* dyt [positions][O] */
+        const size_t x0 = s.np * part / nt, x1 = s.np * (part + 1) / nt;
+        nrt_interleave(dy + x0, s.np, x1 - x0, g->o, dyt + x0 * no);
+    }
     NRT_OMP(omp parallel for num_threads(nt) schedule(static))
     for (int p = 0; p < pieces; p++) {
         float *v = blocks_ws + (size_t)wg_thread() * per, *y = v + nv;
