@@ -1,8 +1,8 @@
 /*
  * bench/conv_libs.c — the seed models' convolutions in netc's runtime
  * (nrt_conv2d_pad + fwd, dw, dx: the padded input's columns read by the
- * built-in GEMM, or direct tiles, or, for cifar10's conv2 and conv3 on a
- * cpu with AVX2, Winograd's form) against oneDNN, the library PyTorch's CPU convolutions are,
+ * built-in GEMM, or direct tiles, or, for 5x5 and 3x3 layers of 16
+ * channels or more on a cpu with AVX2, Winograd's form) against oneDNN, the library PyTorch's CPU convolutions are,
  * on the same shapes, in the same process, one thread unless OMP_NUM_THREADS
  * says otherwise.  Not built by make: bench/conv_libs.sh compiles it against
  * the build tree's runtime and Debian's libdnnl-dev, and runs it.

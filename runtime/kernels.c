@@ -1908,31 +1908,33 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
 #endif
 }
 
-/* ------------------------------------------------- Winograd F(2x2, 5x5) */
+/* ------------------------------------ Winograd F(2x2, 5x5), F(4x4, 3x3) */
 
-/* A stride-1 5x5 convolution padded by 2, with an even output plane and 16
- * channels or more in and out (cifar10's conv2 and conv3), in Lavin and
- * Gray's minimal filtering F(2x2, 5x5): each 2x2 block of an output plane
- * (a tile) comes from the 6x6 block of the padded input under it, as
+/* A stride-1 convolution with 16 channels or more in and out, 5x5 padded by
+ * 2 on a plane of even sides (cifar10's conv2 and conv3) or 3x3 padded by 1
+ * on one whose sides are multiples of 4 (resnet20's stride-1 layers), in
+ * Lavin and Gray's minimal filtering F(m x m, r x r), m = 2 or 4: each m x m
+ * block of an output plane (a tile) comes from the 6x6 block of the padded
+ * input under it, as
  *
  *     Y = A^T [ sum over c of (G g G^T) (.) (B^T d B) ] A,
  *
  * so that the sums over the input channels are 36 products [O, C] x [C,
  * tiles]: 36 multiply-adds a tile and channel pair where the direct sum
- * does 100.  The points are 0, 1, -1, 2, -2 and infinity (B^T is that of
- * F(4x4, 3x3)); G carries the fractions.  The input gradient is the
- * transposed convolution's forward pass in this form (conv_winograd with
- * flipped kernels), the weight gradient this form's own gradient
- * (conv_dw_winograd).  The transforms cost precision: against the exact
- * sums, relative to the sums of the terms' magnitudes, the outputs and dx
- * lie about 1e-6 away and dW up to 4e-6 (tests/unit/test_kernels), the
- * direct sums 1e-7 (fp32 either way): far below what a step's loss
- * notices.  Each result is one fixed sequence of operations, whichever
- * thread runs it; the code is AVX2's wherever it runs (AVX-512 cpus under
+ * does 100 (5x5) or 144 (3x3).  Both forms take the points 0, 1, -1, 2, -2
+ * and infinity, and so one B^T (F(4x4, 3x3)'s); G carries the fractions.
+ * The input gradient is the transposed convolution's forward pass in this
+ * form (conv_winograd with flipped kernels), the weight gradient the form's
+ * own gradient (conv_dw_winograd).  The transforms cost precision: against
+ * the exact sums, relative to the sums of the terms' magnitudes, outputs,
+ * dx and dW lie 1e-6 to 4e-6 away (tests/unit/test_kernels), the direct
+ * sums 1e-7 (fp32 either way): far below what a step's loss notices.  Each
+ * result is one fixed sequence of operations, whichever thread runs it; the
+ * code is AVX2's wherever it runs (AVX-512 cpus under
  * NETRT_CPU_CONV=builtin), so that the bits do not depend on the
- * instruction set either.  cifar10 (AMD Zen 3, one thread): conv2's
- * forward pass 8.3 ms on oneDNN, 5.2 here; dW 10.2 and 6.6; the whole
- * step 60 -> 42.5 ms.
+ * instruction set either.  cifar10 (AMD Zen 3, one thread): conv2's forward
+ * pass 8.3 ms on oneDNN, 5.2 here; dW 10.2 and 6.6; the whole step 60 ->
+ * 42.5 ms.
  *
  * The work goes in blocks of WG_TB tiles (any samples'): the block's 36 x
  * C transformed inputs (v, [36][C][WG_TB], in L2), then WG_OC output
@@ -1944,14 +1946,19 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
 #define WG_OB 4  /* output channels a run */
 #define WG_OC 16 /* output channels a chunk (the runs over one x) */
 
-/* G k for the five taps k[0], k[ks], ... k[4 ks] of a kernel's row or
+/* G k for the r taps (5 or 3) k[0], k[ks], ... of a kernel's row or
  * column, into out[0], out[os], ... out[5 os]: G's rows, scaled so that
- * B^T is in integers, are (1/4, 0, 0, 0, 0), -1/6 (1, 1, 1, 1, 1), -1/6
- * (1, -1, 1, -1, 1), 1/24 (1, 2, 4, 8, 16), 1/24 (1, -2, 4, -8, 16) and
- * (0, 0, 0, 0, 1), taken here as sums of the even and the odd taps. */
-static void wg_g(const float *k, size_t ks, float *out, size_t os)
+ * B^T is in integers, are the taps' polynomial at the points 0, 1, -1, 2,
+ * -2 times 1/4, -1/6, -1/6, 1/24 and 1/24, and its leading coefficient
+ * (for r = 5: (1/4, 0, 0, 0, 0), -1/6 (1, 1, 1, 1, 1), -1/6 (1, -1, 1, -1,
+ * 1), 1/24 (1, 2, 4, 8, 16), 1/24 (1, -2, 4, -8, 16), (0, 0, 0, 0, 1)),
+ * taken here as sums of the even and the odd taps. */
+static void wg_g(const float *kr, size_t ks, int r, float *out, size_t os)
 {
-    const float k0 = k[0], k1 = k[ks], k2 = k[2 * ks], k3 = k[3 * ks], k4 = k[4 * ks];
+    float k[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = 0; i < r; i++)
+        k[i] = kr[(size_t)i * ks];
+    const float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4];
     const float e = k0 + k2 + k4, d = k1 + k3;
     const float e4 = k0 + 4.0f * k2 + 16.0f * k4, d4 = 2.0f * k1 + 8.0f * k3;
     out[0] = k0 * (1.0f / 4);
@@ -1959,37 +1966,41 @@ static void wg_g(const float *k, size_t ks, float *out, size_t os)
     out[2 * os] = (e - d) * (-1.0f / 6);
     out[3 * os] = (e4 + d4) * (1.0f / 24);
     out[4 * os] = (e4 - d4) * (1.0f / 24);
-    out[5 * os] = k4;
+    out[5 * os] = k[r - 1];
 }
 
 /* The kernels' transforms: u[x][o][c] = (G g G^T)[x / 6][x % 6] for the
- * kernel g of output channel o and input channel c; o from o_n to opad:
- * zeros.  flip: the transposed convolution's kernels (dx), g of (o, c)
- * being w's (c, o) turned half round, w [c_n][o_n][5][5]; else w is
- * [o_n][c_n][5][5]. */
-static void wg_weights(int o_n, int c_n, int opad, const float *w, int flip, float *u)
+ * r x r kernel g of output channel o and input channel c; o from o_n to
+ * opad: zeros.  flip: the transposed convolution's kernels (dx), g of (o,
+ * c) being w's (c, o) turned half round, w [c_n][o_n][r][r]; else w is
+ * [o_n][c_n][r][r]. */
+static void wg_weights(int o_n, int c_n, int opad, int r, const float *w, int flip, float *u)
 {
+    const size_t rr = (size_t)r * r;
     NRT_OMP(omp parallel for schedule(static) if ((double)opad * c_n >= 4096))
     for (int o = 0; o < opad; o++)
         for (int c = 0; c < c_n; c++) {
-            float k[5][5], t[6][5], r[6][6];
-            for (int i = 0; i < 5; i++)
-                for (int j = 0; j < 5; j++)
+            float k[5][5], t[6][5], rt[6][6];
+            for (int i = 0; i < r; i++)
+                for (int j = 0; j < r; j++)
                     k[i][j] = o >= o_n ? 0.0f
-                              : flip   ? w[((size_t)c * o_n + o) * 25 + (size_t)(4 - i) * 5 + 4 - j]
-                                       : w[((size_t)o * c_n + c) * 25 + (size_t)i * 5 + j];
-            for (int j = 0; j < 5; j++) /* G g */
-                wg_g(&k[0][j], 5, &t[0][j], 5);
+                              : flip   ? w[((size_t)c * o_n + o) * rr + (size_t)(r - 1 - i) * r +
+                                           (size_t)(r - 1 - j)]
+                                       : w[((size_t)o * c_n + c) * rr + (size_t)i * r + j];
+            for (int j = 0; j < r; j++) /* G g */
+                wg_g(&k[0][j], 5, r, &t[0][j], 5);
             for (int a = 0; a < 6; a++) /* (G g) G^T */
-                wg_g(t[a], 1, r[a], 1);
+                wg_g(t[a], 1, r, rt[a], 1);
             for (int x = 0; x < 36; x++)
-                u[((size_t)x * opad + o) * c_n + c] = r[x / 6][x % 6];
+                u[((size_t)x * opad + o) * c_n + c] = rt[x / 6][x % 6];
         }
 }
 
 struct wg {
     const float *xp, *u, *b;
     float *y;
+    int m;                  /* a tile's outputs a side: F(2x2, 5x5) or F(4x4, 3x3) */
+    const int *lane;        /* wg_lane2 or wg_lane4 */
     int c, o, opad, oh, ow;
     long tiles, tw, tplane; /* tiles: all, a row's, a plane's */
     size_t wp, hw, cs;      /* the padded input's row, plane, channel */
@@ -2001,15 +2012,15 @@ struct wg {
 static size_t wg_in(const struct wg *g, long t)
 {
     const long r = t % g->tplane;
-    return (size_t)(t / g->tplane) * g->hw + (size_t)(r / g->tw) * 2 * g->wp +
-           (size_t)(r % g->tw) * 2;
+    return (size_t)(t / g->tplane) * g->hw + (size_t)(r / g->tw) * g->m * g->wp +
+           (size_t)(r % g->tw) * g->m;
 }
 
 static size_t wg_out(const struct wg *g, long t)
 {
     const long r = t % g->tplane;
-    return (size_t)(t / g->tplane) * g->oh * g->ow + (size_t)(r / g->tw) * 2 * g->ow +
-           (size_t)(r % g->tw) * 2;
+    return (size_t)(t / g->tplane) * g->oh * g->ow + (size_t)(r / g->tw) * g->m * g->ow +
+           (size_t)(r % g->tw) * g->m;
 }
 
 /* B^T r for eight tiles at once: r[j] holds entry j of each tile's run of
@@ -2026,18 +2037,20 @@ wg_bt(const v8f r[6], v8f u[6])
     u[5] = 4.0f * r[1] - 5.0f * r[3] + r[5];
 }
 
-/* The tiles of a block go eight to a vector, lane l holding tile
- * wg_lane[l] of the eight: the order in which one shuffle takes every
- * other column of two runs of four tiles (two loads of eight columns). */
-static const int wg_lane[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+/* The tiles of a block go eight to a vector, lane l holding tile lane[l]
+ * of the eight: the order in which the shuffles below take a column of
+ * every window from the rows of two runs of four tiles (tiles m columns
+ * apart). */
+static const int wg_lane2[8] = {0, 1, 4, 5, 2, 3, 6, 7}, wg_lane4[8] = {0, 4, 2, 6, 1, 5, 3, 7};
 
 /* The block of tiles from t0: v[x][c][l0 + l] = (B^T d B)[x / 6][x % 6] of
- * the window d in channel c of tile t0 + l0 + wg_lane[l] (past the last
- * tile: the last one's).  Where the eight tiles are two runs of four, each
- * in a row (cifar10's conv2: a row of eight; conv3: two rows of four), the
- * windows' column j of a row comes at once, every other column of the two
- * runs' rows (one shuffle of two loads, whose lanes are wg_lane's); else
- * each window's row is loaded and the eight transposed. */
+ * the window d in channel c of tile t0 + l0 + lane[l] (past the last tile:
+ * the last one's).  Where the eight tiles are two runs of four, each in a
+ * row (cifar10's conv2: a row of eight; conv3 and resnet20's layers: two
+ * rows of four or a row of eight), the windows' column j of a row comes
+ * from the two runs' rows by shuffles of a few loads (for m = 2 every
+ * other column of two loads); else each window's row is loaded and the
+ * eight transposed. */
 __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, long t0, float *v)
 {
     const float *in[WG_TB];
@@ -2047,6 +2060,7 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
     for (int l0 = 0; l0 < WG_TB; l0 += 8) /* two runs of four tiles, each in a row */
         run[l0 / 8] = (t0 + l0) % g->tw + 4 <= g->tw && (t0 + l0 + 4) % g->tw + 4 <= g->tw &&
                       t0 + l0 + 8 <= g->tiles;
+    const int *lane = g->lane, mt = g->m;
     const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
     const size_t wp = g->wp, cs = g->cs, xs = (size_t)g->c * WG_TB; /* v's x apart */
     const int nc = g->c;
@@ -2056,7 +2070,7 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
             for (int i = 0; i < 6; i++) { /* row i of the eight windows: r[j], column j */
                 v8f r[8];
                 const size_t at = (size_t)c * cs + (size_t)i * wp;
-                if (run[l0 / 8]) { /* up to each run's last column, never past its row */
+                if (run[l0 / 8] && mt == 2) { /* up to each run's last column, never past its row */
                     const float *p = in[l0] + at, *p4 = in[l0 + 4] + at;
                     if (c + 1 < nc) /* the next channel's rows, while these are worked */
                         _mm_prefetch((const char *)(p + cs), _MM_HINT_T0),
@@ -2067,14 +2081,32 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
                         r[2 * q] = _mm256_shuffle_ps(a, b, 0x88);
                         r[2 * q + 1] = _mm256_shuffle_ps(a, b, 0xdd);
                     }
+                } else if (run[l0 / 8] && (c < nc - 1 || i < 5)) { /* m = 4: two columns past
+                                                                    * the last run's last */
+                    const float *p = in[l0] + at, *p4 = in[l0 + 4] + at;
+                    if (c + 1 < nc)
+                        _mm_prefetch((const char *)(p + cs), _MM_HINT_T0),
+                            _mm_prefetch((const char *)(p4 + cs), _MM_HINT_T0);
+                    for (int h = 0; h < 2; h++) { /* columns 0-3, then 4-5 */
+                        const v8f a = _mm256_loadu_ps(p + 4 * h), b = _mm256_loadu_ps(p + 4 * h + 8),
+                                  e = _mm256_loadu_ps(p4 + 4 * h), f = _mm256_loadu_ps(p4 + 4 * h + 8);
+                        const v8f lo0 = _mm256_unpacklo_ps(a, e), lo1 = _mm256_unpacklo_ps(b, f);
+                        r[4 * h] = _mm256_shuffle_ps(lo0, lo1, 0x44);
+                        r[4 * h + 1] = _mm256_shuffle_ps(lo0, lo1, 0xee);
+                        if (h == 0) {
+                            const v8f hi0 = _mm256_unpackhi_ps(a, e), hi1 = _mm256_unpackhi_ps(b, f);
+                            r[2] = _mm256_shuffle_ps(hi0, hi1, 0x44);
+                            r[3] = _mm256_shuffle_ps(hi0, hi1, 0xee);
+                        }
+                    }
                 } else {
                     if (c < nc - 1 || i < 5) /* eight columns: past the row's end, the next row's */
 #pragma GCC unroll 8
                         for (int l = 0; l < 8; l++)
-                            r[l] = _mm256_loadu_ps(in[l0 + wg_lane[l]] + at);
+                            r[l] = _mm256_loadu_ps(in[l0 + lane[l]] + at);
                     else /* the last row of xp: six */
                         for (int l = 0; l < 8; l++)
-                            r[l] = _mm256_maskload_ps(in[l0 + wg_lane[l]] + at, six);
+                            r[l] = _mm256_maskload_ps(in[l0 + lane[l]] + at, six);
                     tr8x8(r);
                 }
                 wg_bt(r, s[i]);
@@ -2121,12 +2153,22 @@ __attribute__((target("avx2,fma"))) static void wg_product(int nc, const float *
     }
 }
 
-/* A^T r for eight tiles: r[j], entry j of a run of six. */
+/* A^T r (m values) for eight tiles: r[j], entry j of a run of six; A^T's
+ * rows are the powers 0 to m - 1 of the points 0, 1, -1, 2, -2, and the
+ * last row takes r[5] too (for m = 2: (1, 1, 1, 1, 1, 0), (0, 1, -1, 2,
+ * -2, 1)). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-wg_at(const v8f r[6], v8f y[2])
+wg_at(const v8f r[6], int m, v8f *y)
 {
     y[0] = (((r[0] + r[1]) + (r[2] + r[3])) + r[4]);
-    y[1] = ((r[1] - r[2]) + 2.0f * (r[3] - r[4])) + r[5];
+    if (m == 2) {
+        y[1] = ((r[1] - r[2]) + 2.0f * (r[3] - r[4])) + r[5];
+        return;
+    }
+    const v8f s12 = r[1] + r[2], d12 = r[1] - r[2], s34 = r[3] + r[4], d34 = r[3] - r[4];
+    y[1] = d12 + 2.0f * d34;
+    y[2] = s12 + 4.0f * s34;
+    y[3] = (d12 + 8.0f * d34) + r[5];
 }
 
 /* Output channels o0 .. o0 + nm - 1 of the block's tiles from t0: A^T m A
@@ -2135,6 +2177,7 @@ __attribute__((target("avx2,fma"))) static void wg_output(const struct wg *g, lo
                                                          int nm, const float *m)
 {
     const size_t ow = (size_t)g->ow;
+    const int mt = g->m;
     size_t out[WG_TB];
     for (int l = 0; l < WG_TB && t0 + l < g->tiles; l++)
         out[l] = wg_out(g, t0 + l);
@@ -2143,26 +2186,43 @@ __attribute__((target("avx2,fma"))) static void wg_output(const struct wg *g, lo
         const v8f bias = _mm256_set1_ps(g->b ? g->b[o0 + a] : 0.0f);
         float *yo = g->y + (size_t)(o0 + a) * g->np;
         for (int l0 = 0; l0 < nl; l0 += 8) {
-            v8f t[2][6], y[2][2];
+            v8f t[4][6], y[4][4]; /* t[q][i]: column q of row i's A^T; y[q][p]: output (p, q) */
             for (int i = 0; i < 6; i++) {
-                v8f r[6], q[2];
+                v8f r[6], q[4];
 #pragma GCC unroll 6
                 for (int j = 0; j < 6; j++)
                     r[j] = _mm256_loadu_ps(m + ((size_t)(i * 6 + j) * WG_OC + a) * WG_TB + l0);
-                wg_at(r, q);
-                t[0][i] = q[0], t[1][i] = q[1];
+                wg_at(r, mt, q);
+                for (int c = 0; c < mt; c++)
+                    t[c][i] = q[c];
             }
-            wg_at(t[0], y[0]); /* y[q][p]: output row p, column q */
-            wg_at(t[1], y[1]);
+            for (int c = 0; c < mt; c++)
+                wg_at(t[c], mt, y[c]);
+            if (mt == 4) { /* each row of a tile's four outputs in one store */
+                for (int p = 0; p < 4; p++) {
+                    const v8f u0 = _mm256_unpacklo_ps(y[0][p] + bias, y[1][p] + bias),
+                              u1 = _mm256_unpacklo_ps(y[2][p] + bias, y[3][p] + bias),
+                              u2 = _mm256_unpackhi_ps(y[0][p] + bias, y[1][p] + bias),
+                              u3 = _mm256_unpackhi_ps(y[2][p] + bias, y[3][p] + bias);
+                    const v8f s[4] = {_mm256_shuffle_ps(u0, u1, 0x44), _mm256_shuffle_ps(u0, u1, 0xee),
+                                      _mm256_shuffle_ps(u2, u3, 0x44), _mm256_shuffle_ps(u2, u3, 0xee)};
+                    for (int l = 0; l < 8; l++) /* lane l's row: s[l % 4]'s half l / 4 */
+                        if (l0 + g->lane[l] < nl)
+                            _mm_storeu_ps(yo + out[l0 + g->lane[l]] + (size_t)p * ow,
+                                          l < 4 ? _mm256_castps256_ps128(s[l])
+                                                : _mm256_extractf128_ps(s[l - 4], 1));
+                }
+                continue;
+            }
             float o[4][8];
             _mm256_storeu_ps(o[0], y[0][0] + bias);
             _mm256_storeu_ps(o[1], y[1][0] + bias);
             _mm256_storeu_ps(o[2], y[0][1] + bias);
             _mm256_storeu_ps(o[3], y[1][1] + bias);
             for (int l = 0; l < 8; l++) {
-                if (l0 + wg_lane[l] >= nl)
+                if (l0 + g->lane[l] >= nl)
                     continue;
-                float *d = yo + out[l0 + wg_lane[l]];
+                float *d = yo + out[l0 + g->lane[l]];
                 d[0] = o[0][l], d[1] = o[1][l];
                 d[ow] = o[2][l], d[ow + 1] = o[3][l];
             }
@@ -2200,36 +2260,44 @@ static float *wg_buffer(const nrt_conv *ws_of, size_t floats, float **own)
     return ws ? ws : *own;
 }
 
-/* The geometry of g's tiles over n samples, and the pass's operands. */
-static struct wg wg_of(const nrt_conv *g, int n, const float *xp, const float *u,
+/* The geometry of g's tiles of m x m outputs over n samples, and the
+ * pass's operands. */
+static struct wg wg_of(const nrt_conv *g, int m, int n, const float *xp, const float *u,
                        const float *b, float *y)
 {
-    const size_t wp = (size_t)g->ow + 4, hw = ((size_t)g->oh + 4) * wp;
-    const long tw = g->ow / 2, tplane = (long)(g->oh / 2) * tw;
-    return (struct wg){xp, u, b, y, g->c, g->o, (g->o + WG_OB - 1) / WG_OB * WG_OB, g->oh,
+    const size_t wp = (size_t)g->ow + g->kw - 1, hw = ((size_t)g->oh + g->kh - 1) * wp;
+    const long tw = g->ow / m, tplane = (long)(g->oh / m) * tw;
+    return (struct wg){xp, u, b, y, m, m == 2 ? wg_lane2 : wg_lane4, g->c, g->o, (g->o + WG_OB - 1) / WG_OB * WG_OB, g->oh,
                        g->ow, (long)n * tplane, tw, tplane, wp, hw, (size_t)n * hw,
                        (size_t)n * g->oh * g->ow};
 }
 
 /* The weight gradient's tiles from t0 (nl of them): y[x][l][o] = (A dy
- * A^T)[x / 6][x % 6], the 6x6 image of the 2x2 output gradient dy in
- * channel o of the tile at place l of wg_input's v (tile l0 + wg_lane[l -
+ * A^T)[x / 6][x % 6], the 6x6 image of the m x m output gradient dy in
+ * channel o of the tile at place l of wg_input's v (tile l0 + lane[l -
  * l0], l0 = l rounded down to 8; none past the last: zeros), from dyt
  * [positions][O] (the output gradient transposed), eight channels a
  * vector. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-wg_a(v8f y0, v8f y1, v8f r[6])
+wg_a(const v8f *y, int m, v8f r[6])
 {
-    r[0] = y0, r[1] = y0 + y1, r[2] = y0 - y1;
-    r[3] = y0 + 2.0f * y1, r[4] = y0 - 2.0f * y1, r[5] = y1;
+    if (m == 2) {
+        r[0] = y[0], r[1] = y[0] + y[1], r[2] = y[0] - y[1];
+        r[3] = y[0] + 2.0f * y[1], r[4] = y[0] - 2.0f * y[1], r[5] = y[1];
+        return;
+    }
+    const v8f e = y[0] + y[2], d = y[1] + y[3], e4 = y[0] + 4.0f * y[2],
+              d4 = 2.0f * y[1] + 8.0f * y[3];
+    r[0] = y[0], r[1] = e + d, r[2] = e - d, r[3] = e4 + d4, r[4] = e4 - d4, r[5] = y[3];
 }
 
 __attribute__((target("avx2,fma"))) static void wg_dy(const struct wg *g, long t0, int nl,
                                                      const float *dyt, float *y)
 {
     const size_t no = (size_t)g->o, ow = (size_t)g->ow, xs = (size_t)WG_TB * no;
+    const int mt = g->m;
     for (int l = 0; l < (nl + 7) / 8 * 8; l++) {
-        const int tile = l / 8 * 8 + wg_lane[l % 8]; /* as wg_input's v */
+        const int tile = l / 8 * 8 + g->lane[l % 8]; /* as wg_input's v */
         float *yl = y + (size_t)l * no;
         if (tile >= nl) { /* none: zeros, which add nothing */
             for (int x = 0; x < 36; x++)
@@ -2238,13 +2306,19 @@ __attribute__((target("avx2,fma"))) static void wg_dy(const struct wg *g, long t
         }
         const float *d = dyt + wg_out(g, t0 + tile) * no;
         for (size_t o = 0; o < no; o += 8) {
-            v8f r0[6], r1[6];
-            wg_a(_mm256_loadu_ps(d + o), _mm256_loadu_ps(d + no + o), r0);
-            wg_a(_mm256_loadu_ps(d + ow * no + o), _mm256_loadu_ps(d + (ow + 1) * no + o), r1);
+            v8f rows[4][6]; /* each output row's A dy */
+            for (int p = 0; p < mt; p++) {
+                v8f yp[4] = {{0}};
+                for (int q = 0; q < mt; q++)
+                    yp[q] = _mm256_loadu_ps(d + ((size_t)p * ow + q) * no + o);
+                wg_a(yp, mt, rows[p]);
+            }
 #pragma GCC unroll 6
             for (int b = 0; b < 6; b++) {
-                v8f r[6];
-                wg_a(r0[b], r1[b], r);
+                v8f r[6], col[4] = {{0}};
+                for (int p = 0; p < mt; p++)
+                    col[p] = rows[p][b];
+                wg_a(col, mt, r);
 #pragma GCC unroll 6
                 for (int a = 0; a < 6; a++)
                     _mm256_storeu_ps(yl + (size_t)(a * 6 + b) * xs + o, r[a]);
@@ -2290,14 +2364,17 @@ static int wg_mode_allows(const nrt_conv *g)
 }
 #endif /* NRT_X86_AVX2 */
 
-/* Whether the convolution g of n samples runs in Winograd's form. */
+/* Whether the convolution g of n samples runs in Winograd's form: a
+ * tile's outputs a side, m (F(2x2, 5x5): 2, F(4x4, 3x3): 4), or 0. */
 static int wg_wanted(const nrt_conv *g, int n)
 {
 #ifdef NRT_X86_AVX2
-    return have_avx2() && (g->dot == NRT_DOT_F32 || g->dot == NRT_DOT_AVX2) && g->kh == 5 &&
-           g->kw == 5 && g->sh == 1 && g->sw == 1 && g->ph == 2 && g->pw == 2 &&
-           g->oh % 2 == 0 && g->ow % 2 == 0 && g->c >= 16 && g->o >= 16 && n > 0 &&
-           g->oh > 0 && g->ow > 0 && wg_mode_allows(g);
+    const int m = g->kh == 5 && g->ph == 2 ? 2 : g->kh == 3 && g->ph == 1 ? 4 : 0;
+    const int ok = m && have_avx2() && (g->dot == NRT_DOT_F32 || g->dot == NRT_DOT_AVX2) &&
+                   g->kw == g->kh && g->pw == g->ph && g->sh == 1 && g->sw == 1 &&
+                   g->oh % m == 0 && g->ow % m == 0 && g->c >= 16 && g->o >= 16 && n > 0 &&
+                   g->oh > 0 && g->ow > 0 && wg_mode_allows(g);
+    return ok ? m : 0;
 #else
     (void)g, (void)n;
     return 0;
@@ -2312,7 +2389,8 @@ static int conv_winograd(const nrt_conv *g, const nrt_conv *ws_of, int n, const 
                          int flip, const float *b, const float *xp, float *y)
 {
 #ifdef NRT_X86_AVX2
-    if (!wg_wanted(g, n))
+    const int mt = wg_wanted(g, n);
+    if (!mt)
         return -1;
     const int nt = wg_team(), opad = (g->o + WG_OB - 1) / WG_OB * WG_OB;
     const size_t nu = (size_t)36 * opad * g->c, nv = (size_t)36 * g->c * WG_TB,
@@ -2321,8 +2399,8 @@ static int conv_winograd(const nrt_conv *g, const nrt_conv *ws_of, int n, const 
     if (!u)
         return -1;
     float *blocks_ws = u + (nu + 15) / 16 * 16;
-    const struct wg s = wg_of(g, n, xp, u, b, y);
-    wg_weights(g->o, g->c, opad, w, flip, u);
+    const struct wg s = wg_of(g, mt, n, xp, u, b, y);
+    wg_weights(g->o, g->c, opad, g->kh, w, flip, u);
     const long blocks = (s.tiles + WG_TB - 1) / WG_TB;
     NRT_OMP(omp parallel for num_threads(nt) schedule(static))
     for (long q = 0; q < blocks; q++) {
@@ -2346,33 +2424,33 @@ static int conv_winograd(const nrt_conv *g, const nrt_conv *ws_of, int n, const 
 }
 
 #ifdef NRT_X86_AVX2
-/* G^T d G, 5x5 from 6x6 (dw's rows 5 apart): the adjoint of wg_weights'
- * transform, in wg_g's sums. */
-static void wg_gt(const float d[6][6], float *dw)
+/* G^T d for the six values d[0], d[ds], ...: r values, out[0], out[os],
+ * ... (wg_g's adjoint). */
+static void wg_gt1(const float *d, size_t ds, int r, float *out, size_t os)
+{
+    const float d0 = d[0] * (1.0f / 4), d1 = d[ds] * (-1.0f / 6), d2 = d[2 * ds] * (-1.0f / 6),
+                d3 = d[3 * ds] * (1.0f / 24), d4 = d[4 * ds] * (1.0f / 24), d5 = d[5 * ds];
+    const float s12 = d1 + d2, m12 = d1 - d2, s34 = d3 + d4, m34 = d3 - d4;
+    float t[5];
+    t[0] = (d0 + s12) + s34;
+    t[1] = m12 + 2.0f * m34;
+    t[2] = s12 + 4.0f * s34;
+    t[3] = m12 + 8.0f * m34;
+    t[4] = s12 + 16.0f * s34;
+    t[r - 1] += d5;
+    for (int i = 0; i < r; i++)
+        out[(size_t)i * os] = t[i];
+}
+
+/* G^T d G, r x r from 6x6 (dw's rows r apart): the adjoint of
+ * wg_weights' transform. */
+static void wg_gt(const float d[6][6], int r, float *dw)
 {
     float t[5][6];
-    for (int b = 0; b < 6; b++) { /* G^T d, column b */
-        const float d0 = d[0][b] * (1.0f / 4), d1 = d[1][b] * (-1.0f / 6),
-                    d2 = d[2][b] * (-1.0f / 6), d3 = d[3][b] * (1.0f / 24),
-                    d4 = d[4][b] * (1.0f / 24), d5 = d[5][b];
-        const float s12 = d1 + d2, m12 = d1 - d2, s34 = d3 + d4, m34 = d3 - d4;
-        t[0][b] = (d0 + s12) + s34;
-        t[1][b] = m12 + 2.0f * m34;
-        t[2][b] = s12 + 4.0f * s34;
-        t[3][b] = m12 + 8.0f * m34;
-        t[4][b] = (s12 + 16.0f * s34) + d5;
-    }
-    for (int i = 0; i < 5; i++) { /* (G^T d) G, row i */
-        const float d0 = t[i][0] * (1.0f / 4), d1 = t[i][1] * (-1.0f / 6),
-                    d2 = t[i][2] * (-1.0f / 6), d3 = t[i][3] * (1.0f / 24),
-                    d4 = t[i][4] * (1.0f / 24), d5 = t[i][5];
-        const float s12 = d1 + d2, m12 = d1 - d2, s34 = d3 + d4, m34 = d3 - d4;
-        dw[i * 5 + 0] = (d0 + s12) + s34;
-        dw[i * 5 + 1] = m12 + 2.0f * m34;
-        dw[i * 5 + 2] = s12 + 4.0f * s34;
-        dw[i * 5 + 3] = m12 + 8.0f * m34;
-        dw[i * 5 + 4] = (s12 + 16.0f * s34) + d5;
-    }
+    for (int b = 0; b < 6; b++) /* G^T d, column b */
+        wg_gt1(&d[0][b], 6, r, &t[0][b], 6);
+    for (int i = 0; i < r; i++) /* (G^T d) G, row i */
+        wg_gt1(t[i], 1, r, dw + (size_t)i * r, 1);
 }
 #endif
 
@@ -2392,10 +2470,11 @@ static int conv_dw_winograd(const nrt_conv *g, int n, const float *dy, const flo
                             float *dw)
 {
 #ifdef NRT_X86_AVX2
-    if (!wg_wanted(g, n) || g->c % 4 || g->o % 16)
+    const int mt = wg_wanted(g, n), r = g->kh;
+    if (!mt || g->c % 4 || g->o % 16)
         return -1;
     const int nt = wg_team();
-    const struct wg s = wg_of(g, n, xp, NULL, NULL, NULL);
+    const struct wg s = wg_of(g, mt, n, xp, NULL, NULL, NULL);
     const long blocks = (s.tiles + WG_TB - 1) / WG_TB;
     const int pieces = blocks < WG_PIECES ? (int)blocks : WG_PIECES;
     const size_t no = (size_t)g->o, nc = (size_t)g->c, ndu = 36 * nc * no;
@@ -2438,7 +2517,7 @@ static int conv_dw_winograd(const nrt_conv *g, int n, const float *dy, const flo
             float d[6][6];
             for (int x = 0; x < 36; x++)
                 d[x / 6][x % 6] = du[((size_t)x * nc + c) * no + (size_t)o];
-            wg_gt(d, dw + ((size_t)o * nc + c) * 25);
+            wg_gt(d, r, dw + ((size_t)o * nc + c) * (size_t)(r * r));
         }
     free(own);
     return 0;
