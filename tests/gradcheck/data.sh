@@ -65,7 +65,7 @@ gradcheck_data() {
     broadcast) random_csv "$_n" 72 class 3 23 > "$2" ;;
     input_operands) random_csv "$_n" 6 class 3 25 > "$2" ;;
     mixed_layouts) random_csv "$_n" 72 class 3 26 > "$2" ;;
-    winograd) random_csv "$_n" 64 class 3 27 > "$2" ;;
+    winograd) random_csv "$_n" 128 class 3 27 > "$2" ;;
     *) echo "gradcheck_data: no data for $1" >&2; return 1 ;;
     esac
 }
