@@ -2071,11 +2071,11 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
             for (int i = 0; i < 6; i++) { /* row i of the eight windows: r[j], column j */
                 v8f r[8];
                 const size_t at = (size_t)c * cs + (size_t)i * wp;
+                const float *p = in[l0] + at, *p4 = in[l0 + 4] + at;
+                if (run[l0 / 8] && c + 1 < nc) /* the next channel's rows, while these are worked */
+                    _mm_prefetch((const char *)(p + cs), _MM_HINT_T0),
+                        _mm_prefetch((const char *)(p4 + cs), _MM_HINT_T0);
                 if (run[l0 / 8] && mt == 2) { /* up to each run's last column, never past its row */
-                    const float *p = in[l0] + at, *p4 = in[l0 + 4] + at;
-                    if (c + 1 < nc) /* the next channel's rows, while these are worked */
-                        _mm_prefetch((const char *)(p + cs), _MM_HINT_T0),
-                            _mm_prefetch((const char *)(p4 + cs), _MM_HINT_T0);
 #pragma GCC unroll 3
                     for (int q = 0; q < 3; q++) {
                         const v8f a = _mm256_loadu_ps(p + 2 * q), b = _mm256_loadu_ps(p4 + 2 * q);
@@ -2084,18 +2084,16 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
                     }
                 } else if (run[l0 / 8] && (c < nc - 1 || i < 5)) { /* m = 4: two columns past
                                                                     * the last run's last */
-                    const float *p = in[l0] + at, *p4 = in[l0 + 4] + at;
-                    if (c + 1 < nc)
-                        _mm_prefetch((const char *)(p + cs), _MM_HINT_T0),
-                            _mm_prefetch((const char *)(p4 + cs), _MM_HINT_T0);
                     for (int h = 0; h < 2; h++) { /* columns 0-3, then 4-5 */
-                        const v8f a = _mm256_loadu_ps(p + 4 * h), b = _mm256_loadu_ps(p + 4 * h + 8),
-                                  e = _mm256_loadu_ps(p4 + 4 * h), f = _mm256_loadu_ps(p4 + 4 * h + 8);
+                        const float *ph = p + 4 * h, *p4h = p4 + 4 * h;
+                        const v8f a = _mm256_loadu_ps(ph), b = _mm256_loadu_ps(ph + 8),
+                                  e = _mm256_loadu_ps(p4h), f = _mm256_loadu_ps(p4h + 8);
                         const v8f lo0 = _mm256_unpacklo_ps(a, e), lo1 = _mm256_unpacklo_ps(b, f);
                         r[4 * h] = _mm256_shuffle_ps(lo0, lo1, 0x44);
                         r[4 * h + 1] = _mm256_shuffle_ps(lo0, lo1, 0xee);
                         if (h == 0) {
-                            const v8f hi0 = _mm256_unpackhi_ps(a, e), hi1 = _mm256_unpackhi_ps(b, f);
+                            const v8f hi0 = _mm256_unpackhi_ps(a, e),
+                                      hi1 = _mm256_unpackhi_ps(b, f);
                             r[2] = _mm256_shuffle_ps(hi0, hi1, 0x44);
                             r[3] = _mm256_shuffle_ps(hi0, hi1, 0xee);
                         }
@@ -2201,12 +2199,13 @@ __attribute__((target("avx2,fma"))) static void wg_output(const struct wg *g, lo
                 wg_at(t[c], mt, y[c]);
             if (mt == 4) { /* each row of a tile's four outputs in one store */
                 for (int p = 0; p < 4; p++) {
-                    const v8f u0 = _mm256_unpacklo_ps(y[0][p] + bias, y[1][p] + bias),
-                              u1 = _mm256_unpacklo_ps(y[2][p] + bias, y[3][p] + bias),
-                              u2 = _mm256_unpackhi_ps(y[0][p] + bias, y[1][p] + bias),
-                              u3 = _mm256_unpackhi_ps(y[2][p] + bias, y[3][p] + bias);
-                    const v8f s[4] = {_mm256_shuffle_ps(u0, u1, 0x44), _mm256_shuffle_ps(u0, u1, 0xee),
-                                      _mm256_shuffle_ps(u2, u3, 0x44), _mm256_shuffle_ps(u2, u3, 0xee)};
+                    const v8f y0 = y[0][p] + bias, y1 = y[1][p] + bias, y2 = y[2][p] + bias,
+                              y3 = y[3][p] + bias;
+                    const v8f u0 = _mm256_unpacklo_ps(y0, y1), u1 = _mm256_unpacklo_ps(y2, y3),
+                              u2 = _mm256_unpackhi_ps(y0, y1), u3 = _mm256_unpackhi_ps(y2, y3);
+                    const v8f s[4] = {
+                        _mm256_shuffle_ps(u0, u1, 0x44), _mm256_shuffle_ps(u0, u1, 0xee),
+                        _mm256_shuffle_ps(u2, u3, 0x44), _mm256_shuffle_ps(u2, u3, 0xee)};
                     for (int l = 0; l < 8; l++) /* lane l's row: s[l % 4]'s half l / 4 */
                         if (l0 + g->lane[l] < nl)
                             _mm_storeu_ps(yo + out[l0 + g->lane[l]] + (size_t)p * ow,
@@ -2257,20 +2256,20 @@ static float *wg_buffer(const nrt_conv *ws_of, size_t floats, float **own)
 {
     const size_t bytes = floats * sizeof(float);
     float *ws = nrt_conv_workspace(ws_of, bytes);
-    *own = ws ? NULL : aligned_alloc(64, (bytes + 63) / 64 * 64);
+    *own = ws ? NULL : aligned_alloc(64, round_up(bytes, 64));
     return ws ? ws : *own;
 }
 
 /* The geometry of g's tiles of m x m outputs over n samples, and the
- * pass's operands. */
-static struct wg wg_of(const nrt_conv *g, int m, int n, const float *xp, const float *u,
-                       const float *b, float *y)
+ * pass's operands (u: the caller's, once it has its buffer). */
+static struct wg wg_of(const nrt_conv *g, int m, int n, const float *xp, const float *b,
+                       float *y)
 {
     const size_t wp = (size_t)g->ow + g->kw - 1, hw = ((size_t)g->oh + g->kh - 1) * wp;
     const long tw = g->ow / m, tplane = (long)(g->oh / m) * tw;
-    return (struct wg){xp, u, b, y, m, m == 2 ? wg_lane2 : wg_lane4, g->c, g->o, (g->o + WG_OB - 1) / WG_OB * WG_OB, g->oh,
-                       g->ow, (long)n * tplane, tw, tplane, wp, hw, (size_t)n * hw,
-                       (size_t)n * g->oh * g->ow};
+    return (struct wg){xp, NULL, b, y, m, m == 2 ? wg_lane2 : wg_lane4, g->c, g->o,
+                       (int)round_up((size_t)g->o, WG_OB), g->oh, g->ow, (long)n * tplane, tw,
+                       tplane, wp, hw, (size_t)n * hw, (size_t)n * g->oh * g->ow};
 }
 
 /* The weight gradient's tiles from t0 (nl of them): y[x][l][o] = (A dy
@@ -2297,7 +2296,7 @@ __attribute__((target("avx2,fma"))) static void wg_dy(const struct wg *g, long t
 {
     const size_t no = (size_t)g->o, ow = (size_t)g->ow, xs = (size_t)WG_TB * no;
     const int mt = g->m;
-    for (int l = 0; l < (nl + 7) / 8 * 8; l++) {
+    for (int l = 0; l < (int)round_up((size_t)nl, 8); l++) {
         const int tile = l / 8 * 8 + g->lane[l % 8]; /* as wg_input's v */
         float *yl = y + (size_t)l * no;
         if (tile >= nl) { /* none: zeros, which add nothing */
@@ -2399,14 +2398,15 @@ static int conv_winograd(const nrt_conv *g, const nrt_conv *ws_of, int n, const 
     const int mt = wg_wanted(g, n);
     if (!mt)
         return -1;
-    const int nt = wg_team(), opad = (g->o + WG_OB - 1) / WG_OB * WG_OB;
-    const size_t nu = (size_t)36 * opad * g->c, nv = (size_t)36 * g->c * WG_TB,
-                 nm = (size_t)36 * WG_OC * WG_TB, per = (nv + nm + 15) / 16 * 16;
-    float *own, *u = wg_buffer(ws_of, (nu + 15) / 16 * 16 + (size_t)nt * per, &own);
+    struct wg s = wg_of(g, mt, n, xp, b, y);
+    const int nt = wg_team(), opad = s.opad;
+    const size_t nu = round_up((size_t)36 * opad * g->c, 16), nv = (size_t)36 * g->c * WG_TB,
+                 nm = (size_t)36 * WG_OC * WG_TB, per = round_up(nv + nm, 16);
+    float *own, *u = wg_buffer(ws_of, nu + (size_t)nt * per, &own);
     if (!u)
         return -1;
-    float *blocks_ws = u + (nu + 15) / 16 * 16;
-    const struct wg s = wg_of(g, mt, n, xp, u, b, y);
+    float *blocks_ws = u + nu;
+    s.u = u;
     wg_weights(g->o, g->c, opad, g->kh, w, flip, u);
     const long blocks = (s.tiles + WG_TB - 1) / WG_TB;
     NRT_OMP(omp parallel for num_threads(nt) schedule(static))
@@ -2481,17 +2481,16 @@ static int conv_dw_winograd(const nrt_conv *g, int n, const float *dy, const flo
     if (!mt || g->c % 4 || g->o % 16)
         return -1;
     const int nt = wg_team();
-    const struct wg s = wg_of(g, mt, n, xp, NULL, NULL, NULL);
+    const struct wg s = wg_of(g, mt, n, xp, NULL, NULL);
     const long blocks = (s.tiles + WG_TB - 1) / WG_TB;
     const int pieces = blocks < WG_PIECES ? (int)blocks : WG_PIECES;
     const size_t no = (size_t)g->o, nc = (size_t)g->c, ndu = 36 * nc * no;
-    const size_t nv = 36 * nc * WG_TB, per = (nv + 36 * WG_TB * no + 15) / 16 * 16;
-    float *own, *dyt = wg_buffer(g, (s.np * no + 15) / 16 * 16 + (size_t)pieces * ndu +
-                                        (size_t)nt * per, &own);
+    const size_t nv = 36 * nc * WG_TB, per = round_up(nv + 36 * WG_TB * no, 16);
+    const size_t ndyt = round_up(s.np * no, 16);
+    float *own, *dyt = wg_buffer(g, ndyt + (size_t)pieces * ndu + (size_t)nt * per, &own);
     if (!dyt)
         return -1;
-    float *du = dyt + (s.np * no + 15) / 16 * 16,
-          *blocks_ws = du + (size_t)pieces * ndu;
+    float *du = dyt + ndyt, *blocks_ws = du + (size_t)pieces * ndu;
     NRT_OMP(omp parallel for num_threads(nt) schedule(static))
     for (int part = 0; part < nt; part++) { /* dyt [positions][O] */
         const size_t x0 = s.np * part / nt, x1 = s.np * (part + 1) / nt;
@@ -2505,12 +2504,13 @@ static int conv_dw_winograd(const nrt_conv *g, int n, const float *dy, const flo
         for (long q = blocks * p / pieces; q < blocks * (p + 1) / pieces; q++) {
             const long t0 = q * WG_TB;
             const int nl = s.tiles - t0 < WG_TB ? (int)(s.tiles - t0) : WG_TB;
+            const int nl8 = (int)round_up((size_t)nl, 8); /* places in v: whole vectors */
             wg_input(&s, t0, v);
             wg_dy(&s, t0, nl, dyt, y);
             for (int x = 0; x < 36; x++)
                 for (size_t c = 0; c < nc; c += 4)
                     for (size_t o = 0; o < no; o += 16)
-                        wg_dw_product((nl + 7) / 8 * 8, v + ((size_t)x * nc + c) * WG_TB,
+                        wg_dw_product(nl8, v + ((size_t)x * nc + c) * WG_TB,
                                       y + (size_t)x * WG_TB * no + o, no,
                                       dup + ((size_t)x * nc + c) * no + o);
         }

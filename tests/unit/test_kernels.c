@@ -898,7 +898,7 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
     const double work = (double)o * oh * ow * v.c * v.kh * v.kw;
     /* Winograd's form (kernels.c: stride 1, 16 channels or more in and
      * out; 5x5 padded by 2 on a plane of whole 2x2 tiles, or 3x3 padded by 1
-     * on one of 4x4 tiles) sums otherwise; its code is AVX2's, taken under
+     * on one of 4x4 tiles, 8x8 or more) sums otherwise; its code is AVX2's, taken under
      * NETRT_CPU_CONV=auto where the products are AVX2's, and on every cpu
      * under builtin */
     const int tile = v.kh == 5 && v.ph == 2                                ? 2
@@ -1059,7 +1059,7 @@ static void test_conv_batch(void)
                      wo[] = {18, 20, 16, 16, 32, 48, 16, 19, 16, 32, 16, 32};
     /* ... under NETRT_CPU_CONV=auto, then builtin (Winograd's on AVX-512
      * too, and the same bits there with NRT_DOT_AVX2) */
-    const char *mode = getenv("NETRT_CPU_CONV");
+    char *mode = getenv("NETRT_CPU_CONV") ? strdup(getenv("NETRT_CPU_CONV")) : NULL;
     for (int pass = 0; pass < 2; pass++) {
         for (size_t t = 0; t < sizeof wg / sizeof *wg; t++)
             check_conv2d(wn[t], wg[t], wo[t]);
@@ -1069,6 +1069,7 @@ static void test_conv_batch(void)
         setenv("NETRT_CPU_CONV", mode, 1);
     else
         unsetenv("NETRT_CPU_CONV");
+    free(mode);
     runs += 24;
     check_conv2d(4, (struct conv){16, 8, 8, 3, 3, 1, 1, 0, 0}, 32); /* on one thread */
     check_conv2d(20, (struct conv){16, 8, 8, 3, 3, 1, 1, 1, 1}, 16); /* dW in 2 pieces */
