@@ -897,15 +897,13 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
      * which sums in its own order */
     const double work = (double)o * oh * ow * v.c * v.kh * v.kw;
     /* Winograd's form (kernels.c: stride 1, 16 channels or more in and
-     * out; 5x5 padded by 2 on a plane of whole 2x2 tiles, or 3x3 padded by 1
-     * on one of 4x4 tiles, 8x8 or more) sums otherwise; its code is AVX2's, taken under
-     * NETRT_CPU_CONV=auto where the products are AVX2's, and on every cpu
-     * under builtin */
-    const int tile = v.kh == 5 && v.ph == 2                                ? 2
-                     : v.kh == 3 && v.ph == 1 && oh >= 8 && ow >= 8 ? 4
-                                                                    : 0;
-    const int winograd = tile && v.kw == v.kh && v.pw == v.ph && v.sh == 1 && v.sw == 1 &&
-                         oh % tile == 0 && ow % tile == 0 && v.c >= 16 && o >= 16;
+     * out; 5x5, or 3x3 on an output plane of 8x8 or more; padded by half
+     * the kernel or less, the plane in whole tiles or not) sums otherwise;
+     * its code is AVX2's, taken under NETRT_CPU_CONV=auto where the
+     * products are AVX2's, and on every cpu under builtin */
+    const int tile = v.kh == 5 ? 2 : v.kh == 3 && oh >= 8 && ow >= 8 ? 4 : 0;
+    const int winograd = tile && v.kw == v.kh && v.sh == 1 && v.sw == 1 && 2 * v.ph < v.kh &&
+                         2 * v.pw < v.kw && v.c >= 16 && o >= 16;
     const char *mode = getenv("NETRT_CPU_CONV");
     const int builtin = mode && !strcmp(mode, "builtin");
     if (dot == NRT_DOT_F32 && (v.c % 16 || work < 65536.0) && (!winograd || builtin)) {
@@ -1046,17 +1044,23 @@ static void test_conv_batch(void)
      * multiple of 4 and O of 16: pieces of one block and of several, a
      * last block in part, 16 and three runs of 16 output channels.  Then
      * the 3x3 form (resnet20's layers): 4 tiles a sample, 6, 64 (its first
-     * stage's plane), 8; not where the plane is not whole tiles, nor on
-     * digits_cnn's 4x4 (kernels.c's wg_wanted says why) */
+     * stage's plane), 8; not on 6x8 nor digits_cnn's 4x4 (kernels.c's
+     * wg_wanted says why).  Planes not of whole tiles (computed as the
+     * plane of whole tiles around them): 7x8 above, 5x5 unpadded (5x7
+     * out), 3x3 on 10x9, cnn101's conv2 (15x15 unpadded, 13x13 out); not
+     * 3x3 padded by 2 (14x12 out; nor the unpadded layers' dx) */
     static const struct conv wg[] = {{17, 6, 10, 5, 5, 1, 1, 2, 2}, {16, 8, 8, 5, 5, 1, 1, 2, 2},
                                      {16, 4, 20, 5, 5, 1, 1, 2, 2}, {16, 7, 8, 5, 5, 1, 1, 2, 2},
                                      {32, 16, 16, 5, 5, 1, 1, 2, 2}, {20, 8, 8, 5, 5, 1, 1, 2, 2},
                                      /* F(4x4, 3x3) */
                                      {16, 8, 8, 3, 3, 1, 1, 1, 1}, {17, 12, 8, 3, 3, 1, 1, 1, 1},
                                      {16, 32, 32, 3, 3, 1, 1, 1, 1}, {32, 8, 16, 3, 3, 1, 1, 1, 1},
-                                     {16, 6, 8, 3, 3, 1, 1, 1, 1}, {16, 4, 4, 3, 3, 1, 1, 1, 1}};
-    static const int wn[] = {3, 5, 3, 2, 3, 4, 3, 2, 2, 5, 2, 32},
-                     wo[] = {18, 20, 16, 16, 32, 48, 16, 19, 16, 32, 16, 32};
+                                     {16, 6, 8, 3, 3, 1, 1, 1, 1}, {16, 4, 4, 3, 3, 1, 1, 1, 1},
+                                     /* planes not of whole tiles */
+                                     {16, 9, 11, 5, 5, 1, 1, 0, 0}, {16, 10, 9, 3, 3, 1, 1, 1, 1},
+                                     {20, 12, 10, 3, 3, 1, 1, 2, 2}, {32, 15, 15, 3, 3, 1, 1, 0, 0}};
+    static const int wn[] = {3, 5, 3, 2, 3, 4, 3, 2, 2, 5, 2, 32, 3, 2, 3, 3},
+                     wo[] = {18, 20, 16, 16, 32, 48, 16, 19, 16, 32, 16, 32, 16, 17, 32, 64};
     /* ... under NETRT_CPU_CONV=auto, then builtin (Winograd's on AVX-512
      * too, and the same bits there with NRT_DOT_AVX2) */
     char *mode = getenv("NETRT_CPU_CONV") ? strdup(getenv("NETRT_CPU_CONV")) : NULL;
@@ -1070,7 +1074,7 @@ static void test_conv_batch(void)
     else
         unsetenv("NETRT_CPU_CONV");
     free(mode);
-    runs += 24;
+    runs += 32;
     check_conv2d(4, (struct conv){16, 8, 8, 3, 3, 1, 1, 0, 0}, 32); /* on one thread */
     check_conv2d(20, (struct conv){16, 8, 8, 3, 3, 1, 1, 1, 1}, 16); /* dW in 2 pieces */
     runs += 4;
