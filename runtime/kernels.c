@@ -1953,47 +1953,64 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
  * -2 times 1/4, -1/6, -1/6, 1/24 and 1/24, and its leading coefficient
  * (for r = 5: (1/4, 0, 0, 0, 0), -1/6 (1, 1, 1, 1, 1), -1/6 (1, -1, 1, -1,
  * 1), 1/24 (1, 2, 4, 8, 16), 1/24 (1, -2, 4, -8, 16), (0, 0, 0, 0, 1)),
- * taken here as sums of the even and the odd taps. */
-static void wg_g(const float *kr, size_t ks, int r, float *out, size_t os)
+ * taken here as sums of the even and the odd taps; eight kernels', one a
+ * lane. */
+__attribute__((target("avx2"), always_inline)) static inline void
+wg_g(const v8f *k, size_t ks, int r, v8f *out, size_t os)
 {
-    float k[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int i = 0; i < r; i++)
-        k[i] = kr[(size_t)i * ks];
-    const float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4];
-    const float e = k0 + k2 + k4, d = k1 + k3;
-    const float e4 = k0 + 4.0f * k2 + 16.0f * k4, d4 = 2.0f * k1 + 8.0f * k3;
+    const v8f zero = {0};
+    const v8f k0 = k[0], k1 = k[ks], k2 = k[2 * ks], k3 = r > 3 ? k[3 * ks] : zero,
+              k4 = r > 4 ? k[4 * ks] : zero;
+    const v8f e = k0 + k2 + k4, d = k1 + k3;
+    const v8f e4 = k0 + 4.0f * k2 + 16.0f * k4, d4 = 2.0f * k1 + 8.0f * k3;
     out[0] = k0 * (1.0f / 4);
     out[os] = (e + d) * (-1.0f / 6);
     out[2 * os] = (e - d) * (-1.0f / 6);
     out[3 * os] = (e4 + d4) * (1.0f / 24);
     out[4 * os] = (e4 - d4) * (1.0f / 24);
-    out[5 * os] = k[r - 1];
+    out[5 * os] = k[(size_t)(r - 1) * ks];
 }
 
 /* The kernels' transforms: u[x][o][c] = (G g G^T)[x / 6][x % 6] for the
  * r x r kernel g of output channel o and input channel c; o from o_n to
  * opad: zeros.  flip: the transposed convolution's kernels (dx), g of (o,
  * c) being w's (c, o) turned half round, w [c_n][o_n][r][r]; else w is
- * [o_n][c_n][r][r]. */
-static void wg_weights(int o_n, int c_n, int opad, int r, const float *w, int flip, float *u)
+ * [o_n][c_n][r][r].  Eight input channels at a time, a vector's lanes,
+ * each lane the operations of one kernel's transform. */
+__attribute__((target("avx2"))) static void wg_weights(int o_n, int c_n, int opad, int r,
+                                                       const float *w, int flip, float *u)
 {
     const size_t rr = (size_t)r * r;
     NRT_OMP(omp parallel for schedule(static) if ((double)opad * c_n >= 4096))
     for (int o = 0; o < opad; o++)
-        for (int c = 0; c < c_n; c++) {
-            float k[5][5], t[6][5], rt[6][6];
+        for (int c0 = 0; c0 < c_n; c0 += 8) {
+            const int nl = o >= o_n ? 0 : c_n - c0 < 8 ? c_n - c0 : 8; /* lanes of w's */
+            v8f k[5][5], t[6][5] = {{{0}}}, rt[6][6]; /* (t: r columns used) */
             for (int i = 0; i < r; i++)
-                for (int j = 0; j < r; j++)
-                    k[i][j] = o >= o_n ? 0.0f
-                              : flip   ? w[((size_t)c * o_n + o) * rr + (size_t)(r - 1 - i) * r +
+                for (int j = 0; j < r; j++) {
+                    float lane[8] = {0};
+                    for (int l = 0; l < nl; l++) {
+                        const size_t c = (size_t)c0 + l;
+                        lane[l] = flip ? w[(c * o_n + o) * rr + (size_t)(r - 1 - i) * r +
                                            (size_t)(r - 1 - j)]
                                        : w[((size_t)o * c_n + c) * rr + (size_t)i * r + j];
+                    }
+                    k[i][j] = _mm256_loadu_ps(lane);
+                }
             for (int j = 0; j < r; j++) /* G g */
                 wg_g(&k[0][j], 5, r, &t[0][j], 5);
             for (int a = 0; a < 6; a++) /* (G g) G^T */
                 wg_g(t[a], 1, r, rt[a], 1);
-            for (int x = 0; x < 36; x++)
-                u[((size_t)x * opad + o) * c_n + c] = rt[x / 6][x % 6];
+            const int nc = c_n - c0 < 8 ? c_n - c0 : 8;
+            for (int x = 0; x < 36; x++) {
+                float *d = u + ((size_t)x * opad + o) * c_n + c0, lane[8];
+                if (nc == 8) {
+                    _mm256_storeu_ps(d, rt[x / 6][x % 6]);
+                    continue;
+                }
+                _mm256_storeu_ps(lane, rt[x / 6][x % 6]);
+                memcpy(d, lane, (size_t)nc * sizeof *d);
+            }
         }
 }
 
