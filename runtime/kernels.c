@@ -1910,11 +1910,10 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
 
 /* ------------------------------------ Winograd F(2x2, 5x5), F(4x4, 3x3) */
 
-/* A stride-1 convolution with 16 channels or more in and out, 5x5 padded by
- * 2 on a plane of even sides (cifar10's conv2 and conv3) or 3x3 padded by 1
- * on one whose sides are multiples of 4 and 8 or more (resnet20's stride-1
- * layers), in
- * Lavin and Gray's minimal filtering F(m x m, r x r), m = 2 or 4: each m x m
+/* A stride-1 convolution with 16 channels or more in and out, padded by
+ * half the kernel or less, 5x5 (cifar10's conv2 and conv3) or 3x3 on an
+ * output plane of 8x8 or more (resnet20's stride-1 layers, cnn101's conv2),
+ * in Lavin and Gray's minimal filtering F(m x m, r x r), m = 2 or 4: each m x m
  * block of an output plane (a tile) comes from the 6x6 block of the padded
  * input under it, as
  *
