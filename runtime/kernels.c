@@ -3622,105 +3622,67 @@ static double bn_lanes_sum(double a[BN_LANES])
     return a[0];
 }
 
-/* s[l] += p[k], ss[l] += p[k]^2 (k = l mod BN_LANES), for the hw values
- * of a plane from k0; the tail past the last whole run of lanes too. */
-static void bn_sums_from(const float *p, int k0, int hw, double *s, double *ss)
+/* The sums of a plane's values into the lanes: s[l] += a[k] and t[l] +=
+ * a[k] b[k] for k = l mod BN_LANES, b[k] taken as (b[k] - mean) invstd
+ * in float where centre (backward's dy and xh; forward's x and x with a
+ * = b, not centre).  bn_pairs_from: from k0 on, the tail past the last
+ * whole run of lanes too. */
+static void bn_pairs_from(const float *a, const float *b, int centre, float mean, float invstd,
+                          int k0, int hw, double *s, double *t)
 {
     int k = k0;
     for (; k + BN_LANES <= hw; k += BN_LANES)
         for (int l = 0; l < BN_LANES; l++) {
-            s[l] += p[k + l];
-            ss[l] += (double)p[k + l] * p[k + l];
+            const float v = centre ? (b[k + l] - mean) * invstd : b[k + l];
+            s[l] += a[k + l];
+            t[l] += (double)a[k + l] * v;
         }
     for (int l = 0; k < hw; k++, l++) {
-        s[l] += p[k];
-        ss[l] += (double)p[k] * p[k];
-    }
-}
-
-/* ld[l] += d[k], ldx[l] += d[k] xh[k], xh = (p - mean) invstd in float,
- * as bn_sums_from. */
-static void bn_dsums_from(const float *d, const float *p, float mean, float invstd, int k0,
-                          int hw, double *ld, double *ldx)
-{
-    int k = k0;
-    for (; k + BN_LANES <= hw; k += BN_LANES)
-        for (int l = 0; l < BN_LANES; l++) {
-            ld[l] += d[k + l];
-            ldx[l] += (double)d[k + l] * ((p[k + l] - mean) * invstd);
-        }
-    for (int l = 0; k < hw; k++, l++) {
-        ld[l] += d[k];
-        ldx[l] += (double)d[k] * ((p[k] - mean) * invstd);
+        const float v = centre ? (b[k] - mean) * invstd : b[k];
+        s[l] += a[k];
+        t[l] += (double)a[k] * v;
     }
 }
 
 #ifdef NRT_X86_AVX2
-/* The whole runs of bn_sums_from on AVX2, lanes 0-3 and 4-7 in two
+/* The whole runs of bn_pairs_from on AVX2, lanes 0-3 and 4-7 in two
  * vectors: the same operations, lane by lane (no fused multiply-adds).
  * The first value not taken. */
-__attribute__((target("avx2"))) static int bn_sums_avx2(const float *p, int hw, double *s,
-                                                        double *ss)
+__attribute__((target("avx2"))) static int bn_pairs_avx2(const float *a, const float *b,
+                                                         int centre, float mean, float invstd,
+                                                         int hw, double *s, double *t)
 {
     __m256d s0 = _mm256_loadu_pd(s), s1 = _mm256_loadu_pd(s + 4);
-    __m256d q0 = _mm256_loadu_pd(ss), q1 = _mm256_loadu_pd(ss + 4);
-    int k = 0;
-    for (; k + BN_LANES <= hw; k += BN_LANES) {
-        const __m256 v = _mm256_loadu_ps(p + k);
-        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)),
-                      hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-        s0 = _mm256_add_pd(s0, lo), s1 = _mm256_add_pd(s1, hi);
-        q0 = _mm256_add_pd(q0, _mm256_mul_pd(lo, lo)), q1 = _mm256_add_pd(q1, _mm256_mul_pd(hi, hi));
-    }
-    _mm256_storeu_pd(s, s0), _mm256_storeu_pd(s + 4, s1);
-    _mm256_storeu_pd(ss, q0), _mm256_storeu_pd(ss + 4, q1);
-    return k;
-}
-
-__attribute__((target("avx2"))) static int bn_dsums_avx2(const float *d, const float *p,
-                                                         float mean, float invstd, int hw,
-                                                         double *ld, double *ldx)
-{
-    __m256d s0 = _mm256_loadu_pd(ld), s1 = _mm256_loadu_pd(ld + 4);
-    __m256d q0 = _mm256_loadu_pd(ldx), q1 = _mm256_loadu_pd(ldx + 4);
+    __m256d t0 = _mm256_loadu_pd(t), t1 = _mm256_loadu_pd(t + 4);
     const __m256 vm = _mm256_set1_ps(mean), vi = _mm256_set1_ps(invstd);
     int k = 0;
     for (; k + BN_LANES <= hw; k += BN_LANES) {
-        const __m256 dv = _mm256_loadu_ps(d + k),
-                     xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(p + k), vm), vi);
-        const __m256d dlo = _mm256_cvtps_pd(_mm256_castps256_ps128(dv)),
-                      dhi = _mm256_cvtps_pd(_mm256_extractf128_ps(dv, 1)),
-                      xlo = _mm256_cvtps_pd(_mm256_castps256_ps128(xh)),
-                      xhi = _mm256_cvtps_pd(_mm256_extractf128_ps(xh, 1));
-        s0 = _mm256_add_pd(s0, dlo), s1 = _mm256_add_pd(s1, dhi);
-        q0 = _mm256_add_pd(q0, _mm256_mul_pd(dlo, xlo)), q1 = _mm256_add_pd(q1, _mm256_mul_pd(dhi, xhi));
+        const __m256 av = _mm256_loadu_ps(a + k), bk = _mm256_loadu_ps(b + k),
+                     bv = centre ? _mm256_mul_ps(_mm256_sub_ps(bk, vm), vi) : bk;
+        const __m256d alo = _mm256_cvtps_pd(_mm256_castps256_ps128(av)),
+                      ahi = _mm256_cvtps_pd(_mm256_extractf128_ps(av, 1)),
+                      blo = _mm256_cvtps_pd(_mm256_castps256_ps128(bv)),
+                      bhi = _mm256_cvtps_pd(_mm256_extractf128_ps(bv, 1));
+        s0 = _mm256_add_pd(s0, alo), s1 = _mm256_add_pd(s1, ahi);
+        t0 = _mm256_add_pd(t0, _mm256_mul_pd(alo, blo));
+        t1 = _mm256_add_pd(t1, _mm256_mul_pd(ahi, bhi));
     }
-    _mm256_storeu_pd(ld, s0), _mm256_storeu_pd(ld + 4, s1);
-    _mm256_storeu_pd(ldx, q0), _mm256_storeu_pd(ldx + 4, q1);
+    _mm256_storeu_pd(s, s0), _mm256_storeu_pd(s + 4, s1);
+    _mm256_storeu_pd(t, t0), _mm256_storeu_pd(t + 4, t1);
     return k;
 }
 #endif
 
-/* A plane's sums into the lanes. */
-static void bn_sums(const float *p, int hw, double *s, double *ss)
+/* A plane's sums into the lanes (bn_pairs_from's). */
+static void bn_pairs(const float *a, const float *b, int centre, float mean, float invstd, int hw,
+                     double *s, double *t)
 {
     int k = 0;
 #ifdef NRT_X86_AVX2
     if (have_avx2())
-        k = bn_sums_avx2(p, hw, s, ss);
+        k = bn_pairs_avx2(a, b, centre, mean, invstd, hw, s, t);
 #endif
-    bn_sums_from(p, k, hw, s, ss);
-}
-
-static void bn_dsums(const float *d, const float *p, float mean, float invstd, int hw,
-                     double *ld, double *ldx)
-{
-    int k = 0;
-#ifdef NRT_X86_AVX2
-    if (have_avx2())
-        k = bn_dsums_avx2(d, p, mean, invstd, hw, ld, ldx);
-#endif
-    bn_dsums_from(d, p, mean, invstd, k, hw, ld, ldx);
+    bn_pairs_from(a, b, centre, mean, invstd, k, hw, s, t);
 }
 
 /* Each channel is one thread's, its sums in double in a fixed order: the
@@ -3733,8 +3695,10 @@ void nrt_batchnorm_train(const nrt_bn *g, int n, const float *x, const float *ga
     NRT_OMP(omp parallel for schedule(static) if (g->c > 1 && count * g->c >= PAR_MIN_WORK))
     for (int c = 0; c < g->c; c++) {
         double s[BN_LANES] = {0}, ss[BN_LANES] = {0};
-        for (int i = 0; i < n; i++)
-            bn_sums(x + bn_plane(g, n, i, c), g->hw, s, ss);
+        for (int i = 0; i < n; i++) {
+            const float *p = x + bn_plane(g, n, i, c);
+            bn_pairs(p, p, 0, 0.0f, 1.0f, g->hw, s, ss);
+        }
         const double mean = bn_lanes_sum(s) / count;
         double var = bn_lanes_sum(ss) / count - mean * mean; /* biased */
         if (var < 0)
@@ -3781,7 +3745,7 @@ void nrt_batchnorm_bwd(const nrt_bn *g, int n, const float *x, const float *dy,
         double ld[BN_LANES] = {0}, ldx[BN_LANES] = {0};
         for (int i = 0; i < n; i++) {
             const size_t at = bn_plane(g, n, i, c);
-            bn_dsums(dy + at, x + at, mean, invstd, g->hw, ld, ldx);
+            bn_pairs(dy + at, x + at, 1, mean, invstd, g->hw, ld, ldx);
         }
         const double sdy = bn_lanes_sum(ld), sdyxh = bn_lanes_sum(ldx);
         if (gamma) {
