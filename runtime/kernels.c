@@ -1983,7 +1983,8 @@ __attribute__((target("avx2"))) static void wg_weights(int o_n, int c_n, int opa
     NRT_OMP(omp parallel for schedule(static) if ((double)opad * c_n >= 4096))
     for (int o = 0; o < opad; o++)
         for (int c0 = 0; c0 < c_n; c0 += 8) {
-            const int nl = o >= o_n ? 0 : c_n - c0 < 8 ? c_n - c0 : 8; /* lanes of w's */
+            const int nc = c_n - c0 < 8 ? c_n - c0 : 8; /* lanes of channels */
+            const int nl = o < o_n ? nc : 0;             /* of them, w's (else zeros) */
             v8f k[5][5], t[6][5] = {{{0}}}, rt[6][6]; /* (t: r columns used) */
             for (int i = 0; i < r; i++)
                 for (int j = 0; j < r; j++) {
@@ -2000,7 +2001,6 @@ __attribute__((target("avx2"))) static void wg_weights(int o_n, int c_n, int opa
                 wg_g(&k[0][j], 5, r, &t[0][j], 5);
             for (int a = 0; a < 6; a++) /* (G g) G^T */
                 wg_g(t[a], 1, r, rt[a], 1);
-            const int nc = c_n - c0 < 8 ? c_n - c0 : 8;
             for (int x = 0; x < 36; x++) {
                 float *d = u + ((size_t)x * opad + o) * c_n + c0, lane[8];
                 if (nc == 8) {
@@ -2405,20 +2405,7 @@ static int wg_wanted(const nrt_conv *g, int n)
 #endif
 }
 
-/* y [O, N*OH*OW] from xp as nrt_conv2d_fwd (flip: the kernels are the
- * transposed convolution's, as wg_weights), where the geometry and the cpu
- * allow it and its buffers can be had: 0; else -1, and the caller takes
- * another path.  The workspace is ws_of's (the net's). */
 #ifdef NRT_X86_AVX2
-/* g with its output's sides rounded up to whole m x m tiles (its padded
- * input's with them: wg_of takes them as oh + kh - 1 by ow + kw - 1). */
-static nrt_conv wg_whole(const nrt_conv *g, int m)
-{
-    nrt_conv w = *g;
-    w.oh = (int)round_up((size_t)g->oh, (size_t)m);
-    w.ow = (int)round_up((size_t)g->ow, (size_t)m);
-    return w;
-}
 
 /* The planes h x w of src into the top left of planes h2 x w2 (wide: 1),
  * zeros around them; or (wide: 0) the top left h x w of planes h2 x w2
@@ -2448,6 +2435,19 @@ static float *wg_widened(const float *p, long planes, int h, int w, int h2, int 
     if (d)
         wg_reshape(p, planes, h, w, h2, w2, d, 1);
     return d;
+}
+
+/* For an output plane that is not whole m x m tiles: *g2, g with the
+ * output's sides rounded up to whole tiles, and the padded input of g's n
+ * samples widened by zeros to g2's (oh + kh - 1 by ow + kw - 1, as wg_of
+ * takes it), or NULL where it cannot be had. */
+static float *wg_whole(const nrt_conv *g, int m, int n, const float *xp, nrt_conv *g2)
+{
+    *g2 = *g;
+    g2->oh = (int)round_up((size_t)g->oh, (size_t)m);
+    g2->ow = (int)round_up((size_t)g->ow, (size_t)m);
+    const int k = g->kh - 1;
+    return wg_widened(xp, (long)g->c * n, g->oh + k, g->ow + k, g2->oh + k, g2->ow + k);
 }
 
 static int wg_forward(const nrt_conv *g, int mt, const nrt_conv *ws_of, int n, const float *w,
@@ -2498,9 +2498,8 @@ static int conv_winograd(const nrt_conv *g, const nrt_conv *ws_of, int n, const 
         return -1;
     if (g->oh % mt == 0 && g->ow % mt == 0)
         return wg_forward(g, mt, ws_of, n, w, flip, b, xp, y);
-    const nrt_conv g2 = wg_whole(g, mt);
-    const int k = g->kh - 1;
-    float *xp2 = wg_widened(xp, (long)g->c * n, g->oh + k, g->ow + k, g2.oh + k, g2.ow + k);
+    nrt_conv g2;
+    float *xp2 = wg_whole(g, mt, n, xp, &g2);
     float *y2 = aligned_alloc(64, round_up((size_t)g->o * n * g2.oh * g2.ow * sizeof *y2, 64));
     const int r = xp2 && y2 ? wg_forward(&g2, mt, ws_of, n, w, flip, b, xp2, y2) : -1;
     if (r == 0)
@@ -2622,9 +2621,8 @@ static int conv_dw_winograd(const nrt_conv *g, int n, const float *dy, const flo
         return -1;
     if (g->oh % mt == 0 && g->ow % mt == 0)
         return wg_dw(g, mt, n, dy, xp, dw);
-    const nrt_conv g2 = wg_whole(g, mt);
-    const int k = g->kh - 1;
-    float *xp2 = wg_widened(xp, (long)g->c * n, g->oh + k, g->ow + k, g2.oh + k, g2.ow + k);
+    nrt_conv g2;
+    float *xp2 = wg_whole(g, mt, n, xp, &g2);
     float *dy2 = wg_widened(dy, (long)g->o * n, g->oh, g->ow, g2.oh, g2.ow);
     const int r = xp2 && dy2 ? wg_dw(&g2, mt, n, dy2, xp2, dw) : -1;
     free(xp2), free(dy2);
