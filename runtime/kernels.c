@@ -582,11 +582,18 @@ pack_conv_rows_avx2(const float *xp, const size_t *roff, int kc,
 #if defined(NRT_X86_AVX2) && !defined(NETRT_NO_AVX512) &&                                  \
     ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && __GNUC__ >= 10))
 #define NRT_X86_AVX512 1
+/* The AVX-512 functions' target; tests/unit/avx512_emu.h's build
+ * (NRT_AVX512_EMU) runs them on emulated zmm registers, compiled for AVX2. */
+#ifdef NRT_AVX512_EMU
+#define AVX512_TARGET __attribute__((target("avx2,fma")))
+#else
+#define AVX512_TARGET __attribute__((target("avx512f")))
+#endif
 
 /* ci[0, w) = alpha * acc + beta * ci (beta 0: ci not read), as the AVX2
  * kernel stores a row: alpha * acc, or fma(alpha, acc, beta * c); cols is
  * the mask of the w columns.  Every AVX-512 kernel's store. */
-__attribute__((target("avx512f"), always_inline)) static inline void
+AVX512_TARGET __attribute__((always_inline)) static inline void
 store_row_avx512(float *ci, __m512 acc, __mmask16 cols, float alpha, float beta)
 {
     const __m512 va = _mm512_set1_ps(alpha);
@@ -600,7 +607,7 @@ store_row_avx512(float *ci, __m512 acc, __mmask16 cols, float alpha, float beta)
 /* The tile's `panels` panels; row p of them is at b0 + p NR and b1 + p NR
  * (packed), or, with off, at b0 + off[p] and b1 + off[p] (a convolution's
  * cols read in place).  Both are constants where this is inlined. */
-__attribute__((target("avx512f"), always_inline)) static inline void
+AVX512_TARGET __attribute__((always_inline)) static inline void
 tile_avx512(const int panels, int kc, const float *a, const float *b0,
             const float *b1, const size_t *off, float *c, size_t ldc, float alpha, float beta,
             int mr, int nr)
@@ -630,7 +637,7 @@ tile_avx512(const int panels, int kc, const float *a, const float *b0,
 }
 
 /* nr <= NR: the one panel b0; else the two, b0 and b1. */
-__attribute__((target("avx512f"))) static void
+AVX512_TARGET static void
 ukernel_avx512(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc,
                float alpha, float beta, int mr, int nr)
 {
@@ -643,7 +650,7 @@ ukernel_avx512(int kc, const float *a, const float *b0, const float *b1, float *
 /* Two whole panels of a convolution's cols read in place: row p is NR
  * floats at b0 + off[p] and NR at b1 + off[p] (each panel's positions one
  * run along an output row of the padded input). */
-__attribute__((target("avx512f"))) static void
+AVX512_TARGET static void
 ukernel_avx512_conv(int kc, const float *a, const float *b0, const float *b1,
                     const size_t *off, float *c, size_t ldc, float alpha, float beta, int mr)
 {
@@ -663,7 +670,7 @@ ukernel_avx512_conv(int kc, const float *a, const float *b0, const float *b1,
  * subnormal sums flushed to zero.  So a bf16 product differs from
  * NRT_DOT_F32's on the same (bf16) values only in the order of its sums
  * — and, as that, does not depend on the thread count either. */
-#ifdef NRT_X86_AVX512
+#if defined(NRT_X86_AVX512) && !defined(NRT_AVX512_EMU) /* (not emulated) */
 #define NRT_X86_BF16 1
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
@@ -860,7 +867,9 @@ AMX_TARGET static void amx_block(int kp, int mc, int nc, int npanel, const uint3
 
 static int have_avx512(void)
 {
-#ifdef NRT_X86_AVX512
+#ifdef NRT_AVX512_EMU /* emulated on AVX2 and FMA */
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#elif defined(NRT_X86_AVX512)
     return __builtin_cpu_supports("avx512f");
 #else
     return 0;
@@ -1817,7 +1826,7 @@ conv_fwd_tile_avx2(int k, const float *wp, const float *b, const float *const *s
 }
 #endif
 #ifdef NRT_X86_AVX512
-__attribute__((target("avx512f"))) static void
+AVX512_TARGET static void
 conv_fwd_tile_avx512(int k, const float *wp, const float *b, const float *const *src,
                      const size_t *roff, float *const *dst, size_t ldy, int no, int nv)
 {
@@ -2833,7 +2842,7 @@ dw_tile_avx2(const struct dw_direct *d, int o0, int r0, int i0, int i1, int tail
  * its sums in registers (one loop with both spilled them). */
 #define DW_OB_AVX512 4
 #define DW_RB_AVX512 6
-__attribute__((target("avx512f"), always_inline)) static inline void
+AVX512_TARGET __attribute__((always_inline)) static inline void
 dw_tile_avx512_body(const struct dw_direct *d, int o0, int r0, int i0, int i1, const int tail)
 {
     const float *dyr[DW_OB_AVX512];
@@ -2879,7 +2888,7 @@ dw_tile_avx512_body(const struct dw_direct *d, int o0, int r0, int i0, int i1, c
         }
 }
 
-__attribute__((target("avx512f"))) static void
+AVX512_TARGET static void
 dw_tile_avx512(const struct dw_direct *d, int o0, int r0, int i0, int i1, int tail)
 {
     if (tail)
@@ -3292,7 +3301,7 @@ static const int32_t even_odd[2][16] = {{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 
 
 /* The cells of 16 windows of one row from r (2 * rem of them, rem <= 16):
  * the first cells in *c0, the second in *c1. */
-__attribute__((target("avx512f"), always_inline)) static inline void
+AVX512_TARGET __attribute__((always_inline)) static inline void
 pool_row_cells(const float *r, int rem, __m512i ev, __m512i od, __m512 *c0, __m512 *c1)
 {
     const __mmask16 lo = (__mmask16)(rem >= 8 ? 0xffffu : (1u << 2 * rem) - 1u);
@@ -3303,7 +3312,7 @@ pool_row_cells(const float *r, int rem, __m512i ev, __m512i od, __m512 *c0, __m5
 }
 
 /* best, bi = v, at where v > best or v is NaN (maxpool_plane_2x2's rule) */
-__attribute__((target("avx512f"), always_inline)) static inline void
+AVX512_TARGET __attribute__((always_inline)) static inline void
 pool_pick(__m512 v, __m512i at, __m512 *best, __m512i *bi)
 {
     const __mmask16 t = _mm512_cmp_ps_mask(v, *best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
@@ -3311,7 +3320,7 @@ pool_pick(__m512 v, __m512i at, __m512 *best, __m512i *bi)
     *bi = _mm512_mask_mov_epi32(*bi, t, at);
 }
 
-__attribute__((target("avx512f"))) static void
+AVX512_TARGET static void
 maxpool_plane_2x2_avx512(const float *xp, int w, int oh, int ow, float *yp, int32_t *ap)
 {
     const __m512i ev = _mm512_loadu_si512(even_odd[0]), od = _mm512_loadu_si512(even_odd[1]);
@@ -3338,7 +3347,7 @@ maxpool_plane_2x2_avx512(const float *xp, int w, int oh, int ow, float *yp, int3
 
 /* maxpool_plane_2x2_bwd sixteen windows at a time: each cell's value
  * chosen as there, then the even and odd columns woven back together. */
-__attribute__((target("avx512f"), always_inline)) static inline void
+AVX512_TARGET __attribute__((always_inline)) static inline void
 pool_row_store(float *r, int rem, __m512 c0, __m512 c1)
 {
     const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
@@ -3349,7 +3358,7 @@ pool_row_store(float *r, int rem, __m512 c0, __m512 c1)
     _mm512_mask_storeu_ps(r + 16, hi, _mm512_permutex2var_ps(c0, hi_idx, c1));
 }
 
-__attribute__((target("avx512f"))) static void
+AVX512_TARGET static void
 maxpool_plane_2x2_bwd_avx512(const float *gp, const int32_t *ap, int w, int oh, int ow, float *dp)
 {
     const __m512i lane2 = _mm512_slli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 1);
