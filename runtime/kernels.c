@@ -586,8 +586,10 @@ pack_conv_rows_avx2(const float *xp, const size_t *roff, int kc,
  * (NRT_AVX512_EMU) runs them on emulated zmm registers, compiled for AVX2. */
 #ifdef NRT_AVX512_EMU
 #define AVX512_TARGET __attribute__((target("avx2,fma")))
+#define AVX512_FMA_TARGET AVX512_TARGET
 #else
 #define AVX512_TARGET __attribute__((target("avx512f")))
+#define AVX512_FMA_TARGET __attribute__((target("avx512f,avx2,fma"))) /* with ymm FMAs */
 #endif
 
 /* ci[0, w) = alpha * acc + beta * ci (beta 0: ci not read), as the AVX2
@@ -1939,9 +1941,10 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
  * dx and dW lie 1e-6 to 4e-6 away (tests/unit/test_kernels), the direct
  * sums 1e-7 (fp32 either way): far below what a step's loss notices.  Each
  * result is one fixed sequence of operations, whichever thread runs it; the
- * code is AVX2's wherever it runs (AVX-512 cpus under
- * NETRT_CPU_CONV=builtin), so that the bits do not depend on the
- * instruction set either.  cifar10 (AMD Zen 3, one thread): conv2's forward
+ * transforms are AVX2's wherever they run, and the products, AVX-512's on
+ * such cpus (under NETRT_CPU_CONV=builtin: wg_mode_allows), sum in the
+ * same order as AVX2's, so that the bits do not depend on the instruction
+ * set either (test_kernels_avx512emu checks it on any AVX2 cpu).  cifar10 (AMD Zen 3, one thread): conv2's forward
  * pass 8.3 ms on oneDNN, 5.2 here; dW 10.2 and 6.6; the whole step 60 ->
  * 42.5 ms.
  *
@@ -2377,15 +2380,87 @@ __attribute__((target("avx2,fma"))) static void wg_dw_product(int nl, const floa
         _mm256_storeu_ps(du + a * no, acc[a][0]), _mm256_storeu_ps(du + a * no + 8, acc[a][1]);
 }
 
+#ifdef NRT_X86_AVX512
+/* wg_product for rows (4 or 8) output channels on AVX-512: a row's 24
+ * tiles in a zmm and a ymm, each sum the same chain of multiply-adds (over
+ * c in order, fused), so the same bits as wg_product's. */
+AVX512_FMA_TARGET __attribute__((always_inline)) static inline void
+wg_product512_rows(int rows, int nc, const float *u, const float *v, float *m)
+{
+    __m512 lo[8];
+    __m256 hi[8];
+#pragma GCC unroll 8
+    for (int a = 0; a < rows; a++)
+        lo[a] = _mm512_setzero_ps(), hi[a] = _mm256_setzero_ps();
+    for (int c = 0; c < nc; c++, v += WG_TB) {
+        const __m512 x0 = _mm512_loadu_ps(v);
+        const __m256 x1 = _mm256_loadu_ps(v + 16);
+#pragma GCC unroll 8
+        for (int a = 0; a < rows; a++) {
+            const float ua = u[(size_t)a * nc + c];
+            lo[a] = _mm512_fmadd_ps(_mm512_set1_ps(ua), x0, lo[a]);
+            hi[a] = _mm256_fmadd_ps(_mm256_set1_ps(ua), x1, hi[a]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int a = 0; a < rows; a++)
+        _mm512_storeu_ps(m + (size_t)a * WG_TB, lo[a]),
+            _mm256_storeu_ps(m + (size_t)a * WG_TB + 16, hi[a]);
+}
+
+/* m [rows][WG_TB] = u [rows][nc] v [nc][WG_TB], rows 4 or 8 */
+AVX512_FMA_TARGET static void wg_product512(int rows, int nc, const float *u, const float *v,
+                                            float *m)
+{
+    if (rows == 8)
+        wg_product512_rows(8, nc, u, v, m);
+    else
+        wg_product512_rows(WG_OB, nc, u, v, m);
+}
+
+/* wg_dw_product for 32 columns (o0 to o0 + 31) on AVX-512: two zmm a row,
+ * each sum the same chain as there. */
+AVX512_FMA_TARGET static void wg_dw_product512(int nl, const float *v, const float *y, size_t no,
+                                               float *du)
+{
+    __m512 acc[4][2];
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++)
+        acc[a][0] = _mm512_loadu_ps(du + a * no), acc[a][1] = _mm512_loadu_ps(du + a * no + 16);
+    for (int l = 0; l < nl; l++, y += no) {
+        const __m512 y0 = _mm512_loadu_ps(y), y1 = _mm512_loadu_ps(y + 16);
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) {
+            const __m512 va = _mm512_set1_ps(v[(size_t)a * WG_TB + l]);
+            acc[a][0] = _mm512_fmadd_ps(va, y0, acc[a][0]);
+            acc[a][1] = _mm512_fmadd_ps(va, y1, acc[a][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++)
+        _mm512_storeu_ps(du + a * no, acc[a][0]), _mm512_storeu_ps(du + a * no + 16, acc[a][1]);
+}
+#endif
+
+/* Whether the form's products run on AVX-512 (wg_product512,
+ * wg_dw_product512) rather than AVX2: where the cpu has it and g's dot
+ * lets them. */
+static int wg_zmm(const nrt_conv *g)
+{
+    return g->dot != NRT_DOT_AVX2 && have_avx512();
+}
+
 /* Whether NETRT_CPU_CONV lets g run in Winograd's form: builtin and auto
- * do, but auto not where the products run on AVX-512 (this code's AVX2
- * vectors are half as wide as the direct kernels' there, oneDNN's or the
- * runtime's; an AVX-512 form awaits a session on such a cpu). */
+ * do, but auto not where the products run on AVX-512: there the direct
+ * kernels (oneDNN's or the runtime's) are twice as wide, and the form's
+ * AVX-512 products, with its transforms still AVX2's, have not yet been
+ * measured against them on an AVX-512 cpu (NETRT_CPU_CONV=builtin runs
+ * them; bench/conv_libs.sh times both). */
 static int wg_mode_allows(const nrt_conv *g)
 {
     const int mode = nrt_conv_mode();
     return mode == NRT_CONV_BUILTIN ||
-           (mode == NRT_CONV_AUTO && (g->dot == NRT_DOT_AVX2 || !have_avx512()));
+           (mode == NRT_CONV_AUTO && !wg_zmm(g));
 }
 #endif /* NRT_X86_AVX2 */
 
@@ -2463,7 +2538,8 @@ static int wg_forward(const nrt_conv *g, int mt, const nrt_conv *ws_of, int n, c
                       int flip, const float *b, const float *xp, float *y)
 {
     struct wg s = wg_of(g, mt, n, xp, b, y);
-    const int nt = wg_team(), opad = s.opad;
+    const int nt = wg_team(), opad = s.opad, zmm = wg_zmm(g);
+    (void)zmm; /* (without AVX-512 code) */
     const size_t nu = round_up((size_t)36 * opad * g->c, 16), nv = (size_t)36 * g->c * WG_TB,
                  nm = (size_t)36 * WG_OC * WG_TB, per = round_up(nv + nm, 16);
     float *own, *u = wg_buffer(ws_of, nu + (size_t)nt * per, &own);
@@ -2480,9 +2556,21 @@ static int wg_forward(const nrt_conv *g, int mt, const nrt_conv *ws_of, int n, c
         for (int o0 = 0; o0 < opad; o0 += WG_OC) {
             const int nm = opad - o0 < WG_OC ? opad - o0 : WG_OC;
             for (int x = 0; x < 36; x++) /* v's x in L1 for the chunk's runs */
-                for (int a = 0; a < nm; a += WG_OB)
-                    wg_product(g->c, u + ((size_t)x * opad + o0 + a) * g->c,
-                               v + (size_t)x * g->c * WG_TB, m + ((size_t)x * WG_OC + a) * WG_TB);
+                for (int a = 0; a < nm;) {
+                    const float *ux = u + ((size_t)x * opad + o0 + a) * g->c,
+                                *vx = v + (size_t)x * g->c * WG_TB;
+                    float *mx = m + ((size_t)x * WG_OC + a) * WG_TB;
+#ifdef NRT_X86_AVX512
+                    if (zmm) { /* two runs at once where there are two */
+                        const int rows = nm - a >= 2 * WG_OB ? 2 * WG_OB : WG_OB;
+                        wg_product512(rows, g->c, ux, vx, mx);
+                        a += rows;
+                        continue;
+                    }
+#endif
+                    wg_product(g->c, ux, vx, mx);
+                    a += WG_OB;
+                }
             wg_output(&s, q * WG_TB, o0, nm, m);
         }
     }
@@ -2568,7 +2656,8 @@ static void wg_gt(const float d[6][6], int r, float *dw)
 static int wg_dw(const nrt_conv *g, int mt, int n, const float *dy, const float *xp, float *dw)
 {
     const int r = g->kh;
-    const int nt = wg_team();
+    const int nt = wg_team(), zmm = wg_zmm(g);
+    (void)zmm; /* (without AVX-512 code) */
     const struct wg s = wg_of(g, mt, n, xp, NULL, NULL);
     const long blocks = (s.tiles + WG_TB - 1) / WG_TB;
     const int pieces = blocks < WG_PIECES ? (int)blocks : WG_PIECES;
@@ -2597,10 +2686,20 @@ static int wg_dw(const nrt_conv *g, int mt, int n, const float *dy, const float 
             wg_dy(&s, t0, nl, dyt, y);
             for (int x = 0; x < 36; x++)
                 for (size_t c = 0; c < nc; c += 4)
-                    for (size_t o = 0; o < no; o += 16)
-                        wg_dw_product(nl8, v + ((size_t)x * nc + c) * WG_TB,
-                                      y + (size_t)x * WG_TB * no + o, no,
-                                      dup + ((size_t)x * nc + c) * no + o);
+                    for (size_t o = 0; o < no;) {
+                        const float *vx = v + ((size_t)x * nc + c) * WG_TB,
+                                    *yx = y + (size_t)x * WG_TB * no + o;
+                        float *dx = dup + ((size_t)x * nc + c) * no + o;
+#ifdef NRT_X86_AVX512
+                        if (zmm && o + 32 <= no) {
+                            wg_dw_product512(nl8, vx, yx, no, dx);
+                            o += 32;
+                            continue;
+                        }
+#endif
+                        wg_dw_product(nl8, vx, yx, no, dx);
+                        o += 16;
+                    }
         }
     }
     for (int p = 1; p < pieces; p++) /* the pieces' sums, in order */

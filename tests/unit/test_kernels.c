@@ -894,7 +894,7 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
     /* the AVX2 kernels (always packed) give the same bits as the built-in
      * path's AVX-512 ones; a convolution with 16 input channels or more and
      * 2^16 multiply-adds a sample may run on oneDNN (runtime/conv_dnnl.c),
-     * which sums in its own order */
+     * which sums in its own order, but not under NETRT_CPU_CONV=builtin */
     const double work = (double)o * oh * ow * v.c * v.kh * v.kw;
     /* Winograd's form (kernels.c: stride 1, 16 channels or more in and
      * out; 5x5, or 3x3 on an output plane of 8x8 or more; padded by half
@@ -913,7 +913,7 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
                             v.c >= 16 && o >= 16;
     const char *mode = getenv("NETRT_CPU_CONV");
     const int builtin = mode && !strcmp(mode, "builtin");
-    if (dot == NRT_DOT_F32 && (v.c % 16 || work < 65536.0) && (!winograd || builtin)) {
+    if (dot == NRT_DOT_F32 && (builtin || v.c % 16 || work < 65536.0) && (!winograd || builtin)) {
         nrt_conv g2 = g;
         g2.dot = NRT_DOT_AVX2;
         float *y2 = malloc(ys * sizeof *y2), *dw2 = malloc(ws * sizeof *dw2);
