@@ -2031,7 +2031,7 @@ struct wg {
     int m;                  /* a tile's outputs a side: F(2x2, 5x5) or F(4x4, 3x3) */
     const int *lane;        /* wg_lane2 or wg_lane4 */
     int c, o, opad, oh, ow;
-    long tiles, tw, tplane; /* tiles: all, a row's, a plane's */
+    long tiles, tw, tplane; /* tiles: all, a row's, a plane's (the last ones in part) */
     size_t wp, hw, cs;      /* the padded input's row, plane, channel */
     size_t np;              /* an output channel's positions */
 };
@@ -2043,6 +2043,16 @@ static size_t wg_in(const struct wg *g, long t)
     const long r = t % g->tplane;
     return (size_t)(t / g->tplane) * g->hw + (size_t)(r / g->tw) * g->m * g->wp +
            (size_t)(r % g->tw) * g->m;
+}
+
+/* Tile t's outputs in the plane, rows and columns (m, or fewer for the
+ * last tiles of a plane that is not whole tiles). */
+static void wg_part(const struct wg *g, long t, int *rows, int *cols)
+{
+    const long r = t % g->tplane;
+    const int y = (int)(r / g->tw) * g->m, x = (int)(r % g->tw) * g->m;
+    *rows = g->oh - y < g->m ? g->oh - y : g->m;
+    *cols = g->ow - x < g->m ? g->ow - x : g->m;
 }
 
 static size_t wg_out(const struct wg *g, long t)
@@ -2072,6 +2082,12 @@ wg_bt(const v8f r[6], v8f u[6])
  * apart). */
 static const int wg_lane2[8] = {0, 1, 4, 5, 2, 3, 6, 7}, wg_lane4[8] = {0, 4, 2, 6, 1, 5, 3, 7};
 
+/* The mask of the first n of eight lanes (n <= 8) */
+__attribute__((target("avx2"), always_inline)) static inline __m256i lanes_below(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 /* The block of tiles from t0: v[x][c][l0 + l] = (B^T d B)[x / 6][x % 6] of
  * the window d in channel c of tile t0 + l0 + lane[l] (past the last tile:
  * the last one's).  Where the eight tiles are two runs of four, each in a
@@ -2083,12 +2099,20 @@ static const int wg_lane2[8] = {0, 1, 4, 5, 2, 3, 6, 7}, wg_lane4[8] = {0, 4, 2,
 __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, long t0, float *v)
 {
     const float *in[WG_TB];
-    int run[WG_TB / 8];
-    for (int l = 0; l < WG_TB; l++)
-        in[l] = g->xp + wg_in(g, t0 + l < g->tiles ? t0 + l : g->tiles - 1);
-    for (int l0 = 0; l0 < WG_TB; l0 += 8) /* two runs of four tiles, each in a row */
+    int run[WG_TB / 8], wrows[WG_TB], wcols[WG_TB]; /* a window's rows and columns in xp */
+    for (int l = 0; l < WG_TB; l++) {
+        const long t = t0 + l < g->tiles ? t0 + l : g->tiles - 1;
+        int rows, cols;
+        in[l] = g->xp + wg_in(g, t);
+        wg_part(g, t, &rows, &cols);
+        wrows[l] = rows + 6 - g->m, wcols[l] = cols + 6 - g->m;
+    }
+    for (int l0 = 0; l0 < WG_TB; l0 += 8) { /* two runs of four whole tiles, each in a row */
         run[l0 / 8] = (t0 + l0) % g->tw + 4 <= g->tw && (t0 + l0 + 4) % g->tw + 4 <= g->tw &&
                       t0 + l0 + 8 <= g->tiles;
+        for (int l = l0; l < l0 + 8; l++)
+            run[l0 / 8] &= wrows[l] == 6 && wcols[l] == 6;
+    }
     const int *lane = g->lane, mt = g->m;
     const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
     const size_t wp = g->wp, cs = g->cs, xs = (size_t)g->c * WG_TB; /* v's x apart */
@@ -2127,13 +2151,19 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
                         }
                     }
                 } else {
-                    if (c < nc - 1 || i < 5) /* eight columns: past the row's end, the next row's */
-#pragma GCC unroll 8
-                        for (int l = 0; l < 8; l++)
-                            r[l] = _mm256_loadu_ps(in[l0 + lane[l]] + at);
-                    else /* the last row of xp: six */
-                        for (int l = 0; l < 8; l++)
-                            r[l] = _mm256_maskload_ps(in[l0 + lane[l]] + at, six);
+                    for (int l = 0; l < 8; l++) {
+                        const int k = l0 + lane[l];
+                        if (i >= wrows[k]) /* below the plane: zeros */
+                            r[l] = (v8f){0};
+                        else if (wcols[k] < 6) /* past the row's end: zeros */
+                            r[l] = _mm256_maskload_ps(in[k] + at, lanes_below(wcols[k]));
+                        else if (c < nc - 1 || i < wrows[k] - 1) /* eight columns: past
+                                                                   * the row's end, the next
+                                                                   * row's (not used) */
+                            r[l] = _mm256_loadu_ps(in[k] + at);
+                        else /* the last row of xp: six */
+                            r[l] = _mm256_maskload_ps(in[k] + at, six);
+                    }
                     tr8x8(r);
                 }
                 wg_bt(r, s[i]);
@@ -2206,8 +2236,11 @@ __attribute__((target("avx2,fma"))) static void wg_output(const struct wg *g, lo
     const size_t ow = (size_t)g->ow;
     const int mt = g->m;
     size_t out[WG_TB];
-    for (int l = 0; l < WG_TB && t0 + l < g->tiles; l++)
+    int rows[WG_TB], cols[WG_TB]; /* a tile's outputs in the plane */
+    for (int l = 0; l < WG_TB && t0 + l < g->tiles; l++) {
         out[l] = wg_out(g, t0 + l);
+        wg_part(g, t0 + l, &rows[l], &cols[l]);
+    }
     const int nl = g->tiles - t0 < WG_TB ? (int)(g->tiles - t0) : WG_TB;
     for (int a = 0; a < nm && o0 + a < g->o; a++) {
         const v8f bias = _mm256_set1_ps(g->b ? g->b[o0 + a] : 0.0f);
@@ -2234,11 +2267,20 @@ __attribute__((target("avx2,fma"))) static void wg_output(const struct wg *g, lo
                     const v8f s[4] = {
                         _mm256_shuffle_ps(u0, u1, 0x44), _mm256_shuffle_ps(u0, u1, 0xee),
                         _mm256_shuffle_ps(u2, u3, 0x44), _mm256_shuffle_ps(u2, u3, 0xee)};
-                    for (int l = 0; l < 8; l++) /* lane l's row: s[l % 4]'s half l / 4 */
-                        if (l0 + g->lane[l] < nl)
-                            _mm_storeu_ps(yo + out[l0 + g->lane[l]] + (size_t)p * ow,
-                                          l < 4 ? _mm256_castps256_ps128(s[l])
-                                                : _mm256_extractf128_ps(s[l - 4], 1));
+                    for (int l = 0; l < 8; l++) { /* lane l's row: s[l % 4]'s half l / 4 */
+                        const int k = l0 + g->lane[l];
+                        if (k >= nl || p >= rows[k])
+                            continue;
+                        const __m128 row = l < 4 ? _mm256_castps256_ps128(s[l])
+                                                 : _mm256_extractf128_ps(s[l - 4], 1);
+                        float *d = yo + out[k] + (size_t)p * ow, part[4];
+                        if (cols[k] == 4) {
+                            _mm_storeu_ps(d, row);
+                            continue;
+                        }
+                        _mm_storeu_ps(part, row); /* the plane's last columns */
+                        memcpy(d, part, (size_t)cols[k] * sizeof *d);
+                    }
                 }
                 continue;
             }
@@ -2248,11 +2290,18 @@ __attribute__((target("avx2,fma"))) static void wg_output(const struct wg *g, lo
             _mm256_storeu_ps(o[2], y[0][1] + bias);
             _mm256_storeu_ps(o[3], y[1][1] + bias);
             for (int l = 0; l < 8; l++) {
-                if (l0 + g->lane[l] >= nl)
+                const int k = l0 + g->lane[l];
+                if (k >= nl)
                     continue;
-                float *d = yo + out[l0 + g->lane[l]];
-                d[0] = o[0][l], d[1] = o[1][l];
-                d[ow] = o[2][l], d[ow + 1] = o[3][l];
+                float *d = yo + out[k];
+                d[0] = o[0][l];
+                if (cols[k] > 1)
+                    d[1] = o[1][l];
+                if (rows[k] > 1) {
+                    d[ow] = o[2][l];
+                    if (cols[k] > 1)
+                        d[ow + 1] = o[3][l];
+                }
             }
         }
     }
@@ -2294,7 +2343,7 @@ static struct wg wg_of(const nrt_conv *g, int m, int n, const float *xp, const f
                        float *y)
 {
     const size_t wp = (size_t)g->ow + g->kw - 1, hw = ((size_t)g->oh + g->kh - 1) * wp;
-    const long tw = g->ow / m, tplane = (long)(g->oh / m) * tw;
+    const long tw = (g->ow + m - 1) / m, tplane = (long)((g->oh + m - 1) / m) * tw;
     return (struct wg){xp, NULL, b, y, m, m == 2 ? wg_lane2 : wg_lane4, g->c, g->o,
                        (int)round_up((size_t)g->o, WG_OB), g->oh, g->ow, (long)n * tplane, tw,
                        tplane, wp, hw, (size_t)n * hw, (size_t)n * g->oh * g->ow};
@@ -2333,11 +2382,13 @@ __attribute__((target("avx2,fma"))) static void wg_dy(const struct wg *g, long t
             continue;
         }
         const float *d = dyt + wg_out(g, t0 + tile) * no;
+        int nr, nq; /* the tile's outputs in the plane; past them, zeros */
+        wg_part(g, t0 + tile, &nr, &nq);
         for (size_t o = 0; o < no; o += 8) {
             v8f rows[4][6]; /* each output row's A dy */
             for (int p = 0; p < mt; p++) {
                 v8f yp[4] = {{0}};
-                for (int q = 0; q < mt; q++)
+                for (int q = 0; q < nq && p < nr; q++)
                     yp[q] = _mm256_loadu_ps(d + ((size_t)p * ow + q) * no + o);
                 wg_a(yp, mt, rows[p]);
             }
@@ -2490,50 +2541,6 @@ static int wg_wanted(const nrt_conv *g, int n)
 }
 
 #ifdef NRT_X86_AVX2
-
-/* The planes h x w of src into the top left of planes h2 x w2 (wide: 1),
- * zeros around them; or (wide: 0) the top left h x w of planes h2 x w2
- * into planes h x w. */
-static void wg_reshape(const float *src, long planes, int h, int w, int h2, int w2, float *dst,
-                       int wide)
-{
-    NRT_OMP(omp parallel for schedule(static) if ((double)planes * h2 * w2 >= 4 * PAR_MIN_WORK))
-    for (long q = 0; q < planes; q++)
-        for (int y = 0; y < (wide ? h2 : h); y++) {
-            const size_t small = ((size_t)q * h + y) * w, big = ((size_t)q * h2 + y) * w2;
-            if (!wide) {
-                memcpy(dst + small, src + big, (size_t)w * sizeof *dst);
-                continue;
-            }
-            const int part = y < h ? w : 0; /* what src has of this row */
-            memcpy(dst + big, src + small, (size_t)part * sizeof *dst);
-            memset(dst + big + part, 0, (size_t)(w2 - part) * sizeof *dst);
-        }
-}
-
-/* A copy of the planes of p (h x w) in planes h2 x w2, zeros around them,
- * or NULL where it cannot be had. */
-static float *wg_widened(const float *p, long planes, int h, int w, int h2, int w2)
-{
-    float *d = aligned_alloc(64, round_up((size_t)planes * h2 * w2 * sizeof *d, 64));
-    if (d)
-        wg_reshape(p, planes, h, w, h2, w2, d, 1);
-    return d;
-}
-
-/* For an output plane that is not whole m x m tiles: *g2, g with the
- * output's sides rounded up to whole tiles, and the padded input of g's n
- * samples widened by zeros to g2's (oh + kh - 1 by ow + kw - 1, as wg_of
- * takes it), or NULL where it cannot be had. */
-static float *wg_whole(const nrt_conv *g, int m, int n, const float *xp, nrt_conv *g2)
-{
-    *g2 = *g;
-    g2->oh = (int)round_up((size_t)g->oh, (size_t)m);
-    g2->ow = (int)round_up((size_t)g->ow, (size_t)m);
-    const int k = g->kh - 1;
-    return wg_widened(xp, (long)g->c * n, g->oh + k, g->ow + k, g2->oh + k, g2->ow + k);
-}
-
 static int wg_forward(const nrt_conv *g, int mt, const nrt_conv *ws_of, int n, const float *w,
                       int flip, const float *b, const float *xp, float *y)
 {
@@ -2582,27 +2589,18 @@ static int wg_forward(const nrt_conv *g, int mt, const nrt_conv *ws_of, int n, c
 /* y [O, N*OH*OW] from xp as nrt_conv2d_fwd (flip: the kernels are the
  * transposed convolution's, as wg_weights), where the geometry and the cpu
  * allow it and its buffers can be had: 0; else -1, and the caller takes
- * another path.  The workspace is ws_of's (the net's).  An output plane
- * that is not whole tiles (cnn101's 13x13) is computed as the plane of
- * whole tiles around it, from the padded input widened by zeros, and its
- * top left kept. */
+ * another path.  The workspace is ws_of's (the net's).  On an output
+ * plane that is not whole tiles (cnn101's 13x13), the last tiles of its
+ * rows and columns are in part outside it: their windows read zeros past
+ * the padded input's edges, and only their outputs inside the plane are
+ * stored (wg_input, wg_output), which is the plane of whole tiles around
+ * it computed from the input widened by zeros, without the copies. */
 static int conv_winograd(const nrt_conv *g, const nrt_conv *ws_of, int n, const float *w,
                          int flip, const float *b, const float *xp, float *y)
 {
 #ifdef NRT_X86_AVX2
     const int mt = wg_wanted(g, n);
-    if (!mt)
-        return -1;
-    if (g->oh % mt == 0 && g->ow % mt == 0)
-        return wg_forward(g, mt, ws_of, n, w, flip, b, xp, y);
-    nrt_conv g2;
-    float *xp2 = wg_whole(g, mt, n, xp, &g2);
-    float *y2 = aligned_alloc(64, round_up((size_t)g->o * n * g2.oh * g2.ow * sizeof *y2, 64));
-    const int r = xp2 && y2 ? wg_forward(&g2, mt, ws_of, n, w, flip, b, xp2, y2) : -1;
-    if (r == 0)
-        wg_reshape(y2, (long)g->o * n, g->oh, g->ow, g2.oh, g2.ow, y, 0);
-    free(xp2), free(y2);
-    return r;
+    return mt ? wg_forward(g, mt, ws_of, n, w, flip, b, xp, y) : -1;
 #else
     (void)g, (void)ws_of, (void)n, (void)w, (void)flip, (void)b, (void)xp, (void)y;
     return -1;
@@ -2718,23 +2716,15 @@ static int wg_dw(const nrt_conv *g, int mt, int n, const float *dy, const float 
 }
 #endif
 
-/* ... where the output plane is not whole tiles, the plane of whole tiles
- * around it, dy widened by zeros as xp is (the terms they add are 0). */
+/* ... where the output plane is not whole tiles, the tiles in part read
+ * zeros past the plane's edges, of dy as of xp (the terms they add are 0:
+ * wg_dy). */
 static int conv_dw_winograd(const nrt_conv *g, int n, const float *dy, const float *xp,
                             float *dw)
 {
 #ifdef NRT_X86_AVX2
     const int mt = wg_wanted(g, n);
-    if (!mt || g->c % 4 || g->o % 16)
-        return -1;
-    if (g->oh % mt == 0 && g->ow % mt == 0)
-        return wg_dw(g, mt, n, dy, xp, dw);
-    nrt_conv g2;
-    float *xp2 = wg_whole(g, mt, n, xp, &g2);
-    float *dy2 = wg_widened(dy, (long)g->o * n, g->oh, g->ow, g2.oh, g2.ow);
-    const int r = xp2 && dy2 ? wg_dw(&g2, mt, n, dy2, xp2, dw) : -1;
-    free(xp2), free(dy2);
-    return r;
+    return mt && g->c % 4 == 0 && g->o % 16 == 0 ? wg_dw(g, mt, n, dy, xp, dw) : -1;
 #else
     (void)g, (void)n, (void)dy, (void)xp, (void)dw;
     return -1;
