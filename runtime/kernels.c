@@ -2088,6 +2088,18 @@ __attribute__((target("avx2"), always_inline)) static inline __m256i lanes_below
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* Eight columns of a row from p; those from avail on (where avail < 8)
+ * read as zeros where cut says so, and are not read. */
+__attribute__((target("avx2"), always_inline)) static inline v8f wg_load(const float *p,
+                                                                         int avail, int cut)
+{
+    if (avail >= 8 || !cut)
+        return _mm256_loadu_ps(p);
+    if (avail <= 0)
+        return (v8f){0};
+    return _mm256_maskload_ps(p, lanes_below(avail));
+}
+
 /* The block of tiles from t0: v[x][c][l0 + l] = (B^T d B)[x / 6][x % 6] of
  * the window d in channel c of tile t0 + l0 + lane[l] (past the last tile:
  * the last one's).  Where the eight tiles are two runs of four, each in a
@@ -2107,12 +2119,9 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
         wg_part(g, t, &rows, &cols);
         wrows[l] = rows + 6 - g->m, wcols[l] = cols + 6 - g->m;
     }
-    for (int l0 = 0; l0 < WG_TB; l0 += 8) { /* two runs of four whole tiles, each in a row */
+    for (int l0 = 0; l0 < WG_TB; l0 += 8) /* two runs of four tiles, each in a row */
         run[l0 / 8] = (t0 + l0) % g->tw + 4 <= g->tw && (t0 + l0 + 4) % g->tw + 4 <= g->tw &&
                       t0 + l0 + 8 <= g->tiles;
-        for (int l = l0; l < l0 + 8; l++)
-            run[l0 / 8] &= wrows[l] == 6 && wcols[l] == 6;
-    }
     const int *lane = g->lane, mt = g->m;
     const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
     const size_t wp = g->wp, cs = g->cs, xs = (size_t)g->c * WG_TB; /* v's x apart */
@@ -2127,19 +2136,31 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
                 if (run[l0 / 8] && c + 1 < nc) /* the next channel's rows, while these are worked */
                     _mm_prefetch((const char *)(p + cs), _MM_HINT_T0),
                         _mm_prefetch((const char *)(p4 + cs), _MM_HINT_T0);
-                if (run[l0 / 8] && mt == 2) { /* up to each run's last column, never past its row */
+                /* each run's columns in xp from its first window's (3 mt + 6 if
+                 * its last tile is whole), and whether those past them must
+                 * read as zeros (a last tile in part, or xp's last row) */
+                int av = 3 * mt + wcols[l0 + 3], av4 = 3 * mt + wcols[l0 + 7];
+                int cut = av < 3 * mt + 6 || (c == nc - 1 && i == wrows[l0] - 1),
+                    cut4 = av4 < 3 * mt + 6 || (c == nc - 1 && i == wrows[l0 + 4] - 1);
+                if (i >= wrows[l0]) /* below the plane: zeros */
+                    av = 0, cut = 1;
+                if (i >= wrows[l0 + 4])
+                    av4 = 0, cut4 = 1;
+                if (run[l0 / 8] && mt == 2) { /* up to each run's last column */
 #pragma GCC unroll 3
                     for (int q = 0; q < 3; q++) {
-                        const v8f a = _mm256_loadu_ps(p + 2 * q), b = _mm256_loadu_ps(p4 + 2 * q);
+                        const v8f a = wg_load(p + 2 * q, av - 2 * q, cut),
+                                  b = wg_load(p4 + 2 * q, av4 - 2 * q, cut4);
                         r[2 * q] = _mm256_shuffle_ps(a, b, 0x88);
                         r[2 * q + 1] = _mm256_shuffle_ps(a, b, 0xdd);
                     }
-                } else if (run[l0 / 8] && (c < nc - 1 || i < 5)) { /* m = 4: two columns past
-                                                                    * the last run's last */
+                } else if (run[l0 / 8]) { /* m = 4: two columns past the last run's last */
                     for (int h = 0; h < 2; h++) { /* columns 0-3, then 4-5 */
                         const float *ph = p + 4 * h, *p4h = p4 + 4 * h;
-                        const v8f a = _mm256_loadu_ps(ph), b = _mm256_loadu_ps(ph + 8),
-                                  e = _mm256_loadu_ps(p4h), f = _mm256_loadu_ps(p4h + 8);
+                        const int o = 4 * h;
+                        const v8f a = wg_load(ph, av - o, cut), b = wg_load(ph + 8, av - o - 8, cut),
+                                  e = wg_load(p4h, av4 - o, cut4),
+                                  f = wg_load(p4h + 8, av4 - o - 8, cut4);
                         const v8f lo0 = _mm256_unpacklo_ps(a, e), lo1 = _mm256_unpacklo_ps(b, f);
                         r[4 * h] = _mm256_shuffle_ps(lo0, lo1, 0x44);
                         r[4 * h + 1] = _mm256_shuffle_ps(lo0, lo1, 0xee);
@@ -2273,13 +2294,16 @@ __attribute__((target("avx2,fma"))) static void wg_output(const struct wg *g, lo
                             continue;
                         const __m128 row = l < 4 ? _mm256_castps256_ps128(s[l])
                                                  : _mm256_extractf128_ps(s[l - 4], 1);
-                        float *d = yo + out[k] + (size_t)p * ow, part[4];
+                        float *d = yo + out[k] + (size_t)p * ow;
                         if (cols[k] == 4) {
                             _mm_storeu_ps(d, row);
-                            continue;
+                        } else if (cols[k] == 1) { /* the plane's last columns */
+                            _mm_store_ss(d, row);
+                        } else {
+                            _mm_storel_pi((__m64 *)(void *)d, row);
+                            if (cols[k] == 3)
+                                _mm_store_ss(d + 2, _mm_movehl_ps(row, row));
                         }
-                        _mm_storeu_ps(part, row); /* the plane's last columns */
-                        memcpy(d, part, (size_t)cols[k] * sizeof *d);
                     }
                 }
                 continue;

@@ -821,6 +821,53 @@ static double worst_error(const float *got, const double *ref,
  * channel first; dx computed when the geometry allows (stride 1, padding
  * below the kernel), in both layouts; and every result the same, bit for
  * bit, with 1, 2 and 3 threads. */
+/* Winograd's form on a plane that is not whole tiles (its last tiles in
+ * part, kernels.c's wg_input and wg_output) against the same form on the
+ * plane of whole tiles around it, computed from the padded input and dy
+ * widened by zeros (an unpadded convolution): y's top left and dW (where
+ * it takes the form), bit for bit (the same tiles, the same zeros, the
+ * same operations).  With
+ * AVX2 (the form's code) and NETRT_CPU_CONV=builtin, where both take it. */
+static void check_wg_parts(int n, const nrt_conv *g, int tile, const float *w, const float *b,
+                           const float *xp, const float *y, const float *dy, const float *dw)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (!strcmp(nrt_gemm_isa(), "portable"))
+        return;
+    const int k = g->kh - 1, oh2 = (g->oh + tile - 1) / tile * tile,
+              ow2 = (g->ow + tile - 1) / tile * tile;
+    const int hp = g->oh + k, wp = g->ow + k; /* the padded input's sides */
+    const nrt_conv g2 = {g->c, oh2 + k, ow2 + k, g->o, oh2, ow2, g->kh, g->kw, 1, 1, 0, 0,
+                         g->dot, NULL};
+    const size_t planes = (size_t)g->c * n, outs = (size_t)g->o * n;
+    float *xw = calloc(planes * (oh2 + k) * (ow2 + k), sizeof *xw);
+    float *dyw = calloc(outs * oh2 * ow2, sizeof *dyw), *y2 = malloc(outs * oh2 * ow2 * 4);
+    float *dw2 = malloc((size_t)g->o * g->c * g->kh * g->kw * sizeof *dw2);
+    for (size_t q = 0; q < planes; q++)
+        for (int r = 0; r < hp; r++)
+            memcpy(xw + (q * (oh2 + k) + r) * (ow2 + k), xp + (q * hp + r) * wp,
+                   (size_t)wp * sizeof *xw);
+    for (size_t q = 0; q < outs; q++)
+        for (int r = 0; r < g->oh; r++)
+            memcpy(dyw + (q * oh2 + r) * ow2, dy + (q * g->oh + r) * g->ow,
+                   (size_t)g->ow * sizeof *dyw);
+    nrt_conv2d_fwd(&g2, n, w, b, xw, y2);
+    nrt_conv2d_dw(&g2, n, dyw, xw, dw2);
+    /* dW in the form where C is a multiple of 4 and O of 16 */
+    int same = g->c % 4 || g->o % 16 ||
+               !memcmp(dw, dw2, (size_t)g->o * g->c * g->kh * g->kw * sizeof *dw);
+    for (size_t q = 0; q < outs; q++)
+        for (int r = 0; r < g->oh; r++)
+            same &= !memcmp(y + (q * g->oh + r) * g->ow, y2 + (q * oh2 + r) * ow2,
+                            (size_t)g->ow * sizeof *y);
+    CHECK(same, "conv2d c=%d o=%d %dx%d out, tiles of %d: not the bits of the whole tiles' plane",
+          g->c, g->o, g->oh, g->ow, tile);
+    free(xw), free(dyw), free(y2), free(dw2);
+#else
+    (void)n, (void)g, (void)tile, (void)w, (void)b, (void)xp, (void)y, (void)dy, (void)dw;
+#endif
+}
+
 static void check_conv2d_dot(int n, struct conv v, int o, int dot)
 {
     const int oh = out_size(v.h, v.kh, v.sh, v.ph), ow = out_size(v.w, v.kw, v.sw, v.pw);
@@ -986,6 +1033,8 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
     for (int r = 0; r < 2; r++)
         free(y1[r]), free(dw1[r]), free(dx1[r]);
     free(xq[1]);
+    if (winograd && builtin && (oh % tile || ow % tile))
+        check_wg_parts(n, &g, tile, w, b, xp, y, dy, dw);
     free(x), free(xc), free(w), free(dy), free(bias), free(xp), free(xp2), free(y), free(dw);
     free(dx), free(dxc), free(scratch);
     free(yr), free(ya), free(dwr), free(dwa), free(dxr), free(dxa);
@@ -1054,8 +1103,10 @@ static void test_conv_batch(void)
      * stage's plane), 8; not on 6x8 nor digits_cnn's 4x4 (kernels.c's
      * wg_wanted says why).  Planes not of whole tiles (computed as the
      * plane of whole tiles around them): 7x8 above, 5x5 unpadded (5x7
-     * out), 3x3 on 10x9, cnn101's conv2 (15x15 unpadded, 13x13 out); not
-     * 3x3 padded by 2 (14x12 out; nor the unpadded layers' dx) */
+     * out), 3x3 on 10x9, cnn101's conv2 (15x15 unpadded, 13x13 out), 10x15
+     * out (tiles of 3 columns, and a row of them in part first in a run of
+     * eight) and 14x14 (2 columns and rows); not 3x3 padded by 2 (14x12
+     * out; nor the unpadded layers' dx) */
     static const struct conv wg[] = {{17, 6, 10, 5, 5, 1, 1, 2, 2}, {16, 8, 8, 5, 5, 1, 1, 2, 2},
                                      {16, 4, 20, 5, 5, 1, 1, 2, 2}, {16, 7, 8, 5, 5, 1, 1, 2, 2},
                                      {32, 16, 16, 5, 5, 1, 1, 2, 2}, {20, 8, 8, 5, 5, 1, 1, 2, 2},
@@ -1065,9 +1116,10 @@ static void test_conv_batch(void)
                                      {16, 6, 8, 3, 3, 1, 1, 1, 1}, {16, 4, 4, 3, 3, 1, 1, 1, 1},
                                      /* planes not of whole tiles */
                                      {16, 9, 11, 5, 5, 1, 1, 0, 0}, {16, 10, 9, 3, 3, 1, 1, 1, 1},
-                                     {20, 12, 10, 3, 3, 1, 1, 2, 2}, {32, 15, 15, 3, 3, 1, 1, 0, 0}};
-    static const int wn[] = {3, 5, 3, 2, 3, 4, 3, 2, 2, 5, 2, 32, 3, 2, 3, 3},
-                     wo[] = {18, 20, 16, 16, 32, 48, 16, 19, 16, 32, 16, 32, 16, 17, 32, 64};
+                                     {20, 12, 10, 3, 3, 1, 1, 2, 2}, {32, 15, 15, 3, 3, 1, 1, 0, 0},
+                                     {16, 12, 17, 3, 3, 1, 1, 0, 0}, {16, 14, 14, 3, 3, 1, 1, 1, 1}};
+    static const int wn[] = {3, 5, 3, 2, 3, 4, 3, 2, 2, 5, 2, 32, 3, 2, 3, 3, 2, 1},
+                     wo[] = {18, 20, 16, 16, 32, 48, 16, 19, 16, 32, 16, 32, 16, 17, 32, 64, 16, 16};
     /* ... under NETRT_CPU_CONV=auto, then builtin (Winograd's on AVX-512
      * too, and the same bits there with NRT_DOT_AVX2) */
     char *mode = getenv("NETRT_CPU_CONV") ? strdup(getenv("NETRT_CPU_CONV")) : NULL;
