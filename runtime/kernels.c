@@ -672,9 +672,15 @@ ukernel_avx512_conv(int kc, const float *a, const float *b0, const float *b1,
  * subnormal sums flushed to zero.  So a bf16 product differs from
  * NRT_DOT_F32's on the same (bf16) values only in the order of its sums
  * — and, as that, does not depend on the thread count either. */
-#if defined(NRT_X86_AVX512) && !defined(NRT_AVX512_EMU) /* (not emulated) */
+#ifdef NRT_X86_AVX512
 #define NRT_X86_BF16 1
+#ifdef NRT_AVX512_EMU
+#define BF16_TARGET AVX512_TARGET
+#define BF16_VL_TARGET AVX512_TARGET
+#else
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define BF16_VL_TARGET __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bf16")))
+#endif
 
 /* The micro-kernel: the MR x NR tile in six zmm accumulators over kp
  * pairs; stores its first mr rows and nr columns (c as ukernel_fn). */
@@ -741,6 +747,9 @@ BF16_TARGET static void pairs_b(int kc, int kp, int npanel, const float *src,
             _mm512_storeu_si512(dst + (size_t)q * 2 * NR, _mm512_permutexvar_epi16(idx, both));
         }
 }
+#endif
+
+#if defined(NRT_X86_BF16) && !defined(NRT_AVX512_EMU) /* (AMX's tiles are not emulated) */
 
 /* bf16 products on AMX (NRT_DOT_AMX): tdpbf16ps multiplies a tile of A,
  * 16 rows of 16 pairs, by a tile of B, 16 pairs of 16 columns (pairs_b's
@@ -880,7 +889,9 @@ static int have_avx512(void)
 
 static int have_bf16(void)
 {
-#ifdef NRT_X86_BF16
+#ifdef NRT_AVX512_EMU
+    return have_avx512();
+#elif defined(NRT_X86_BF16)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512bf16");
 #else
@@ -924,7 +935,7 @@ void nrt_interleave(const float *src, size_t cs, size_t w, int nb, float *d)
 /* nrt_interleave_bf16 where the cpu has AVX512-BF16: eight rows by eight
  * positions transposed in registers, each row of eight rounded at once
  * (vcvtneps2bf16). */
-__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bf16"))) static void
+BF16_VL_TARGET static void
 interleave_bf16_avx512(const float *src, size_t cs, size_t w, int nb, uint16_t *restrict d)
 {
     for (size_t x = 0; x + 8 <= w; x += 8)

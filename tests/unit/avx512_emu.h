@@ -7,8 +7,9 @@
  * answers yes, and every _mm512_* name below is this file's function.  An
  * intrinsic missing here stays GCC's own and fails to compile in an AVX2
  * function ("target specific option mismatch"): none is used unemulated.
- * AVX512-BF16 and AMX (their own instructions) are not emulated; the
- * emulated build leaves them out (NRT_X86_BF16, NRT_X86_AMX undefined).
+ * AVX512-BF16's instructions are emulated too (vdpbf16ps with its DAZ and
+ * FTZ, the conversions to bf16); AMX's tiles are not, and the emulated
+ * build leaves them out (NRT_X86_AMX undefined).
  *
  * Each lane does what the instruction does to it: fmadd is fused (one
  * rounding), a masked load reads only its mask's lanes (and zeroes the
@@ -212,6 +213,94 @@ EMU emu_m512 emu_permutex2var_ps(emu_m512 a, emu_m512i idx, emu_m512 b)
     return r;
 }
 
+/* AVX512-BF16 (and AVX512BW's word permute its code uses) */
+typedef int16_t emu_m512bh __attribute__((vector_size(64)));
+typedef int16_t emu_m128bh __attribute__((vector_size(16)));
+
+EMU uint32_t emu_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+EMU float emu_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* vcvtne2ps2bf16's conversion: to nearest even, a NaN quieted, a
+ * subnormal input read as zero (the instruction's DAZ) */
+EMU int16_t emu_bf16(float f)
+{
+    uint32_t u = emu_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN */
+        return (int16_t)((u >> 16) | 0x40u);
+    if ((u & 0x7f800000u) == 0)
+        u &= 0x80000000u;
+    return (int16_t)((u + 0x7fffu + (u >> 16 & 1u)) >> 16);
+}
+
+/* a bf16 as fp32, a subnormal as zero */
+EMU float emu_bf16_in(int16_t h)
+{
+    uint32_t u = (uint32_t)(uint16_t)h << 16;
+    if ((u & 0x7f800000u) == 0)
+        u &= 0x80000000u;
+    return emu_float(u);
+}
+
+EMU float emu_ftz(float f) /* a subnormal result flushed to zero (FTZ) */
+{
+    const uint32_t u = emu_bits(f);
+    return (u & 0x7f800000u) == 0 ? emu_float(u & 0x80000000u) : f;
+}
+
+/* b's 16 in lanes 0-15, a's in 16-31 */
+EMU emu_m512bh emu_cvtne2ps_pbh(emu_m512 a, emu_m512 b)
+{
+    emu_m512bh r;
+    for (int i = 0; i < 16; i++)
+        r[i] = emu_bf16(b[i]), r[i + 16] = emu_bf16(a[i]);
+    return r;
+}
+
+EMU emu_m128bh emu_cvtneps_pbh(__m256 a)
+{
+    float f[8];
+    emu_m128bh r;
+    memcpy(f, &a, sizeof f);
+    for (int i = 0; i < 8; i++)
+        r[i] = emu_bf16(f[i]);
+    return r;
+}
+
+/* vdpbf16ps: lane j of acc takes a[2j+1] b[2j+1], then a[2j] b[2j], each
+ * sum rounded to nearest even (the products of bf16 values are exact in
+ * fp32), subnormal bf16 inputs read as zero, subnormal sums flushed */
+EMU emu_m512 emu_dpbf16_ps(emu_m512 acc, emu_m512bh a, emu_m512bh b)
+{
+    for (int j = 0; j < 16; j++) {
+        float t = acc[j];
+        t = emu_ftz(fmaf(emu_bf16_in(a[2 * j + 1]), emu_bf16_in(b[2 * j + 1]), t));
+        t = emu_ftz(fmaf(emu_bf16_in(a[2 * j]), emu_bf16_in(b[2 * j]), t));
+        acc[j] = t;
+    }
+    return acc;
+}
+
+/* vpermw: word i of the result is word idx[i] % 32 of a */
+EMU emu_m512i emu_permutexvar_epi16(emu_m512i idx, emu_m512i a)
+{
+    const emu_m512bh x = (emu_m512bh)idx, v = (emu_m512bh)a;
+    emu_m512bh r;
+    for (int i = 0; i < 32; i++)
+        r[i] = v[x[i] & 31];
+    return (emu_m512i)r;
+}
+
 #undef EMU
 
 /* The names, from here on the functions above (GCC defines some as macros
@@ -270,6 +359,16 @@ EMU emu_m512 emu_permutex2var_ps(emu_m512 a, emu_m512i idx, emu_m512 b)
 #define _mm512_mask_mov_epi32 emu_mask_mov_epi32
 #undef _mm512_permutex2var_ps
 #define _mm512_permutex2var_ps emu_permutex2var_ps
+#define __m512bh emu_m512bh
+#define __m128bh emu_m128bh
+#undef _mm512_cvtne2ps_pbh
+#define _mm512_cvtne2ps_pbh emu_cvtne2ps_pbh
+#undef _mm256_cvtneps_pbh
+#define _mm256_cvtneps_pbh emu_cvtneps_pbh
+#undef _mm512_dpbf16_ps
+#define _mm512_dpbf16_ps emu_dpbf16_ps
+#undef _mm512_permutexvar_epi16
+#define _mm512_permutexvar_epi16 emu_permutexvar_epi16
 
 #endif
 #endif
