@@ -9,9 +9,10 @@
 # products: AVX-512's and AVX2's micro-kernels and the convolutions' dW
 # read in place, which sum in one order (oneDNN's kernels for the two
 # sum in orders of their own: NETRT_CPU_CONV=builtin; bf16's products as
-# fp32 multiply-adds: NETRT_CPU_BF16=fp32); not on a cpu without
-# AVX-512, where both runs would be the same AVX2.  First, the variable's
-# own checks, and NETRT_CPU_CONV's.
+# fp32 multiply-adds: NETRT_CPU_BF16=fp32).  On a cpu without AVX-512,
+# where both runs would be the same AVX2, the runtime built with its
+# AVX-512 code emulated (tests/avx512emu/libnetrt.a) on six models.
+# First, the variable's own checks, and NETRT_CPU_CONV's.
 . "${NETC_TOP_SRCDIR:-.}/tests/lib.sh"
 . "$SRC/tests/gradcheck/data.sh"
 
@@ -40,16 +41,39 @@ for p in fp32 bf16; do
     tail -n 1 "$WORK/clones.$p"
 done
 
-if ! grep -q '^flags.* avx512f' /proc/cpuinfo 2> /dev/null; then
-    echo "no AVX-512 here: no AVX2 to compare it with"
-    finish
-fi
 cd "$SRC" || exit 1 # the models name their data from the source tree
 export NETRT_CPU_CONV=builtin NETRT_CPU_BF16=fp32
+models="$SRC/models/*.net $SRC/tests/gradcheck/*.net"
+if ! grep -q '^flags.* avx512f' /proc/cpuinfo 2> /dev/null; then
+    # No AVX-512 here: the runtime whose kernels run it emulated
+    # (tests/unit/avx512_emu.h: the AVX-512 and AVX512-BF16 code compiled
+    # for AVX2, each instruction's lanes in C), where make built it and
+    # the cpu has AVX2 and FMA, on six models: the products of linear and
+    # convolution layers, Winograd's (not on every model: emulated, the
+    # whole list takes minutes; the kernels for planes 16 wide or more,
+    # the first layer's direct tiles and the 2x2 pools, are
+    # test_kernels_avx512emu's)
+    emu="$BUILD/tests/avx512emu/libnetrt.a"
+    if [ ! -f "$emu" ] || ! grep -q '^flags.* avx2' /proc/cpuinfo 2> /dev/null ||
+        ! grep -q '^flags.* fma' /proc/cpuinfo 2> /dev/null; then
+        echo "no AVX-512 here, emulated or not: no AVX2 to compare it with"
+        finish
+    fi
+    mkdir "$WORK/emulib" && ln -s "$emu" "$WORK/emulib/libnetrt.a" || exit 1
+    for l in libnetrt_cuda.a libnetrt_mpi.a; do
+        [ ! -f "$BUILD/runtime/$l" ] || ln -s "$BUILD/runtime/$l" "$WORK/emulib/$l"
+    done
+    export NETC_LIB_DIR="$WORK/emulib"
+    models="$SRC/models/digits_cnn.net $SRC/models/digits_mlp.net"
+    for m in conv_paths conv_stride_pad maxpool_ties winograd; do
+        models="$models $SRC/tests/gradcheck/$m.net"
+    done
+    echo "AVX-512 emulated ($emu)"
+fi
 for p in fp32 bf16; do
+    # shellcheck disable=SC2086 # $models: a list of paths
     DEVICE=cpu-avx2 STEPS=10 SAMPLES=75 BATCH=16 PRECISION=$p DATA_DIR="$WORK/data" \
-        sh "$SRC/tests/gpu/parity.sh" "$SRC"/models/*.net "$SRC"/tests/gradcheck/*.net \
-        > "$WORK/isa.$p" 2>&1
+        sh "$SRC/tests/gpu/parity.sh" $models > "$WORK/isa.$p" 2>&1
     check "[ $? -eq 0 ]" "AVX-512 and AVX2 in $p: $(grep -v -e '^ok' -e '^skip' "$WORK/isa.$p")"
     tail -n 1 "$WORK/isa.$p"
 done
