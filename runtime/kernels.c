@@ -319,6 +319,12 @@ static void ukernel_generic(int kc, const float *a, const float *b, float *c,
 
 typedef float v8f __attribute__((vector_size(32)));
 
+/* The mask of the first n of eight lanes (a masked load's or store's) */
+__attribute__((target("avx2"), always_inline)) static inline __m256i lanes_below(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 /* The AVX2+FMA kernel: the 6x16 tile in twelve ymm accumulators. */
 __attribute__((target("avx2,fma"))) static void
 ukernel_avx2(int kc, const float *a, const float *b, float *c, size_t ldc,
@@ -550,8 +556,7 @@ pack_conv_rows_avx2(const float *xp, const size_t *roff, int kc,
             const int n = len[r] - c < 8 ? len[r] - c : 8;
             piece[npiece].src = at[r] + (size_t)c;
             piece[npiece].dst = t + c;
-            piece[npiece].mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
-                                                    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            piece[npiece].mask = lanes_below(n);
         }
     if (nrun == 2 && len[0] == 8 && len[1] == 8) { /* two runs of 8: plain moves */
         for (int p = 0; p < kc; p++, d += NR) {
@@ -2093,12 +2098,6 @@ wg_bt(const v8f r[6], v8f u[6])
  * apart). */
 static const int wg_lane2[8] = {0, 1, 4, 5, 2, 3, 6, 7}, wg_lane4[8] = {0, 4, 2, 6, 1, 5, 3, 7};
 
-/* The mask of the first n of eight lanes (n <= 8) */
-__attribute__((target("avx2"), always_inline)) static inline __m256i lanes_below(int n)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 /* Eight columns of a row from p; those from avail on (where avail < 8)
  * read as zeros where cut says so, and are not read. */
 __attribute__((target("avx2"), always_inline)) static inline v8f wg_load(const float *p,
@@ -2109,6 +2108,21 @@ __attribute__((target("avx2"), always_inline)) static inline v8f wg_load(const f
     if (avail <= 0)
         return (v8f){0};
     return _mm256_maskload_ps(p, lanes_below(avail));
+}
+
+/* What wg_load may read of row i of windows with rows rows and cols
+ * columns in xp (full of them if none is cut off): cols, or 0 below the
+ * plane; *cut where the rest must read as zeros and not be read (columns
+ * cut off by the plane's edge, or the last channel's last row, at the end
+ * of xp). */
+static inline int wg_avail(int i, int rows, int cols, int full, int last_channel, int *cut)
+{
+    if (i >= rows) { /* below the plane: zeros */
+        *cut = 1;
+        return 0;
+    }
+    *cut = cols < full || (last_channel && i == rows - 1);
+    return cols;
 }
 
 /* The block of tiles from t0: v[x][c][l0 + l] = (B^T d B)[x / 6][x % 6] of
@@ -2134,7 +2148,6 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
         run[l0 / 8] = (t0 + l0) % g->tw + 4 <= g->tw && (t0 + l0 + 4) % g->tw + 4 <= g->tw &&
                       t0 + l0 + 8 <= g->tiles;
     const int *lane = g->lane, mt = g->m;
-    const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
     const size_t wp = g->wp, cs = g->cs, xs = (size_t)g->c * WG_TB; /* v's x apart */
     const int nc = g->c;
     for (int c = 0; c < nc; c++)
@@ -2148,15 +2161,12 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
                     _mm_prefetch((const char *)(p + cs), _MM_HINT_T0),
                         _mm_prefetch((const char *)(p4 + cs), _MM_HINT_T0);
                 /* each run's columns in xp from its first window's (3 mt + 6 if
-                 * its last tile is whole), and whether those past them must
-                 * read as zeros (a last tile in part, or xp's last row) */
-                int av = 3 * mt + wcols[l0 + 3], av4 = 3 * mt + wcols[l0 + 7];
-                int cut = av < 3 * mt + 6 || (c == nc - 1 && i == wrows[l0] - 1),
-                    cut4 = av4 < 3 * mt + 6 || (c == nc - 1 && i == wrows[l0 + 4] - 1);
-                if (i >= wrows[l0]) /* below the plane: zeros */
-                    av = 0, cut = 1;
-                if (i >= wrows[l0 + 4])
-                    av4 = 0, cut4 = 1;
+                 * its last tile is whole) */
+                int cut, cut4;
+                const int av = wg_avail(i, wrows[l0], 3 * mt + wcols[l0 + 3], 3 * mt + 6,
+                                        c == nc - 1, &cut),
+                          av4 = wg_avail(i, wrows[l0 + 4], 3 * mt + wcols[l0 + 7], 3 * mt + 6,
+                                         c == nc - 1, &cut4);
                 if (run[l0 / 8] && mt == 2) { /* up to each run's last column */
 #pragma GCC unroll 3
                     for (int q = 0; q < 3; q++) {
@@ -2183,18 +2193,13 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
                         }
                     }
                 } else {
-                    for (int l = 0; l < 8; l++) {
+                    for (int l = 0; l < 8; l++) { /* eight columns: where not cut,
+                                                   * past the window the next row's
+                                                   * (not used) */
                         const int k = l0 + lane[l];
-                        if (i >= wrows[k]) /* below the plane: zeros */
-                            r[l] = (v8f){0};
-                        else if (wcols[k] < 6) /* past the row's end: zeros */
-                            r[l] = _mm256_maskload_ps(in[k] + at, lanes_below(wcols[k]));
-                        else if (c < nc - 1 || i < wrows[k] - 1) /* eight columns: past
-                                                                   * the row's end, the next
-                                                                   * row's (not used) */
-                            r[l] = _mm256_loadu_ps(in[k] + at);
-                        else /* the last row of xp: six */
-                            r[l] = _mm256_maskload_ps(in[k] + at, six);
+                        int cut;
+                        const int av = wg_avail(i, wrows[k], wcols[k], 6, c == nc - 1, &cut);
+                        r[l] = wg_load(in[k] + at, av, cut);
                     }
                     tr8x8(r);
                 }
@@ -2905,8 +2910,7 @@ dw_tile_avx2_body(const struct dw_direct *d, int o0, int r0, int i0, int i1, con
         const int w = tail ? d->s->ow - xw - l0 : 8; /* lanes with positions */
         if (w <= 0)
             break;
-        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(w),
-                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256i m = lanes_below(w);
         v8f acc[DW_OB_AVX2][DW_RB_AVX2];
 #pragma GCC unroll 4
         for (int a = 0; a < DW_OB_AVX2; a++)
