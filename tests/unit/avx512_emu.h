@@ -77,40 +77,32 @@ EMU emu_m512i emu_loadu_si512(const void *p)
 EMU void emu_storeu_ps(void *p, emu_m512 a) { memcpy(p, &a, sizeof a); }
 EMU void emu_storeu_si512(void *p, emu_m512i a) { memcpy(p, &a, sizeof a); }
 
-/* Masked: lane i where bit i of k is set; the others neither read nor
- * written (a masked load gives 0 there). */
+/* Masked: the 4-byte lanes i of src where bit i of k is set into dst's;
+ * the others neither read nor written.  Every masked load (from zeros),
+ * store and move below. */
+EMU void emu_lanes(void *dst, const void *src, __mmask16 k)
+{
+    for (int i = 0; i < 16; i++)
+        if (k >> i & 1)
+            memcpy((char *)dst + 4 * i, (const char *)src + 4 * i, 4);
+}
+
 EMU emu_m512 emu_maskz_loadu_ps(__mmask16 k, const void *p)
 {
     emu_m512 r = {0};
-    for (int i = 0; i < 16; i++)
-        if (k >> i & 1)
-            memcpy((float *)&r + i, (const float *)p + i, sizeof(float));
+    emu_lanes(&r, p, k);
     return r;
 }
 
 EMU emu_m512i emu_maskz_loadu_epi32(__mmask16 k, const void *p)
 {
-    emu_v16si r = {0};
-    for (int i = 0; i < 16; i++)
-        if (k >> i & 1)
-            memcpy((int32_t *)&r + i, (const int32_t *)p + i, sizeof(int32_t));
-    return (emu_m512i)r;
+    emu_m512i r = {0};
+    emu_lanes(&r, p, k);
+    return r;
 }
 
-EMU void emu_mask_storeu_ps(void *p, __mmask16 k, emu_m512 a)
-{
-    for (int i = 0; i < 16; i++)
-        if (k >> i & 1)
-            memcpy((float *)p + i, (const float *)&a + i, sizeof(float));
-}
-
-EMU void emu_mask_storeu_epi32(void *p, __mmask16 k, emu_m512i a)
-{
-    const emu_v16si v = (emu_v16si)a;
-    for (int i = 0; i < 16; i++)
-        if (k >> i & 1)
-            memcpy((int32_t *)p + i, (const int32_t *)&v + i, sizeof(int32_t));
-}
+EMU void emu_mask_storeu_ps(void *p, __mmask16 k, emu_m512 a) { emu_lanes(p, &a, k); }
+EMU void emu_mask_storeu_epi32(void *p, __mmask16 k, emu_m512i a) { emu_lanes(p, &a, k); }
 
 EMU emu_m512 emu_add_ps(emu_m512 a, emu_m512 b) { return a + b; }
 EMU emu_m512 emu_mul_ps(emu_m512 a, emu_m512 b) { return a * b; }
@@ -181,9 +173,7 @@ EMU __mmask16 emu_cmpeq_epi32_mask(emu_m512i a, emu_m512i b)
 
 EMU emu_m512 emu_mask_mov_ps(emu_m512 src, __mmask16 k, emu_m512 a)
 {
-    for (int i = 0; i < 16; i++)
-        if (k >> i & 1)
-            src[i] = a[i];
+    emu_lanes(&src, &a, k);
     return src;
 }
 
@@ -194,12 +184,8 @@ EMU emu_m512 emu_maskz_mov_ps(__mmask16 k, emu_m512 a)
 
 EMU emu_m512i emu_mask_mov_epi32(emu_m512i src, __mmask16 k, emu_m512i a)
 {
-    emu_v16si s = (emu_v16si)src;
-    const emu_v16si v = (emu_v16si)a;
-    for (int i = 0; i < 16; i++)
-        if (k >> i & 1)
-            s[i] = v[i];
-    return (emu_m512i)s;
+    emu_lanes(&src, &a, k);
+    return src;
 }
 
 /* vpermt2ps: lane i takes lane idx[i] % 16 of a (idx[i] bit 4 clear) or
