@@ -368,7 +368,7 @@ static const char *relocate(Arena *a, const char *exe_dir, const char *dir)
     const size_t np = strlen(NETC_PREFIX);
     if (strncmp(NETC_BINDIR, NETC_PREFIX, np) || strncmp(dir, NETC_PREFIX, np))
         return dir;
-    const char *bin = NETC_BINDIR + np; /* "/bin" */
+    const char *bin = &NETC_BINDIR[np]; /* "/bin" */
     const size_t ne = strlen(exe_dir), nb = strlen(bin);
     if (ne < nb || strcmp(exe_dir + ne - nb, bin))
         return dir;

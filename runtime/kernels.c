@@ -315,7 +315,19 @@ static void ukernel_generic(int kc, const float *a, const float *b, float *c,
  * machine). */
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(NETRT_NO_AVX2)
 #define NRT_X86_AVX2 1
+#include <cpuid.h>
 #include <immintrin.h>
+
+/* Bit `bit` of register `reg` (0-3: eax, ebx, ecx, edx) of cpuid's leaf
+ * and subleaf: the features __builtin_cpu_supports does not name in every
+ * compiler (clang 14 knows neither "f16c" nor the AMX ones) */
+static int cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit)
+{
+    unsigned r[4];
+    if (!__get_cpuid_count(leaf, sub, &r[0], &r[1], &r[2], &r[3]))
+        return 0;
+    return (r[reg] >> bit) & 1u;
+}
 
 typedef float v8f __attribute__((vector_size(32)));
 
@@ -907,7 +919,9 @@ static int have_bf16(void)
 static int have_amx(void)
 {
 #ifdef NRT_X86_AMX
-    return have_bf16() && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
+    /* cpuid 7.0's edx: AMX-TILE bit 24, AMX-BF16 bit 22; whether Linux
+     * lets this process use the tiles is nrt_amx_enable's question */
+    return have_bf16() && cpuid_bit(7, 0, 3, 24) && cpuid_bit(7, 0, 3, 22);
 #else
     return 0;
 #endif
@@ -2003,42 +2017,50 @@ wg_g(const v8f *k, size_t ks, int r, v8f *out, size_t os)
  * opad: zeros.  flip: the transposed convolution's kernels (dx), g of (o,
  * c) being w's (c, o) turned half round, w [c_n][o_n][r][r]; else w is
  * [o_n][c_n][r][r].  Eight input channels at a time, a vector's lanes,
- * each lane the operations of one kernel's transform. */
-__attribute__((target("avx2"))) static void wg_weights(int o_n, int c_n, int opad, int r,
-                                                       const float *w, int flip, float *u)
+ * each lane the operations of one kernel's transform: wg_weights8 those
+ * of channels c0.. of output channel o. */
+__attribute__((target("avx2"))) static void wg_weights8(int o_n, int c_n, int opad, int r,
+                                                        const float *w, int flip, float *u,
+                                                        int o, int c0)
 {
     const size_t rr = (size_t)r * r;
+    const int nc = c_n - c0 < 8 ? c_n - c0 : 8; /* lanes of channels */
+    const int nl = o < o_n ? nc : 0;             /* of them, w's (else zeros) */
+    v8f k[5][5], t[6][5] = {{{0}}}, rt[6][6];     /* (t: r columns used) */
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < r; j++) {
+            float lane[8] = {0};
+            for (int l = 0; l < nl; l++) {
+                const size_t c = (size_t)c0 + l;
+                lane[l] = flip ? w[(c * o_n + o) * rr + (size_t)(r - 1 - i) * r +
+                                   (size_t)(r - 1 - j)]
+                               : w[((size_t)o * c_n + c) * rr + (size_t)i * r + j];
+            }
+            k[i][j] = _mm256_loadu_ps(lane);
+        }
+    for (int j = 0; j < r; j++) /* G g */
+        wg_g(&k[0][j], 5, r, &t[0][j], 5);
+    for (int a = 0; a < 6; a++) /* (G g) G^T */
+        wg_g(t[a], 1, r, rt[a], 1);
+    for (int x = 0; x < 36; x++) {
+        float *d = u + ((size_t)x * opad + o) * c_n + c0, lane[8];
+        if (nc == 8) {
+            _mm256_storeu_ps(d, rt[x / 6][x % 6]);
+            continue;
+        }
+        _mm256_storeu_ps(lane, rt[x / 6][x % 6]);
+        memcpy(d, lane, (size_t)nc * sizeof *d);
+    }
+}
+
+/* (the loop in a function without vectors of its own: clang's outlined
+ * OpenMP body does not inherit a function's target) */
+static void wg_weights(int o_n, int c_n, int opad, int r, const float *w, int flip, float *u)
+{
     NRT_OMP(omp parallel for schedule(static) if ((double)opad * c_n >= 4096))
     for (int o = 0; o < opad; o++)
-        for (int c0 = 0; c0 < c_n; c0 += 8) {
-            const int nc = c_n - c0 < 8 ? c_n - c0 : 8; /* lanes of channels */
-            const int nl = o < o_n ? nc : 0;             /* of them, w's (else zeros) */
-            v8f k[5][5], t[6][5] = {{{0}}}, rt[6][6]; /* (t: r columns used) */
-            for (int i = 0; i < r; i++)
-                for (int j = 0; j < r; j++) {
-                    float lane[8] = {0};
-                    for (int l = 0; l < nl; l++) {
-                        const size_t c = (size_t)c0 + l;
-                        lane[l] = flip ? w[(c * o_n + o) * rr + (size_t)(r - 1 - i) * r +
-                                           (size_t)(r - 1 - j)]
-                                       : w[((size_t)o * c_n + c) * rr + (size_t)i * r + j];
-                    }
-                    k[i][j] = _mm256_loadu_ps(lane);
-                }
-            for (int j = 0; j < r; j++) /* G g */
-                wg_g(&k[0][j], 5, r, &t[0][j], 5);
-            for (int a = 0; a < 6; a++) /* (G g) G^T */
-                wg_g(t[a], 1, r, rt[a], 1);
-            for (int x = 0; x < 36; x++) {
-                float *d = u + ((size_t)x * opad + o) * c_n + c0, lane[8];
-                if (nc == 8) {
-                    _mm256_storeu_ps(d, rt[x / 6][x % 6]);
-                    continue;
-                }
-                _mm256_storeu_ps(lane, rt[x / 6][x % 6]);
-                memcpy(d, lane, (size_t)nc * sizeof *d);
-            }
-        }
+        for (int c0 = 0; c0 < c_n; c0 += 8)
+            wg_weights8(o_n, c_n, opad, r, w, flip, u, o, c0);
 }
 
 struct wg {
@@ -4315,7 +4337,7 @@ int nrt_correct(const float *logits, const int32_t *label, int n, int k)
 #ifdef NRT_X86_AVX2
 static int have_f16c(void)
 {
-    return have_avx2() && __builtin_cpu_supports("f16c");
+    return have_avx2() && cpuid_bit(1, 0, 2, 29); /* cpuid 1's ecx: F16C */
 }
 
 __attribute__((target("avx2,f16c"))) static size_t fp16_f16c(float *dst, uint16_t *bits,

@@ -743,7 +743,7 @@ typedef struct nrt_init {
 /* A generated pass (and forward and backward) is compiled twice where the
  * compiler can, for AVX2 and for the x86-64 baseline (SSE2), and the
  * program runs the one its cpu has, chosen as it starts (GCC's and
- * Clang's target_clones, through an ifunc): one binary whose elementwise
+ * Clang's (18 and later) target_clones, through an ifunc): one binary whose elementwise
  * loops take 8-float vectors wherever there are.  Both give the same bits:
  * the loops are elementwise or sum in the order written (no -ffast-math),
  * and AVX2 alone brings no FMA to contract a multiply and an add into.
@@ -751,7 +751,9 @@ typedef struct nrt_init {
  * its own name. */
 #if !defined(NRT_PASS) && defined(__OPTIMIZE__) && defined(__x86_64__) && defined(__ELF__) && \
     !defined(__CUDACC__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
+/* (clang before 18 names the ifunc "f.ifunc", not f, so that another
+ * file's call of f finds no symbol: llvm-project PR 71706) */
+#if __has_attribute(target_clones) && (!defined(__clang__) || __clang_major__ >= 18)
 #define NRT_PASS __attribute__((target_clones("avx2", "default")))
 #endif
 #endif

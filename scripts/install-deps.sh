@@ -13,6 +13,8 @@
 #                  with PyTorch and torchvision's transforms (they are
 #                  skipped without them), and PyPI's tensorboard, which
 #                  reads back --logdir's files
+#   --with-clang   also clang and libomp-dev: the second compiler CI builds
+#                  netc with (.ci/run)
 # Run as root, or with sudo available.
 set -eu
 packages="build-essential flex bison autoconf automake libtool pkg-config libopenblas-dev libdnnl-dev libstb-dev python3 graphviz cmake man-db libopenmpi-dev openmpi-bin slurm-wlm munge"
@@ -20,7 +22,8 @@ tensorboard=no
 for arg in "$@"; do
     case $arg in
     --with-torch) packages="$packages python3-torch python3-torchvision python3-pil python3-pip"; tensorboard=yes ;;
-    *) echo "usage: $0 [--with-torch]" >&2; exit 2 ;;
+    --with-clang) packages="$packages clang libomp-dev" ;;
+    *) echo "usage: $0 [--with-torch] [--with-clang]" >&2; exit 2 ;;
     esac
 done
 SUDO=

@@ -35,7 +35,9 @@ typedef float emu_m512 __attribute__((vector_size(64)));
 typedef long long emu_m512i __attribute__((vector_size(64)));
 typedef int32_t emu_v16si __attribute__((vector_size(64)));
 
-#define EMU static inline __attribute__((always_inline, unused))
+/* (the target of the functions they are inlined into, AVX512_TARGET's here:
+ * clang refuses a 256-bit vector argument to a function without AVX) */
+#define EMU static inline __attribute__((always_inline, unused, target("avx2,fma")))
 
 EMU emu_m512 emu_setzero_ps(void) { return (emu_m512){0}; }
 EMU emu_m512 emu_set1_ps(float f) { return (emu_m512){0} + f; }
