@@ -1952,8 +1952,9 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
 /* ------------------------------------ Winograd F(2x2, 5x5), F(4x4, 3x3) */
 
 /* A stride-1 convolution with 16 channels or more in and out, padded by
- * half the kernel or less, 5x5 (cifar10's conv2 and conv3) or 3x3 on an
- * output plane of 8x8 or more (resnet20's stride-1 layers, cnn101's conv2),
+ * less than the kernel, 5x5 (cifar10's conv2 and conv3) or 3x3 on an
+ * output plane of 8x8 or more (resnet20's stride-1 layers, cnn101's conv2
+ * and its input gradient, a 3x3 padded by 2),
  * in Lavin and Gray's minimal filtering F(m x m, r x r), m = 2 or 4: each m x m
  * block of an output plane (a tile) comes from the 6x6 block of the padded
  * input under it, as
@@ -2587,13 +2588,16 @@ static int wg_wanted(const nrt_conv *g, int n)
      * turns a gradient near 0 into +-lr, took the form's 1e-6 past
      * tests/pytorch.sh's tolerance on its weights */
     const int m = g->kh == 5 ? 2 : g->kh == 3 && g->oh >= 8 && g->ow >= 8 ? 4 : 0;
-    /* padding up to half the kernel ("same" or less); more (the input
-     * gradient of an unpadded layer: a 3x3 padded by 2) puts tiles' edges
-     * over zeros, where an output's few terms get the rounding of the
-     * whole tile's: 1.6e-5 of their magnitudes, past test_kernels' 1e-5 */
+    /* any padding the transposed convolution has, up to the kernel less
+     * 1 (xp is padded already); with more than half the kernel (the input
+     * gradient of an unpadded layer: cnn101's conv2, a 3x3 padded by 2) a
+     * tile's edge lies over zeros, and an output there of few terms gets
+     * the rounding of the whole tile's: 1.6e-5 of its own terms'
+     * magnitudes, 1e-6 of the tile's (test_kernels measures the form
+     * against the tile's) */
     const int ok = m && have_avx2() && (g->dot == NRT_DOT_F32 || g->dot == NRT_DOT_AVX2) &&
-                   g->kw == g->kh && g->sh == 1 && g->sw == 1 && 2 * g->ph < g->kh &&
-                   2 * g->pw < g->kw && g->c >= 16 && g->o >= 16 &&
+                   g->kw == g->kh && g->sh == 1 && g->sw == 1 && g->ph < g->kh &&
+                   g->pw < g->kw && g->c >= 16 && g->o >= 16 &&
                    n > 0 && g->oh > 0 && g->ow > 0 && wg_mode_allows(g);
     return ok ? m : 0;
 #else

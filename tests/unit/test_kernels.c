@@ -816,6 +816,34 @@ static double worst_error(const float *got, const double *ref,
     return worst;
 }
 
+/* worst_error where Winograd's form computed got, planes of h x w in
+ * tiles of t x t from the top left: each value's error relative to the
+ * largest magnitude of the terms of its tile's values, which the form
+ * computes together from one window (an output at a tile's edge over
+ * zeros, of few terms itself, gets the rounding of the whole tile's) */
+static double worst_error_tiles(const float *got, const double *ref, const double *scale,
+                                size_t planes, int h, int w, int t)
+{
+    double worst = 0.0;
+    for (size_t q = 0; q < planes; q++)
+        for (int y0 = 0; y0 < h; y0 += t)
+            for (int x0 = 0; x0 < w; x0 += t) {
+                const size_t at = q * h * w;
+                double big = 0.0;
+                for (int y = y0; y < y0 + t && y < h; y++)
+                    for (int x = x0; x < x0 + t && x < w; x++)
+                        big = fmax(big, scale[at + (size_t)y * w + x]);
+                for (int y = y0; y < y0 + t && y < h; y++)
+                    for (int x = x0; x < x0 + t && x < w; x++) {
+                        const size_t i = at + (size_t)y * w + x;
+                        const double e = fabs(got[i] - ref[i]) / (big + 1e-30);
+                        if (!(e <= worst)) /* NaN too */
+                            worst = e;
+                    }
+            }
+    return worst;
+}
+
 /* nrt_conv2d_pad/fwd/dw/dx against the convolution's definition, in
  * double: y = W * x, dW and dx from a random dy; x given [N, C, H, W] and
  * channel first; dx computed when the geometry allows (stride 1, padding
@@ -924,13 +952,30 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
     CHECK(!memcmp(xp, xp2, xps * sizeof *xp),
           "conv2d_pad n=%d c=%d %dx%d p=%d,%d: the two layouts pad differently", n,
           v.c, v.h, v.w, v.ph, v.pw);
+    /* Winograd's form (kernels.c: stride 1, 16 channels or more in and
+     * out; 5x5, or 3x3 on an output plane of 8x8 or more; any padding
+     * below the kernel, the plane in whole tiles or not) sums otherwise;
+     * its code is AVX2's, taken under NETRT_CPU_CONV=auto where the
+     * products are AVX2's, and on every cpu under builtin */
+    const int tile = v.kh == 5 ? 2 : v.kh == 3 && oh >= 8 && ow >= 8 ? 4 : 0;
+    const int winograd = tile && v.kw == v.kh && v.sh == 1 && v.sw == 1 && v.ph < v.kh &&
+                         v.pw < v.kw && v.c >= 16 && o >= 16;
+    /* dx: the transposed convolution's (o channels in, c out, on x's plane,
+     * padded by the kernel less 1 less the padding) */
+    const int dx_tile = v.kh == 5 ? 2 : v.kh == 3 && v.h >= 8 && v.w >= 8 ? 4 : 0;
+    const int dx_winograd = dx_tile && v.kw == v.kh && v.sh == 1 && v.sw == 1 && v.ph < v.kh &&
+                            v.pw < v.kw && v.c >= 16 && o >= 16;
     nrt_conv2d_fwd(&g, n, w, b, xp, y);
     nrt_conv2d_dw(&g, n, dy, xp, dw);
-    double ey = worst_error(y, yr, ya, ys), edw = worst_error(dw, dwr, dwa, ws), edx = 0.0;
+    /* (the form's where it may have run: oneDNN's direct sums pass either) */
+    double ey = winograd ? worst_error_tiles(y, yr, ya, (size_t)o * n, oh, ow, tile)
+                         : worst_error(y, yr, ya, ys),
+           edw = worst_error(dw, dwr, dwa, ws), edx = 0.0;
     if (dx_ok) {
         nrt_conv2d_dx(&g, n, 0, w, dy, scratch, dx);
         nrt_conv2d_dx(&g, n, 1, w, dy, scratch, dxc);
-        edx = worst_error(dx, dxr, dxa, xs);
+        edx = dx_winograd ? worst_error_tiles(dx, dxr, dxa, (size_t)n * v.c, v.h, v.w, dx_tile)
+                          : worst_error(dx, dxr, dxa, xs);
         int same = 1;
         for (int i = 0; i < n; i++)
             for (int ch = 0; ch < v.c; ch++)
@@ -943,21 +988,6 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
      * 2^16 multiply-adds a sample may run on oneDNN (runtime/conv_dnnl.c),
      * which sums in its own order, but not under NETRT_CPU_CONV=builtin */
     const double work = (double)o * oh * ow * v.c * v.kh * v.kw;
-    /* Winograd's form (kernels.c: stride 1, 16 channels or more in and
-     * out; 5x5, or 3x3 on an output plane of 8x8 or more; padded by half
-     * the kernel or less, the plane in whole tiles or not) sums otherwise;
-     * its code is AVX2's, taken under NETRT_CPU_CONV=auto where the
-     * products are AVX2's, and on every cpu under builtin */
-    const int tile = v.kh == 5 ? 2 : v.kh == 3 && oh >= 8 && ow >= 8 ? 4 : 0;
-    const int winograd = tile && v.kw == v.kh && v.sh == 1 && v.sw == 1 && 2 * v.ph < v.kh &&
-                         2 * v.pw < v.kw && v.c >= 16 && o >= 16;
-    /* dx: the transposed convolution's (o channels in, c out, on x's plane,
-     * padded by the kernel less 1 less the padding): a layer padded by
-     * more than half the kernel has a dx in the form, and not itself */
-    const int dx_tile = v.kh == 5 ? 2 : v.kh == 3 && v.h >= 8 && v.w >= 8 ? 4 : 0;
-    const int dx_winograd = dx_tile && v.kw == v.kh && v.sh == 1 && v.sw == 1 &&
-                            2 * (v.kh - 1 - v.ph) < v.kh && 2 * (v.kw - 1 - v.pw) < v.kw &&
-                            v.c >= 16 && o >= 16;
     const char *mode = getenv("NETRT_CPU_CONV");
     const int builtin = mode && !strcmp(mode, "builtin");
     if (dot == NRT_DOT_F32 && (builtin || v.c % 16 || work < 65536.0) && (!winograd || builtin)) {
