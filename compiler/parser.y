@@ -43,6 +43,15 @@ struct LexState {
     int line, col;
     int error_line;   /* the last line with a lexical error */
     int end_line, end_col; /* where the last token ended */
+    /* the '(' and '[' not yet closed (open_n of them, the first 8 kept);
+     * a newline (a statement's end) clears them, keeping their count and
+     * the innermost in newline_open*: what a syntax error at that newline
+     * was left open by its line */
+    int open_n, newline_open_n;
+    Loc open[8], newline_open;
+    char open_c[8], newline_open_c;
+    /* the last token and the one before, if identifiers; else NULL */
+    const char *ident, *prev_ident;
 };
 
 /* A growable list of arguments, while a call is being parsed. */
@@ -404,6 +413,20 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner,
         if (kept > 0)
             n = kept;
     }
+    /* a line ended inside a call's '(' or a shape's '[' (open: which) */
+    const struct LexState *lx = ps->lex;
+    const bool at_nl = got == YYSYMBOL_NL;
+    const int open_n = at_nl ? lx->newline_open_n : got == YYSYMBOL_YYEOF ? lx->open_n : 0;
+    const int last = open_n < 8 ? open_n - 1 : 7;
+    const char open = open_n <= 0 ? 0 : at_nl ? lx->newline_open_c : lx->open_c[last];
+    if (!strcmp(yysymbol_name(got), "':'") && lx->prev_ident) {
+        diag_error(ps->diag, *loc, "unexpected ':'");
+        if (lx->open_n > 0)
+            diag_note(ps->diag, *loc, "an argument is given with '=': %s=...", lx->prev_ident);
+        else
+            diag_note(ps->diag, *loc, "a layer is named with '=': %s = ...", lx->prev_ident);
+        return 0;
+    }
     if (got == YYSYMBOL_YYEOF && ps->in_block && (close_brace || n == 0)) {
         snprintf(buf, sizeof buf, "expected '}' before end of file");
     } else if (n > 0 && n <= 2) {
@@ -413,10 +436,16 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner,
                                     i == 0 ? "" : i == n - 1 ? " or " : ", ",
                                     yysymbol_name(expected[i]));
         snprintf(buf + len, sizeof buf - len, " before %s", yysymbol_name(got));
+    } else if (open) {
+        snprintf(buf, sizeof buf, "expected '%c' before %s", open == '(' ? ')' : ']',
+                 yysymbol_name(got));
     } else {
         snprintf(buf, sizeof buf, "unexpected %s", yysymbol_name(got));
     }
     diag_error(ps->diag, *loc, "%s", buf);
+    if (open)
+        diag_note(ps->diag, at_nl ? lx->newline_open : lx->open[last], "to match this '%c'",
+                  open);
     if (got == YYSYMBOL_YYEOF && ps->in_block)
         diag_note(ps->diag, ps->brace, "to match this '{'");
     return 0;
@@ -424,7 +453,7 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner,
 
 Model *parse_model(Diag *d, Arena *a)
 {
-    struct LexState ls = {d, a, 1, 1, 0, 1, 1};
+    struct LexState ls = {.diag = d, .arena = a, .line = 1, .col = 1, .end_line = 1, .end_col = 1};
     struct ParseState ps = {0};
     ps.diag = d;
     ps.arena = a;
