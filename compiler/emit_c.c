@@ -297,10 +297,15 @@ void emit_pass_locals(Emit *e, const Node *n, bool bwd)
         const char *type = b->dtype == NRT_I64 ? "int64_t" : "float";
         emitf(e, "%s *%s = (%s *)(void *)(net->buffers + %zu);", type, b->local, type, b->offset);
     }
-    /* (the GPU's convolutions read x itself, not the cpu's padded copy) */
-    if (n->aux_size && !(e->cuda && !strcmp(n->op->aux_name, "xp")))
+    /* (the GPU's convolutions read x itself, not the cpu's padded copy;
+     * in the cpu's 16-bit plan that copy is made in backward's x working
+     * copy, its 16 bits kept elsewhere: aux_16) */
+    if (n->aux_size && !(e->cuda && !strcmp(n->op->aux_name, "xp"))) {
+        const int64_t cpu[2] = {n->aux_cpu_offset[0],
+                                ir_aux_half(n) ? e->p->half_work[0] : n->aux_cpu_offset[1]};
         emitf(e, "float *%s = %s;", n->op->aux_name,
-              act_memory(e, (const int64_t[2]){n->aux_offset, n->aux_offset}, n->aux_cpu_offset));
+              act_memory(e, (const int64_t[2]){n->aux_offset, n->aux_offset}, cpu));
+    }
     if (n->iaux_size)
         emitf(e, "int32_t *arg = net->iact + (size_t)net->cap * %lld;", (long long)n->iaux_offset);
 }
@@ -446,6 +451,30 @@ static void glue_before(Emit *e, const Node *n, bool bwd)
 }
 
 static void emit_round_value(Emit *e, const char *expr, int v);
+
+/* In the cpu's forward_half and backward_half, n's aux kept in 16 bits
+ * (ir_aux_half): after its forward pass, which made it in backward's x
+ * working copy, its 16 bits kept (bwd false); before its backward pass
+ * loaded there again, which then holds no value (bwd). */
+static void aux_16(Emit *e, const Node *n, bool bwd)
+{
+    const Program *p = e->p;
+    if (e->cuda || !e->glue->plan || !ir_aux_half(n))
+        return;
+    const char *work = arena_printf(e->arena, "net->act + (size_t)net->cap * %lld",
+                                    (long long)p->half_work[0]);
+    const char *bits = arena_printf(e->arena, "(uint16_t *)(void *)(net->act + (size_t)net->cap * %lld)",
+                                    (long long)n->aux_cpu_offset[1]);
+    const char *count = arena_printf(e->arena, "(size_t)n * %lld", (long long)n->aux_size);
+    if (bwd) {
+        emitf(e, "nrt_half_load(net->half, %s, %s, %s); /* layer %d's %s */", work, bits, count,
+              n->index, n->op->aux_name);
+        e->glue->held[0] = -1;
+    } else {
+        emitf(e, "nrt_half_keep(net->half, %s, %s, %s); /* layer %d's %s */", bits, work, count,
+              n->index, n->op->aux_name);
+    }
+}
 
 /* A backward pass's hx and hy, and a comma: the 16 bits it reads itself
  * (backward_half), or NULL. */
@@ -623,8 +652,11 @@ void emit_pass_calls(Emit *e, bool bwd)
         if (!ir_emits_passes(p, n))
             continue;
         int out = last_visible(n)->out;
-        if (e->glue)
+        if (e->glue) {
             glue_before(e, n, bwd);
+            if (bwd)
+                aux_16(e, n, true);
+        }
         const char *in = casts_input(e, n) ? cast_name(e, n) : value_expr(e, n->in);
         if (bwd) {
             /* (a later part of the input's gradient: none where it is not asked for) */
@@ -655,8 +687,10 @@ void emit_pass_calls(Emit *e, bool bwd)
                                !n->op->rounds_output && !keeps_rounding(p, n, false);
             if (round && !in_work(e, ir_root(p, out)))
                 emit_round_value(e, value_expr(e, out), out);
-            if (e->glue)
+            if (e->glue) {
                 glue_after(e, n, round);
+                aux_16(e, n, false);
+            }
         }
     }
 }

@@ -41,10 +41,12 @@ static void emit_cpu_plan(Emit *e, int plan)
                   (long long)(p->half_work[k] + p->half_work_size[k]));
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
+        const bool half = plan && ir_aux_half(n);
         if (n->aux_size)
-            emitf(e, "    %-18s [%lld, %lld)%s", arena_printf(e->arena, "layer %d %s", n->index, n->op->aux_name),
-                  (long long)n->aux_cpu_offset[plan], (long long)(n->aux_cpu_offset[plan] + n->aux_size),
-                  n->op->aux_cpu_only ? " cpu only" : "");
+            emitf(e, "    %-18s [%lld, %lld)%s%s", arena_printf(e->arena, "layer %d %s", n->index, n->op->aux_name),
+                  (long long)n->aux_cpu_offset[plan],
+                  (long long)(n->aux_cpu_offset[plan] + (half ? (n->aux_size + 1) / 2 : n->aux_size)),
+                  n->op->aux_cpu_only ? " cpu only" : "", half ? ", 16 bits (made in backward's x)" : "");
     }
 }
 

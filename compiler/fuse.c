@@ -30,8 +30,10 @@
  * the other passes read is loaded into working copies of backward's own,
  * one for x (a product's, a batchnorm's input), one for y (none reads it
  * today), one for a value read by name, each as large as the largest it
- * takes.  Where that plan takes no less memory than fp32's, the runtime
- * keeps to fp32's.
+ * takes.  The padded inputs are made in x's working copy and kept in 16
+ * bits too, those that save more than they grow it by (choose_aux_half).
+ * Where that plan takes no less memory than fp32's, the runtime keeps to
+ * fp32's.
  *
  * Gradients: walking backward, each value's gradient takes a buffer when
  * the backward pass of its last reader writes it, and gives it back when
@@ -172,14 +174,14 @@ static void plan_gradients(Program *p)
 
 /* Places the aux of the nodes whose op keeps it for the cpu alone
  * (cpu_only) or not from off on: in the GPU's plan (plan -1) or the cpu's
- * plan (0 or 1). */
+ * plan (0 or 1; in 1 an ir_aux_half one in 16 bits). */
 static int64_t place_aux(Program *p, int64_t off, bool cpu_only, int plan)
 {
     for (int i = 0; i < p->nnodes; i++) {
         Node *n = &p->nodes[i];
         if (n->op->aux_cpu_only == cpu_only) {
             *(plan < 0 ? &n->aux_offset : &n->aux_cpu_offset[plan]) = off;
-            off += n->aux_size;
+            off += plan == 1 && n->aux_half ? (n->aux_size + 1) / 2 : n->aux_size;
         }
     }
     return off;
@@ -210,7 +212,8 @@ static void mark_kept(const Program *p, bool *kept)
  * NULL): the x and y (none loads it today) a backward pass reads other
  * than in an activation's derivative (which reads the 16 bits itself) on
  * the cpu or (cuda) the GPU, and a value read by name, of those kept in
- * 16 bits (IrValue.half).  Returns the end. */
+ * 16 bits (IrValue.half); on the cpu x's is also where the padded inputs
+ * kept in 16 bits are written and read (ir_aux_half).  Returns the end. */
 static int64_t place_work(const Program *p, bool cuda, int64_t off, int64_t *where, int64_t *size)
 {
     int64_t work[3] = {0, 0, 0};
@@ -227,6 +230,8 @@ static int64_t place_work(const Program *p, bool cuda, int64_t off, int64_t *whe
             work[1] = y->size;
         if (s && s->half && s->size > work[2])
             work[2] = s->size;
+        if (!cuda && n->aux_half && n->aux_size > work[0])
+            work[0] = n->aux_size;
     }
     for (int k = 0; k < 3; k++) {
         where[k] = work[k] ? off : -1;
@@ -235,6 +240,40 @@ static int64_t place_work(const Program *p, bool cuda, int64_t off, int64_t *whe
         off += work[k];
     }
     return off;
+}
+
+/* Which padded inputs (the aux a backward reads instead of x) the cpu's
+ * 16-bit plan keeps in 16 bits (Node.aux_half): each is then made in
+ * backward's x working copy, which must hold the largest of those kept
+ * so; the smallest first, as many as take the plan's memory down the most
+ * (cifar10's conv2's, 12800 floats a sample, would cost the working copy
+ * more than its half saves, its conv1's and conv3's save 664 floats). */
+static void choose_aux_half(Program *p)
+{
+    int64_t where[3], work[3];
+    for (int i = 0; i < p->nnodes; i++)
+        p->nodes[i].aux_half = false;
+    place_work(p, false, 0, where, work); /* the x working copy without them */
+    int64_t best = 0, bound = 0;
+    for (int i = 0; i < p->nnodes; i++) {
+        const Node *c = &p->nodes[i];
+        if (!c->op->x_in_aux || !c->aux_size)
+            continue;
+        /* those no larger than c's in 16 bits: their halves saved, less what
+         * the working copy grows by */
+        int64_t saved = work[0] - (c->aux_size > work[0] ? c->aux_size : work[0]);
+        for (int j = 0; j < p->nnodes; j++) {
+            const Node *m = &p->nodes[j];
+            if (m->op->x_in_aux && m->aux_size && m->aux_size <= c->aux_size)
+                saved += m->aux_size - (m->aux_size + 1) / 2;
+        }
+        if (saved > best)
+            best = saved, bound = c->aux_size;
+    }
+    for (int i = 0; i < p->nnodes; i++) {
+        Node *n = &p->nodes[i];
+        n->aux_half = n->op->x_in_aux && n->aux_size && n->aux_size <= bound;
+    }
 }
 
 /* The GPU's plan: fp32 (0) or 16-bit (1), the cpu's 16-bit plan made
@@ -279,8 +318,10 @@ static void plan_cpu(Program *p, const bool *kept, int plan)
     }
     if (plan && !half)
         return;
-    if (plan)
+    if (plan) {
+        choose_aux_half(p);
         off = place_work(p, false, off, p->half_work, p->half_work_size);
+    }
     off = place_aux(p, place_aux(p, off, false, plan), true, plan);
     *(plan ? &p->half_act_size : &p->act_size) = off;
 }

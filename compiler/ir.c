@@ -53,6 +53,11 @@ bool ir_bwd_reads_x(const Node *n, bool cuda)
            (n->op->act && n->op->act->needs & NEEDS_X);
 }
 
+bool ir_aux_half(const Node *n)
+{
+    return n->aux_half;
+}
+
 bool ir_bwd_reads_y(const Node *n)
 {
     return (n->op->act && n->op->act->needs & NEEDS_Y) || n->fused;

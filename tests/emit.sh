@@ -97,8 +97,11 @@ check "grep -q 'g5   linear 7     d%9 through relu 8 -> d%7, d7.weight, d7.bias'
 check "grep -q '^  activations  2414 on the cpu (on a GPU 2122' '$ir'" "IR: activation sizes"
 check "grep -q '^    %3  *none: read by the next pass alone' '$ir' && grep -q '^    %4  *\[1024, 1536)$' '$ir'" \
     "IR: a value only the next pass reads has no memory of its own on the cpu; one a backward pass reads does"
-check "grep -q '^  in 16 bits   1678 ' '$ir' && grep -q '^    %4  *\[512, 768) 16 bits$' '$ir'" \
+check "grep -q '^  in 16 bits   1628 ' '$ir' && grep -q '^    %4  *\[512, 768) 16 bits$' '$ir'" \
     "IR: the 16-bit plan"
+check "grep -q '^    layer 0 xp  *\[1002, 1052) cpu only, 16 bits (made in backward.s x)$' '$ir' &&
+    grep -q '^    layer 3 xp  *\[1052, 1628) cpu only$' '$ir'" \
+    "IR: the 16-bit plan keeps the small padded input in 16 bits, not the large one (backward's x would grow more than its half saves)"
 check "grep -q '^    %2  *shares %1.s memory (fused)$' '$ir'" "IR: memory reuse of a fused value"
 check "grep -q '^  gradients    2 buffers of 1024' '$ir'" "IR: gradient buffers"
 check "grep -q '^    layer 0 xp  *\[1738, 1838) cpu only$' '$ir'" "IR: a cpu-only saved tensor"

@@ -107,13 +107,13 @@ compile "$SRC/models/digits_resnet.net" "$WORK/dr" || finish
 check "grep -q 'values kept in 16 bits' '$WORK/dr.out'" \
     "digits_resnet in fp16 with NETRT_ACT_BITS=auto: $(grep precision "$WORK/dr.out")"
 . "$SRC/tests/gradcheck/data.sh"
-for m in residual branches input_operands mixed_layouts concat mul rnn_tanh batchnorm2d; do
+for m in residual branches input_operands mixed_layouts concat mul rnn_tanh batchnorm2d conv_stride_pad winograd; do
     gradcheck_data "$m" "$WORK/$m.csv" 40
 done
 g=$SRC/tests/gradcheck
 for prec in bf16 fp16; do
     models="$SRC/models/digits_resnet.net $g/mul.net $g/concat.net"
-    [ $prec = bf16 ] && models="$models $g/residual.net $g/branches.net $g/input_operands.net $g/mixed_layouts.net $g/rnn_tanh.net $g/batchnorm2d.net"
+    [ $prec = bf16 ] && models="$models $g/residual.net $g/branches.net $g/input_operands.net $g/mixed_layouts.net $g/rnn_tanh.net $g/batchnorm2d.net $g/conv_stride_pad.net $g/winograd.net"
     # shellcheck disable=SC2086
     DEVICE=cpu-act16 STEPS=8 SAMPLES=75 BATCH=16 PRECISION=$prec DATA_DIR="$WORK" \
         sh "$SRC/tests/gpu/parity.sh" $models > "$WORK/act16.$prec" 2>&1
