@@ -1973,11 +1973,11 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
  * sums 1e-7 (fp32 either way): far below what a step's loss notices.  Each
  * result is one fixed sequence of operations, whichever thread runs it; the
  * transforms are AVX2's wherever they run, and the products, AVX-512's on
- * such cpus (under NETRT_CPU_CONV=builtin: wg_mode_allows), sum in the
- * same order as AVX2's, so that the bits do not depend on the instruction
- * set either (test_kernels_avx512emu checks it on any AVX2 cpu).  cifar10 (AMD Zen 3, one thread): conv2's forward
+ * such cpus, sum in the same order as AVX2's, so that the bits do not
+ * depend on the instruction set either (test_kernels_avx512emu checks it
+ * on any AVX2 cpu).  cifar10 (AMD Zen 3, one thread): conv2's forward
  * pass 8.3 ms on oneDNN, 5.2 here; dW 10.2 and 6.6; the whole step 60 ->
- * 42.5 ms.
+ * 42.5 ms; on AMD Zen 4 (AVX-512) 41.0 -> 32.7 ms.
  *
  * The work goes in blocks of WG_TB tiles (any samples'): the block's 36 x
  * C transformed inputs (v, [36][C][WG_TB], in L2), then WG_OC output
@@ -2565,16 +2565,14 @@ static int wg_zmm(const nrt_conv *g)
 }
 
 /* Whether NETRT_CPU_CONV lets g run in Winograd's form: builtin and auto
- * do, but auto not where the products run on AVX-512: there the direct
- * kernels (oneDNN's or the runtime's) are twice as wide, and the form's
- * AVX-512 products, with its transforms still AVX2's, have not yet been
- * measured against them on an AVX-512 cpu (NETRT_CPU_CONV=builtin runs
- * them; bench/conv_libs.sh times both). */
-static int wg_mode_allows(const nrt_conv *g)
+ * do, on AVX-512 too, where the form's products are wg_product512's
+ * (bench/conv_libs.sh, AMD Zen 4, one thread: cifar10's conv2 forward
+ * 4.9 ms against oneDNN's 6.2, dW 5.6 and 6.5, dx 4.9 and 6.3; cnn101's
+ * conv2 forward 1.18 and 1.70). */
+static int wg_mode_allows(void)
 {
     const int mode = nrt_conv_mode();
-    return mode == NRT_CONV_BUILTIN ||
-           (mode == NRT_CONV_AUTO && !wg_zmm(g));
+    return mode == NRT_CONV_BUILTIN || mode == NRT_CONV_AUTO;
 }
 #endif /* NRT_X86_AVX2 */
 
@@ -2598,7 +2596,7 @@ static int wg_wanted(const nrt_conv *g, int n)
     const int ok = m && have_avx2() && (g->dot == NRT_DOT_F32 || g->dot == NRT_DOT_AVX2) &&
                    g->kw == g->kh && g->sh == 1 && g->sw == 1 && g->ph < g->kh &&
                    g->pw < g->kw && g->c >= 16 && g->o >= 16 &&
-                   n > 0 && g->oh > 0 && g->ow > 0 && wg_mode_allows(g);
+                   n > 0 && g->oh > 0 && g->ow > 0 && wg_mode_allows();
     return ok ? m : 0;
 #else
     (void)g, (void)n;
