@@ -302,7 +302,7 @@ void emit_pass_locals(Emit *e, const Node *n, bool bwd)
      * copy, its 16 bits kept elsewhere: aux_16) */
     if (n->aux_size && !(e->cuda && !strcmp(n->op->aux_name, "xp"))) {
         const int64_t cpu[2] = {n->aux_cpu_offset[0],
-                                ir_aux_half(n) ? e->p->half_work[0] : n->aux_cpu_offset[1]};
+                                n->aux_half ? e->p->half_work[0] : n->aux_cpu_offset[1]};
         emitf(e, "float *%s = %s;", n->op->aux_name,
               act_memory(e, (const int64_t[2]){n->aux_offset, n->aux_offset}, cpu));
     }
@@ -425,41 +425,14 @@ static void half_in(Emit *e, int v)
     h->last = v;
 }
 
-/* Before n's pass on the cpu: in forward its operands in working copies
- * where they live there and its output given one; in backward_half those
- * it reads loaded. */
-static void glue_before(Emit *e, const Node *n, bool bwd)
-{
-    const Program *p = e->p;
-    Glue *h = e->glue;
-    const int x = ir_root(p, n->in), y = ir_root(p, last_visible(n)->out);
-    if (n->in2 >= 0 && is_half(e, n->in2) && (!bwd || n->op->bwd_reads_s))
-        half_load(e, ir_root(p, n->in2), 2);
-    if (bwd) { /* x in w0, y in w1 */
-        if (is_half(e, y) && ir_bwd_reads_y(n) && !reads_16(e, n, true))
-            half_load(e, y, 1);
-        if (is_half(e, x) && ir_bwd_reads_x(n, e->cuda) && !reads_16(e, n, false))
-            half_load(e, x, 0);
-        return;
-    }
-    if (in_work(e, x))
-        half_in(e, x);
-    if (in_work(e, y)) {
-        h->held[half_free(h, in_work(e, x) ? x : -1)] = y;
-        h->last = y;
-    }
-}
-
-static void emit_round_value(Emit *e, const char *expr, int v);
-
 /* In the cpu's forward_half and backward_half, n's aux kept in 16 bits
- * (ir_aux_half): after its forward pass, which made it in backward's x
+ * (aux_half): after its forward pass, which made it in backward's x
  * working copy, its 16 bits kept (bwd false); before its backward pass
  * loaded there again, which then holds no value (bwd). */
 static void aux_16(Emit *e, const Node *n, bool bwd)
 {
     const Program *p = e->p;
-    if (e->cuda || !e->glue->plan || !ir_aux_half(n))
+    if (e->cuda || !e->glue->plan || !n->aux_half)
         return;
     const char *work = arena_printf(e->arena, "net->act + (size_t)net->cap * %lld",
                                     (long long)p->half_work[0]);
@@ -476,6 +449,34 @@ static void aux_16(Emit *e, const Node *n, bool bwd)
     }
 }
 
+/* Before n's pass on the cpu: in forward its operands in working copies
+ * where they live there and its output given one; in backward_half those
+ * it reads loaded, its aux too where that is in 16 bits. */
+static void glue_before(Emit *e, const Node *n, bool bwd)
+{
+    const Program *p = e->p;
+    Glue *h = e->glue;
+    const int x = ir_root(p, n->in), y = ir_root(p, last_visible(n)->out);
+    if (n->in2 >= 0 && is_half(e, n->in2) && (!bwd || n->op->bwd_reads_s))
+        half_load(e, ir_root(p, n->in2), 2);
+    if (bwd) { /* x in w0, y in w1 */
+        if (is_half(e, y) && ir_bwd_reads_y(n) && !reads_16(e, n, true))
+            half_load(e, y, 1);
+        if (is_half(e, x) && ir_bwd_reads_x(n, e->cuda) && !reads_16(e, n, false))
+            half_load(e, x, 0);
+        aux_16(e, n, true);
+        return;
+    }
+    if (in_work(e, x))
+        half_in(e, x);
+    if (in_work(e, y)) {
+        h->held[half_free(h, in_work(e, x) ? x : -1)] = y;
+        h->last = y;
+    }
+}
+
+static void emit_round_value(Emit *e, const char *expr, int v);
+
 /* A backward pass's hx and hy, and a comma: the 16 bits it reads itself
  * (backward_half), or NULL. */
 static const char *halves(Emit *e, const Node *n)
@@ -491,12 +492,14 @@ static const char *halves(Emit *e, const Node *n)
     return arena_printf(e->arena, "%s, %s, ", h[0], h[1]);
 }
 
-/* After n's forward pass on the cpu, where its output lives in a working
- * copy: rounded where the pass leaves that to the caller (round), and in
- * forward_half its 16 bits kept for backward, in the same sweep. */
+/* After n's forward pass on the cpu: its aux's 16 bits kept where it is
+ * in 16 bits; and where its output lives in a working copy, that rounded
+ * where the pass leaves it to the caller (round), and in forward_half its
+ * 16 bits kept for backward, in the same sweep. */
 static void glue_after(Emit *e, const Node *n, bool round)
 {
     const int y = ir_root(e->p, last_visible(n)->out);
+    aux_16(e, n, false);
     if (!in_work(e, y))
         return;
     if (plan_offset(e, &e->p->values[y]) < 0) { /* read by the next pass alone */
@@ -652,11 +655,8 @@ void emit_pass_calls(Emit *e, bool bwd)
         if (!ir_emits_passes(p, n))
             continue;
         int out = last_visible(n)->out;
-        if (e->glue) {
+        if (e->glue)
             glue_before(e, n, bwd);
-            if (bwd)
-                aux_16(e, n, true);
-        }
         const char *in = casts_input(e, n) ? cast_name(e, n) : value_expr(e, n->in);
         if (bwd) {
             /* (a later part of the input's gradient: none where it is not asked for) */
@@ -687,10 +687,8 @@ void emit_pass_calls(Emit *e, bool bwd)
                                !n->op->rounds_output && !keeps_rounding(p, n, false);
             if (round && !in_work(e, ir_root(p, out)))
                 emit_round_value(e, value_expr(e, out), out);
-            if (e->glue) {
+            if (e->glue)
                 glue_after(e, n, round);
-                aux_16(e, n, false);
-            }
         }
     }
 }

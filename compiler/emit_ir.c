@@ -32,7 +32,7 @@ static void emit_cpu_plan(Emit *e, int plan)
             emitf(e, "    %-18s none: read by the next pass alone, in forward's working copies", name);
         else
             emitf(e, "    %-18s [%lld, %lld)%s", name, (long long)off,
-                  (long long)(off + (half ? (val->size + 1) / 2 : val->size)), half ? " 16 bits" : "");
+                  (long long)(off + ir_floats(val->size, half)), half ? " 16 bits" : "");
     }
     static const char *const work[3] = {"backward's x", "backward's y", "a named value"};
     for (int k = 0; k < 3 && plan; k++)
@@ -41,11 +41,11 @@ static void emit_cpu_plan(Emit *e, int plan)
                   (long long)(p->half_work[k] + p->half_work_size[k]));
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
-        const bool half = plan && ir_aux_half(n);
+        const bool half = plan && n->aux_half;
         if (n->aux_size)
             emitf(e, "    %-18s [%lld, %lld)%s%s", arena_printf(e->arena, "layer %d %s", n->index, n->op->aux_name),
                   (long long)n->aux_cpu_offset[plan],
-                  (long long)(n->aux_cpu_offset[plan] + (half ? (n->aux_size + 1) / 2 : n->aux_size)),
+                  (long long)(n->aux_cpu_offset[plan] + ir_floats(n->aux_size, half)),
                   n->op->aux_cpu_only ? " cpu only" : "", half ? ", 16 bits (made in backward's x)" : "");
     }
 }

@@ -174,14 +174,14 @@ static void plan_gradients(Program *p)
 
 /* Places the aux of the nodes whose op keeps it for the cpu alone
  * (cpu_only) or not from off on: in the GPU's plan (plan -1) or the cpu's
- * plan (0 or 1; in 1 an ir_aux_half one in 16 bits). */
+ * plan (0 or 1; in 1 an aux_half one in 16 bits). */
 static int64_t place_aux(Program *p, int64_t off, bool cpu_only, int plan)
 {
     for (int i = 0; i < p->nnodes; i++) {
         Node *n = &p->nodes[i];
         if (n->op->aux_cpu_only == cpu_only) {
             *(plan < 0 ? &n->aux_offset : &n->aux_cpu_offset[plan]) = off;
-            off += plan == 1 && n->aux_half ? (n->aux_size + 1) / 2 : n->aux_size;
+            off += ir_floats(n->aux_size, plan == 1 && n->aux_half);
         }
     }
     return off;
@@ -213,7 +213,7 @@ static void mark_kept(const Program *p, bool *kept)
  * than in an activation's derivative (which reads the 16 bits itself) on
  * the cpu or (cuda) the GPU, and a value read by name, of those kept in
  * 16 bits (IrValue.half); on the cpu x's is also where the padded inputs
- * kept in 16 bits are written and read (ir_aux_half).  Returns the end. */
+ * kept in 16 bits are written and read (aux_half).  Returns the end. */
 static int64_t place_work(const Program *p, bool cuda, int64_t off, int64_t *where, int64_t *size)
 {
     int64_t work[3] = {0, 0, 0};
@@ -248,6 +248,11 @@ static int64_t place_work(const Program *p, bool cuda, int64_t off, int64_t *whe
  * so; the smallest first, as many as take the plan's memory down the most
  * (cifar10's conv2's, 12800 floats a sample, would cost the working copy
  * more than its half saves, its conv1's and conv3's save 664 floats). */
+static bool pads_x(const Node *n)
+{
+    return n->op->x_in_aux && n->aux_size;
+}
+
 static void choose_aux_half(Program *p)
 {
     int64_t where[3], work[3];
@@ -257,22 +262,22 @@ static void choose_aux_half(Program *p)
     int64_t best = 0, bound = 0;
     for (int i = 0; i < p->nnodes; i++) {
         const Node *c = &p->nodes[i];
-        if (!c->op->x_in_aux || !c->aux_size)
+        if (!pads_x(c))
             continue;
         /* those no larger than c's in 16 bits: their halves saved, less what
          * the working copy grows by */
         int64_t saved = work[0] - (c->aux_size > work[0] ? c->aux_size : work[0]);
         for (int j = 0; j < p->nnodes; j++) {
             const Node *m = &p->nodes[j];
-            if (m->op->x_in_aux && m->aux_size && m->aux_size <= c->aux_size)
-                saved += m->aux_size - (m->aux_size + 1) / 2;
+            if (pads_x(m) && m->aux_size <= c->aux_size)
+                saved += m->aux_size - ir_floats(m->aux_size, true);
         }
         if (saved > best)
             best = saved, bound = c->aux_size;
     }
     for (int i = 0; i < p->nnodes; i++) {
         Node *n = &p->nodes[i];
-        n->aux_half = n->op->x_in_aux && n->aux_size && n->aux_size <= bound;
+        n->aux_half = pads_x(n) && n->aux_size <= bound;
     }
 }
 
@@ -287,7 +292,7 @@ static void plan_gpu(Program *p, int plan)
         IrValue *val = &p->values[v];
         val->cuda_offset[plan] = val->alias < 0 ? off : -1;
         if (val->alias < 0)
-            off += plan && val->half ? (val->size + 1) / 2 : val->size;
+            off += ir_floats(val->size, plan && val->half);
     }
     if (!plan)
         p->cuda_act_size = off;
@@ -314,7 +319,7 @@ static void plan_cpu(Program *p, const bool *kept, int plan)
          * the largest value: grad_size) */
         const bool home = kept[v] || val->size > p->grad_size;
         val->cpu_offset[plan] = home ? off : -1;
-        off += !home ? 0 : plan && val->half ? (val->size + 1) / 2 : val->size;
+        off += home ? ir_floats(val->size, plan && val->half) : 0;
     }
     if (plan && !half)
         return;

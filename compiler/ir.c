@@ -53,9 +53,9 @@ bool ir_bwd_reads_x(const Node *n, bool cuda)
            (n->op->act && n->op->act->needs & NEEDS_X);
 }
 
-bool ir_aux_half(const Node *n)
+int64_t ir_floats(int64_t size, bool half)
 {
-    return n->aux_half;
+    return half ? (size + 1) / 2 : size;
 }
 
 bool ir_bwd_reads_y(const Node *n)

@@ -476,8 +476,12 @@ struct Node {
     int64_t scratch;    /* floats of scratch a sample, alive within one pass */
     int64_t aux_offset, iaux_offset; /* placed by the memory plan */
     int64_t aux_cpu_offset[2]; /* aux_offset in the cpu's plans */
-    bool aux_half;      /* in the cpu's 16-bit plan, its aux in 16 bits
-                           (ir_aux_half; fuse.c chooses) */
+    /* in the cpu's 16-bit plan, its aux in 16 bits (fuse.c chooses): the
+     * copy of x its backward reads instead of x (conv2d's padded input),
+     * which its passes then write and read in backward's x working copy
+     * (Program.half_work[0]), forward_half keeping its 16 bits after the
+     * pass and backward_half loading them before */
+    bool aux_half;
 };
 
 struct Program {
@@ -532,7 +536,7 @@ struct Program {
     int64_t cuda_half_act_size, cuda_half_work[3];
     /* the cpu's 16-bit plan, a bf16 or fp16 run's: the size (0: no value is
      * in 16 bits), and where backward's working copies lie: x (and, in
-     * forward and backward, the padded inputs kept in 16 bits: ir_aux_half),
+     * forward and backward, the padded inputs kept in 16 bits: aux_half),
      * y (none loads it today), a value read by name (-1: none); forward's
      * are gbuf[0] and gbuf[1] */
     int64_t half_act_size, half_work[3], half_work_size[3];
@@ -566,13 +570,9 @@ bool ir_emits_passes(const Program *p, const Node *n);
  * itself or fused. */
 bool ir_bwd_reads_x(const Node *n, bool cuda);
 bool ir_bwd_reads_y(const Node *n);
-/* Whether the cpu's 16-bit plan keeps n's aux in 16 bits (Node.aux_half):
- * the copy of x its backward reads instead of x (conv2d's padded input,
- * low precision as x is in a bf16 or fp16 run), which its passes then
- * write and read in backward's x working copy (Program.half_work[0]),
- * forward_half keeping its 16 bits after the pass and backward_half
- * loading them before. */
-bool ir_aux_half(const Node *n);
+/* The floats that size values take in a memory plan: 4 bytes each, or in
+ * 16 bits (half), two to a float. */
+int64_t ir_floats(int64_t size, bool half);
 /* Whether it reads y (or x) in elementwise loops alone, which read a
  * value's 16 bits where the run keeps it so (hy, hx): an activation's
  * derivative, its own or fused; the others read fp32 working copies. */

@@ -18,7 +18,8 @@
 #    second memory plan: forward_half, backward_half) is the same run,
 #    bit for bit, as one keeping them in 32, over the models that read a
 #    value by name (the third working copy), branch, add, multiply,
-#    concatenate, normalise and recur; where auto keeps them in 16 bits
+#    concatenate, normalise, recur and pad (a convolution's padded input,
+#    made in backward's x working copy); where auto keeps them in 16 bits
 #    (digits_resnet) and where not (digits_mlp), and the run says so.
 # (PyTorch 1.13's cpu autocast has no fp16, so there is no step-by-step
 # comparison with PyTorch here; bf16's is in tests/pytorch.sh, and fp16
