@@ -45,6 +45,9 @@
 #   PRECISION  --precision of both runs (default: the model's); a model
 #            that cannot train in it is skipped
 #   FLAGS    more flags for both runs (--loss-scale S)
+#   CPU_ENV  environment of the cpu's run where DEVICE is a GPU, such as
+#            NETRT_CPU_CONV=direct: the cpu's convolutions as direct sums,
+#            not Winograd's form (tests/gpu/run.sh says when)
 #   RUN_LIMIT  seconds a program may run before it is stopped and its run
 #            counted as failed (default: 600): no run hangs the script
 #
@@ -149,6 +152,7 @@ elif [ "$DEVICE" = cpu-baseline ]; then
     rtol=0 # nor the clone of the generated passes
 else
     a_flags="--device cpu"
+    a_env=${CPU_ENV:-}
     b_flags="--device $DEVICE"
     rtol=$RTOL
 fi
