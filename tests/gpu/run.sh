@@ -30,7 +30,14 @@
 # copy them into place there (ldconfig; libstb.so a link to it), or
 # images.sh and cnn101 are skipped.  bench/gpu/run.sh's torch.compile
 # variants compile for minutes on a fresh machine: give the bench a call of
-# its own, with MODELS and VARIANTS cut to what fits.
+# its own, with MODELS and VARIANTS cut to what fits.  Set PYTHON to the
+# image's python3 (the one with torch; /usr/bin/python3 has none there).
+# What fitted 15 minutes of device time (2026-12-04, an H200, each start
+# about 40 s): `run.sh build`, then `run.sh kernels jit sanitizer` in the
+# background beside `run.sh parity` (they append to one report), then
+# `run.sh precision`: 334 s in one call; a second call of `run.sh build
+# precision bench` with MODELS="boston_mlp digits_cnn cnn101 cifar10",
+# VARIANTS="eager graph" and REPEAT=2: 426 s.
 #
 # Environment: PYTHON (with torch; default /usr/bin/python3), JOBS (make
 # -j; default: the number of cores), CUDA_ARCH (default sm_90), BUILD (the
