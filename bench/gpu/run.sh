@@ -20,6 +20,8 @@
 #   VARIANTS  PyTorch variants (default: eager compile compile-ro graph)
 #   DEVICE    cuda (default) or cpu
 #   REPEAT    runs of each side, alternating; the median is shown (default: 3)
+#   PRECISION fp32 (default) or bf16: netc's --precision, and PyTorch's
+#             forward pass and loss under autocast(bfloat16)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,6 +34,8 @@ MODELS=${MODELS:-"boston_linear boston_mlp digits_mlp digits_cnn cifar10 cnn101"
 VARIANTS=${VARIANTS:-"eager compile compile-ro graph"}
 DEVICE=${DEVICE:-cuda}
 REPEAT=${REPEAT:-3}
+PRECISION=${PRECISION:-fp32}
+case $PRECISION in fp32 | bf16) ;; *) echo "run.sh: PRECISION is '$PRECISION': fp32 or bf16" >&2; exit 2 ;; esac
 
 [ -x "$NETC" ] || { echo "run.sh: $NETC: no netc there (set NETC)" >&2; exit 1; }
 "$PYTHON" -c 'import torch' 2>/dev/null ||
@@ -104,7 +108,7 @@ for run in "${runs[@]}"; do
     case $m in cifar10 | resnet20 | cnn101) dflags=(--data "$data" --test-data "$data") ;; esac
     for rep in $(seq 1 "$REPEAT"); do
         echo "[$m batch ${b/#0/default}, run $rep/$REPEAT] netc" >&2
-        "$work/$m" --device "$DEVICE" --epochs "$(epochs "$m")" --seed 1 "${bflag[@]}" \
+        "$work/$m" --device "$DEVICE" --precision "$PRECISION" --epochs "$(epochs "$m")" --seed 1 "${bflag[@]}" \
             "${dflags[@]}" --metrics "$work/$m.$b.jsonl" >"$work/$m.$b.out"
         read -r params ntrain < <(sed -n \
             's/^model [^:]*: \([0-9]*\) parameters; \([0-9]*\) training samples.*/\1 \2/p' \
@@ -113,7 +117,7 @@ for run in "${runs[@]}"; do
             echo "[$m batch ${b/#0/default}, run $rep/$REPEAT] torch $v" >&2
             # shellcheck disable=SC2086
             if ! "$PYTHON" "$here/torch_gpu.py" "$m" --data "$data" --n-train "$ntrain" \
-                "${bflag[@]}" --variant "$v" --device "$DEVICE" $torch_steps \
+                "${bflag[@]}" --variant "$v" --device "$DEVICE" --precision "$PRECISION" $torch_steps \
                 >"$work/$m.$b.$v.json" 2>"$work/$m.$b.$v.err"; then
                 echo "{\"failed\": \"$(tail -1 "$work/$m.$b.$v.err" | tr -d '"\\')\"}" \
                     >"$work/$m.$b.$v.json"
@@ -145,9 +149,9 @@ flops=$("$PYTHON" "$here/flops.py" cifar10 --batch 1024)
 clock=$(nvidia-smi --query-gpu=clocks.max.sm --format=csv,noheader,nounits 2>/dev/null |
     head -1 || true)
 
-"$PYTHON" - "$results" "$work/devices.txt" "$flops" "${clock:-}" "$DEVICE" "$VARIANTS" <<'EOF'
+"$PYTHON" - "$results" "$work/devices.txt" "$flops" "${clock:-}" "$DEVICE" "$VARIANTS" "$PRECISION" <<'EOF'
 import json, re, statistics, sys
-path, devices, flops, clock, device, variants = sys.argv[1:]
+path, devices, flops, clock, device, variants, precision = sys.argv[1:]
 variants = variants.split()
 rows = [json.loads(l) for l in open(path)]
 dev_text = open(devices).read().strip()
@@ -161,8 +165,11 @@ print("```")
 print()
 print("Step time in milliseconds, median over runs (netc: epoch seconds / steps, epochs after "
       "the first two; PyTorch: bench/gpu/torch_gpu.py, median of 20-step blocks after "
-      "warm-up). Data resident on the device for every side; exact fp32 (no TF32) for every "
-      "side. Ratios: PyTorch / netc (> 1: netc is faster); best = the fastest PyTorch variant.")
+      "warm-up). Data resident on the device for every side; " +
+      ("exact fp32 (no TF32) for every side" if precision == "fp32" else
+       "bf16 for every side: netc's --precision bf16, PyTorch's forward pass and loss under "
+       "autocast(bfloat16), fp32 weights and optimizer on both") +
+      ". Ratios: PyTorch / netc (> 1: netc is faster); best = the fastest PyTorch variant.")
 print()
 head = "| model | batch | netc | " + " | ".join(variants) + " | eager / netc | best / netc |"
 print(head)
@@ -201,7 +208,7 @@ if c10:
     achieved = f["step_flops"] / (netc * 1e-3) / 1e12
     line = f"netc: {netc:.3f} ms a step = {achieved:.1f} TFLOP/s"
     sms = re.search(r"(\d+) SMs", dev_text)
-    if sms and clock.strip().isdigit():
+    if sms and clock.strip().isdigit() and precision == "fp32":
         peak = int(sms.group(1)) * 128 * 2 * int(clock) * 1e6 / 1e12
         line += (f"; fp32 peak {peak:.1f} TFLOP/s ({sms.group(1)} SMs x 128 lanes x 2 x "
                  f"{clock} MHz): {achieved / peak * 100:.0f} % of the roofline, "

@@ -56,7 +56,10 @@ the least of them, "final_loss" the mean loss of the timed steps.
 Precision and cuDNN: TF32 is switched off (torch.backends.cuda.matmul and
 cudnn allow_tf32 = False, float32 matmul precision "highest"), so the
 comparison is exact fp32 like the netc side; torch.backends.cudnn.benchmark is
-on, so PyTorch gets its fastest cuDNN algorithms.
+on, so PyTorch gets its fastest cuDNN algorithms.  --precision bf16 runs the
+forward pass and the loss under torch.autocast(dtype=torch.bfloat16), fp32
+master weights and optimizer, as netc's `precision bf16` does (bf16 needs no
+loss scaling).
 
 Errors (unknown model, unreadable data, cuda asked for but not available, the
 graph variant on cpu, torch.compile missing) print one line on stderr and
@@ -65,8 +68,11 @@ exit with status 1 (data) or 2 (usage, environment).
 usage: torch_gpu.py MODEL --data PATH [--n-train N] [--batch B]
                     [--variant eager|compile|compile-ro|graph]
                     [--device cuda|cpu] [--steps S] [--warmup W] [--seed S]
+                    [--precision fp32|bf16]
 """
 import argparse
+import contextlib
+import functools
 import importlib
 import json
 import os
@@ -173,10 +179,11 @@ def dynamo_counts():
         return {}
 
 
-def make_step(net, loss_fn, opt):
+def make_step(net, loss_fn, opt, cast):
     def step(xb, yb):
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(net(xb), yb)
+        with cast():
+            loss = loss_fn(net(xb), yb)
         loss.backward()
         opt.step()
         return loss
@@ -202,6 +209,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=200, help="timed steps")
     ap.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: the forward pass and loss under autocast(bfloat16)")
     a = ap.parse_args(argv)
 
     if a.model not in MODELS:
@@ -227,6 +236,10 @@ def main(argv=None):
         torch.set_float32_matmul_precision("highest")
     torch.backends.cudnn.benchmark = True
     device = torch.device(a.device)
+    # the forward pass and the loss in the run's precision (the backward pass
+    # follows autocast's casts)
+    cast = contextlib.nullcontext if a.precision == "fp32" else \
+        functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16)
 
     try:
         x, y = load(a.model, a.data)
@@ -267,14 +280,16 @@ def main(argv=None):
                 static_x.copy_(x[idx])
                 static_y.copy_(y[idx])
                 opt.zero_grad(set_to_none=True)
-                loss = loss_fn(net(static_x), static_y)
+                with cast():
+                    loss = loss_fn(net(static_x), static_y)
                 loss.backward()
                 opt.step()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         opt.zero_grad(set_to_none=True)
         with torch.cuda.graph(graph):
-            static_loss = loss_fn(net(static_x), static_y)
+            with cast():
+                static_loss = loss_fn(net(static_x), static_y)
             static_loss.backward()
             opt.step()
         sync(device)
@@ -287,7 +302,7 @@ def main(argv=None):
             return static_loss
         warm_left = a.warmup - GRAPH_WARMUP
     else:
-        step = make_step(net, loss_fn, opt)
+        step = make_step(net, loss_fn, opt, cast)
         mark = None
         if compiling:
             mode = "reduce-overhead" if a.variant == "compile-ro" else "default"
@@ -310,7 +325,7 @@ def main(argv=None):
                       "compiling the model alone", file=sys.stderr)
                 importlib.import_module("torch._dynamo").reset()
                 net, loss_fn, opt, _ = build(a, device)
-                step = make_step(torch.compile(net, mode=mode), loss_fn, opt)
+                step = make_step(torch.compile(net, mode=mode), loss_fn, opt, cast)
                 info["compiled"] = "model"
                 batches = new_batches()
                 running = torch.zeros((), device=device)
@@ -378,6 +393,7 @@ def main(argv=None):
         "blocks": len(per_step),
         "final_loss": final_loss,
         "tf32": False,
+        "precision": a.precision,
     }
     if device.type == "cpu":
         out["threads"] = torch.get_num_threads()
