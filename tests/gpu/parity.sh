@@ -47,7 +47,7 @@
 #   FLAGS    more flags for both runs (--loss-scale S)
 #   CPU_ENV  environment of the cpu's run where DEVICE is a GPU, such as
 #            NETRT_CPU_CONV=direct: the cpu's convolutions as direct sums,
-#            not Winograd's form (tests/gpu/run.sh says when)
+#            not Winograd's form (tests/gpu/run.sh sets it, and says why)
 #   RUN_LIMIT  seconds a program may run before it is stopped and its run
 #            counted as failed (default: 600): no run hangs the script
 #

@@ -143,20 +143,20 @@ stage_parity() {
         shift
         ( "$@" >"$logs/job.$name" 2>&1; echo $? >"$logs/rc.$name" ) &
     }
+    # The cpu's side of every comparison with the GPU (parity.sh's CPU_ENV)
+    # sums its convolutions directly, as the GPU's implicit GEMMs do, not in
+    # Winograd's form, whose rounding test_kernels and gradcheck.sh check:
+    # the form's F(4x4, 3x3) gradients lie 2e-6 of the largest from the
+    # direct sums', and digits_resnet, over 100 steps of Adam, parts
+    # wherever its sums do (the cpu from weights moved by 1e-6: 2 % by step
+    # 80; an H200, 2026-12-04: 3e-7 from the direct sums, 5.5 % from the
+    # form's)
+    local -x CPU_ENV=NETRT_CPU_CONV=direct
     # parity.sh's list: every model but resnet20 (parity.sh says why), its
     # own job below
     models=$("$root/tests/gpu/parity.sh" --list)
-    # shellcheck disable=SC2046,SC2086
-    parity_job models env DEVICE=$dev NETC="$BUILD/netc" "$root/tests/gpu/parity.sh" \
-        $(echo "$models" | grep -v '/digits_resnet\.net$')
-    # digits_resnet against the cpu's direct sums, not Winograd's form: over
-    # 100 steps of Adam its runs part wherever their sums do (the cpu from
-    # weights moved by 1e-6: 2 % by step 80), and the form's F(4x4, 3x3)
-    # gradients, 2e-6 of the largest away from the direct sums', part its
-    # loss by 5.5 % by step 80 (an H200, 2026-12-04: the GPU 3e-7 from the
-    # direct sums, 0.055 from the form's)
-    parity_job digits_resnet env DEVICE=$dev CPU_ENV=NETRT_CPU_CONV=direct NETC="$BUILD/netc" \
-        "$root/tests/gpu/parity.sh" "$root/models/digits_resnet.net"
+    # shellcheck disable=SC2086
+    parity_job models env DEVICE=$dev NETC="$BUILD/netc" "$root/tests/gpu/parity.sh" $models
     # resnet20 as tests/pytorch_check.py checks it against PyTorch: at lr 1e-4
     # and batch 16 its 20 steps stay clear of the kinks
     parity_job resnet20 env DEVICE=$dev STEPS=20 BATCH=16 FLAGS="--lr 1e-4" NETC="$BUILD/netc" \
@@ -301,8 +301,7 @@ stage_precision() {
     fi
     "$PYTHON" "$root/bench/make_cifar.py" "$logs/c10p.bin" --records 5000 --classes 10 --seed 1 >"$log" 2>&1 || rc=1
     for run in digits_cnn:0:3000 cifar10:0:3000 cnn101:0:3000 cifar10:1024:300 resnet20:256:300; do
-        m=${run%%:*} steps=${run##*:} b=${run#*:}
-        b=${b%%:*}
+        IFS=: read -r m b steps <<<"$run"
         [ -x "$logs/$m.p" ] || "$BUILD/netc" "$root/models/$m.net" -o "$logs/$m.p" >>"$log" 2>&1 || rc=1
         data= bflag=
         case $m in cifar10 | resnet20) data="--data $logs/c10p.bin --test-data $logs/c10p.bin" ;; esac
