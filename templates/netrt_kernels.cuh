@@ -208,32 +208,71 @@ struct Smem {
 };
 
 /* The tensor cores' share of a tiling: the tile of D in 16 x 8 pieces
- * (mma_16x8x16's), PER of them a warp, warp w's the pieces w + j NW. */
+ * (mma_16x8x16's).  Warp w takes every 16-row band (MB of them) in the
+ * 8-column strips w, w + NW, w + 2 NW, ... (NR of them), so that each A
+ * fragment it loads serves NR pieces and each B fragment MB.  The slices
+ * are kept in shared memory in 16 bits, each row padded by 8 values (16
+ * bytes) so that the eight rows of an ldmatrix matrix fall in distinct
+ * banks: A as [m][k]; B as [n][k] where its loads are k-fast, else as
+ * [k][n], which ldmatrix reads transposed. */
 template <class T>
 struct MmaTiles {
-    static constexpr int NW = T::NT / 32, PIECES = (T::BM / 16) * (T::BN / 8);
-    static constexpr int PER = PIECES / NW;
-    static constexpr bool OK = T::NT % 32 == 0 && T::BM % 16 == 0 && T::BN % 8 == 0 &&
-                               T::BK % 16 == 0 && PIECES % NW == 0;
-    static __device__ __forceinline__ int m(int w, int j) { return (w + j * NW) / (T::BN / 8) * 16; }
-    static __device__ __forceinline__ int n(int w, int j) { return (w + j * NW) % (T::BN / 8) * 8; }
+    static constexpr int NW = T::NT / 32, MB = T::BM / 16, NR = T::BN / 8 / NW;
+    static constexpr int AK = T::BK + 8;                              /* an A row */
+    static constexpr int BROWS = T::B_KFAST ? T::BN : T::BK;
+    static constexpr int BROW = T::B_KFAST ? T::BK + 8 : T::BN + 8;   /* a B row */
+    static constexpr int A_HALVES = T::BM * AK, B_HALVES = BROWS * BROW;
+    static constexpr bool OK = T::NT % 32 == 0 && T::BM % 16 == 0 && T::BK % 16 == 0 &&
+                               T::BN % (8 * NW) == 0 && NR % 2 == 0;
+    static_assert(2 * 2 * (A_HALVES + B_HALVES) <= 4 * Smem<T>::SIZE,
+                  "the 16-bit slices fit the tiling's shared memory");
+    /* the 8-column strip of D of a warp's piece r */
+    static __device__ __forceinline__ int n(int w, int r) { return (w + r * NW) * 8; }
 };
 
-/* Two values in a 16-bit precision in a word, the first in its low half,
- * each rounded to nearest even as nrt_half_bits does: one cvt.rn
- * instruction on the GPU (sm_80 on, where the mma is). */
+/* A value in a 16-bit precision (NRT_BF16 or NRT_FP16), rounded to
+ * nearest even as nrt_half_bits does: one cvt.rn instruction on the GPU
+ * (sm_80 on, where the mma is). */
 template <int PREC>
-__device__ __forceinline__ uint32_t half2_bits(float lo, float hi)
+__device__ __forceinline__ uint16_t half_bits(float v)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(NETC_EMU_H)
-    uint32_t r;
+    uint16_t r;
     if (PREC == NRT_BF16)
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
     else
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(v));
     return r;
 #else
-    return (uint32_t)nrt_half_bits(PREC, lo) | (uint32_t)nrt_half_bits(PREC, hi) << 16;
+    return nrt_half_bits(PREC, v);
+#endif
+}
+
+/* Four 8 x 8 matrices of 16-bit values from shared memory, for the warp
+ * (every lane calls it), as PTX's ldmatrix.sync.aligned.m8n8.x4 (sm_75
+ * on): lane 8i + j gives the address of matrix i's row j (16 bytes,
+ * 16-byte aligned); r[i] is matrix i's row lane / 4, values 2 (lane % 4)
+ * and 2 (lane % 4) + 1 (the first in the low half), or with TRANS its
+ * column lane / 4, rows 2 (lane % 4) and 2 (lane % 4) + 1: an mma
+ * fragment, straight. */
+template <bool TRANS>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t *row)
+{
+#if defined(NETC_EMU_H)
+    netc_emu_ldmatrix_x4(TRANS, r, row, __FILE__, __LINE__);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(row);
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s));
+#else
+    (void)r, (void)row;
+    __trap();
 #endif
 }
 
@@ -241,35 +280,22 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi)
  * k ascending, of A[m][k] B[k][n] (fmaf), for the thread's (m, n) =
  * (row(ty, i), col(tx, j)) of the tile.  The loaders la and lb fill a
  * thread's registers with its elements of the slice at k0 (0 outside the
- * matrices and for k >= kend).  kbeg, kend are the same for the block.
- *
- * PREC (a bf16 or fp16 run's, NRT_BF16 or NRT_FP16): the products on the
- * tensor cores, 16 deep at a time (mma_16x8x16), the slices' values (low
- * precision already: the runs round them where autocast does) converted
- * as the warps read them; then the warps' pieces of D go through shared
- * memory to the threads' accumulators as above, so the passes' epilogues
- * are the same for every precision. */
-template <class T, int PREC, class LA, class LB>
-__device__ __forceinline__ void igemm_in(float (&acc)[T::TM][T::TN], int kbeg, int kend,
-                                         const LA &la, const LB &lb)
+ * matrices and for k >= kend).  kbeg, kend are the same for the block. */
+template <class T, class LA, class LB>
+__device__ __forceinline__ void igemm_fp32(float (&acc)[T::TM][T::TN], int kbeg, int kend,
+                                           const LA &la, const LB &lb)
 {
-    using MT = MmaTiles<T>;
     float *const sm = Smem<T>::get();
     auto As = reinterpret_cast<float (*)[T::BK][T::AS]>(sm);
     auto Bs = reinterpret_cast<float (*)[T::BK][T::BS]>(sm + 2 * T::BK * T::AS);
     const int t = threadIdx.x, tx = t % T::TX, ty = t / T::TX;
-    const int w = t / 32, g = t % 32 / 4, q = t % 4;
     float ra[T::A_PER], rb[T::B_PER];
-    float d[PREC ? MT::PER : 1][4];
 
 #pragma unroll
     for (int i = 0; i < T::TM; i++)
 #pragma unroll
         for (int j = 0; j < T::TN; j++)
             acc[i][j] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < (PREC ? MT::PER : 1); j++)
-        d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
     if (kbeg >= kend)
         return;
 
@@ -297,44 +323,26 @@ __device__ __forceinline__ void igemm_in(float (&acc)[T::TM][T::TN], int kbeg, i
             la.load(k0 + T::BK, kend, ra);
             lb.load(k0 + T::BK, kend, rb);
         }
-        if constexpr (PREC != 0) {
-            const float(*a)[T::AS] = As[buf];
-            const float(*b)[T::BS] = Bs[buf];
 #pragma unroll
-            for (int k = 0; k < T::BK; k += 16)
+        for (int kk = 0; kk < T::BK; kk++) {
+            float a[T::TM], b[T::TN];
 #pragma unroll
-                for (int j = 0; j < MT::PER; j++) {
-                    const int m = MT::m(w, j) + g, n = MT::n(w, j) + g, c = k + 2 * q;
-                    const uint32_t fa[4] = {half2_bits<PREC>(a[c][m], a[c + 1][m]),
-                                            half2_bits<PREC>(a[c][m + 8], a[c + 1][m + 8]),
-                                            half2_bits<PREC>(a[c + 8][m], a[c + 9][m]),
-                                            half2_bits<PREC>(a[c + 8][m + 8], a[c + 9][m + 8])};
-                    const uint32_t fb[2] = {half2_bits<PREC>(b[c][n], b[c + 1][n]),
-                                            half2_bits<PREC>(b[c + 8][n], b[c + 9][n])};
-                    mma_16x8x16<PREC == NRT_BF16>(d[j], fa, fb, d[j]);
-                }
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < T::BK; kk++) {
-                float a[T::TM], b[T::TN];
-#pragma unroll
-                for (int gr = 0; gr < T::TM / 4; gr++) {
-                    const float4 v = *reinterpret_cast<const float4 *>(
-                        &As[buf][kk][gr * (T::TY * 4) + ty * 4]);
-                    a[4 * gr] = v.x, a[4 * gr + 1] = v.y, a[4 * gr + 2] = v.z, a[4 * gr + 3] = v.w;
-                }
-#pragma unroll
-                for (int gr = 0; gr < T::TN / 4; gr++) {
-                    const float4 v = *reinterpret_cast<const float4 *>(
-                        &Bs[buf][kk][gr * (T::TX * 4) + tx * 4]);
-                    b[4 * gr] = v.x, b[4 * gr + 1] = v.y, b[4 * gr + 2] = v.z, b[4 * gr + 3] = v.w;
-                }
-#pragma unroll
-                for (int i = 0; i < T::TM; i++)
-#pragma unroll
-                    for (int j = 0; j < T::TN; j++)
-                        acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+            for (int gr = 0; gr < T::TM / 4; gr++) {
+                const float4 v =
+                    *reinterpret_cast<const float4 *>(&As[buf][kk][gr * (T::TY * 4) + ty * 4]);
+                a[4 * gr] = v.x, a[4 * gr + 1] = v.y, a[4 * gr + 2] = v.z, a[4 * gr + 3] = v.w;
             }
+#pragma unroll
+            for (int gr = 0; gr < T::TN / 4; gr++) {
+                const float4 v =
+                    *reinterpret_cast<const float4 *>(&Bs[buf][kk][gr * (T::TX * 4) + tx * 4]);
+                b[4 * gr] = v.x, b[4 * gr + 1] = v.y, b[4 * gr + 2] = v.z, b[4 * gr + 3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < T::TM; i++)
+#pragma unroll
+                for (int j = 0; j < T::TN; j++)
+                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
         }
         if (!more)
             break;
@@ -342,28 +350,114 @@ __device__ __forceinline__ void igemm_in(float (&acc)[T::TM][T::TN], int kbeg, i
         /* With two buffers one barrier an iteration suffices: the next
          * stores go to the buffer last read before the barrier above. */
     }
-    if constexpr (PREC != 0) {
-        /* D's pieces into shared memory (once every warp is done with the
-         * slices there), then each thread's values out of it */
-        auto D = reinterpret_cast<float (*)[T::BN]>(sm);
-        __syncthreads();
-#pragma unroll
-        for (int j = 0; j < MT::PER; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                D[MT::m(w, j) + g + (i / 2) * 8][MT::n(w, j) + 2 * q + i % 2] = d[j][i];
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < T::TM; i++)
-#pragma unroll
-            for (int j = 0; j < T::TN; j++)
-                acc[i][j] = D[T::row(ty, i)][T::col(tx, j)];
-    }
 }
 
-/* igemm_in in the run's precision prec: fp32's FMAs, or bf16's or fp16's
- * tensor cores where the tiling suits them (MmaTiles::OK) and the GPU has
- * them (sm_80 on; fp32's FMAs of the rounded values before). */
+/* igemm_fp32's sums on the tensor cores, for a bf16 or fp16 run (PREC):
+ * the slices' values (low precision already: the runs round them where
+ * autocast does) stored in 16 bits as they go to shared memory, each
+ * warp's fragments read with ldmatrix, 16 deep at a time, and its pieces
+ * of D summed in k's order; then D goes through shared memory to the
+ * threads' accumulators as igemm_fp32 holds them, so the passes'
+ * epilogues are the same for every precision. */
+template <class T, int PREC, class LA, class LB>
+__device__ __forceinline__ void igemm_mma(float (&acc)[T::TM][T::TN], int kbeg, int kend,
+                                          const LA &la, const LB &lb)
+{
+    using MT = MmaTiles<T>;
+    float *const sm = Smem<T>::get();
+    uint16_t *const sh = reinterpret_cast<uint16_t *>(sm);
+    auto As = reinterpret_cast<uint16_t (*)[T::BM][MT::AK]>(sh);
+    auto Bs = reinterpret_cast<uint16_t (*)[MT::BROWS][MT::BROW]>(sh + 2 * MT::A_HALVES);
+    const int t = threadIdx.x, tx = t % T::TX, ty = t / T::TX;
+    const int w = t / 32, lane = t % 32;
+    float ra[T::A_PER], rb[T::B_PER];
+    float d[MT::MB][MT::NR][4];
+
+#pragma unroll
+    for (int i = 0; i < T::TM; i++)
+#pragma unroll
+        for (int j = 0; j < T::TN; j++)
+            acc[i][j] = 0.0f;
+    if (kbeg >= kend)
+        return;
+#pragma unroll
+    for (int mb = 0; mb < MT::MB; mb++)
+#pragma unroll
+        for (int r = 0; r < MT::NR; r++)
+            d[mb][r][0] = d[mb][r][1] = d[mb][r][2] = d[mb][r][3] = 0.0f;
+
+    la.load(kbeg, kend, ra);
+    lb.load(kbeg, kend, rb);
+    int buf = 0;
+    for (int k0 = kbeg;; k0 += T::BK) {
+#pragma unroll
+        for (int i = 0; i < T::A_PER; i++)
+            As[buf][T::a_m(t, i)][T::a_k(t)] = half_bits<PREC>(ra[i]);
+#pragma unroll
+        for (int i = 0; i < T::B_PER; i++) {
+            if (T::B_KFAST)
+                Bs[buf][T::bk_n(t, i)][T::bk_k(t)] = half_bits<PREC>(rb[i]);
+            else
+                Bs[buf][T::bn_k(t, i)][T::bn_n(t, i)] = half_bits<PREC>(rb[i]);
+        }
+        __syncthreads(); /* as igemm_fp32's */
+        const bool more = k0 + T::BK < kend;
+        if (more) {
+            la.load(k0 + T::BK, kend, ra);
+            lb.load(k0 + T::BK, kend, rb);
+        }
+#pragma unroll
+        for (int k = 0; k < T::BK; k += 16) {
+            /* A: the band's four 8 x 8 quarters (rows + 0 and + 8, at k
+             * and k + 8); B: two strips' two halves (k and k + 8) */
+            uint32_t fa[MT::MB][4], fb[MT::NR][4];
+#pragma unroll
+            for (int mb = 0; mb < MT::MB; mb++)
+                ldmatrix_x4<false>(fa[mb], &As[buf][mb * 16 + lane % 16][k + 8 * (lane / 16)]);
+#pragma unroll
+            for (int r = 0; r < MT::NR; r += 2) {
+                uint32_t f[4];
+                const int n = MT::n(w, r + lane / 16);
+                if (T::B_KFAST)
+                    ldmatrix_x4<false>(f, &Bs[buf][n + lane % 8][k + 8 * (lane / 8 % 2)]);
+                else
+                    ldmatrix_x4<true>(f, &Bs[buf][k + lane % 16][n]);
+                fb[r][0] = f[0], fb[r][1] = f[1], fb[r + 1][0] = f[2], fb[r + 1][1] = f[3];
+            }
+#pragma unroll
+            for (int mb = 0; mb < MT::MB; mb++)
+#pragma unroll
+                for (int r = 0; r < MT::NR; r++)
+                    mma_16x8x16<PREC == NRT_BF16>(d[mb][r], fa[mb], fb[r], d[mb][r]);
+        }
+        if (!more)
+            break;
+        buf ^= 1;
+    }
+    /* D's pieces into shared memory (once every warp is done with the
+     * slices there), then each thread's values out of it */
+    auto D = reinterpret_cast<float (*)[T::BN]>(sm);
+    const int g = lane / 4, q = lane % 4;
+    __syncthreads();
+#pragma unroll
+    for (int mb = 0; mb < MT::MB; mb++)
+#pragma unroll
+        for (int r = 0; r < MT::NR; r++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                D[mb * 16 + g + (i / 2) * 8][MT::n(w, r) + 2 * q + i % 2] = d[mb][r][i];
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < T::TM; i++)
+#pragma unroll
+        for (int j = 0; j < T::TN; j++)
+            acc[i][j] = D[T::row(ty, i)][T::col(tx, j)];
+}
+
+/* The implicit GEMMs' sums in the run's precision prec: fp32's FMAs, or
+ * bf16's or fp16's tensor cores where the tiling suits them
+ * (MmaTiles::OK) and the GPU has them (sm_80 on; fp32's FMAs of the
+ * rounded values before). */
 template <class T, class LA, class LB>
 __device__ __forceinline__ void igemm(float (&acc)[T::TM][T::TN], int kbeg, int kend,
                                       const LA &la, const LB &lb, int prec)
@@ -371,13 +465,13 @@ __device__ __forceinline__ void igemm(float (&acc)[T::TM][T::TN], int kbeg, int 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     if constexpr (MmaTiles<T>::OK) {
         if (prec == NRT_BF16)
-            return igemm_in<T, NRT_BF16>(acc, kbeg, kend, la, lb);
+            return igemm_mma<T, NRT_BF16>(acc, kbeg, kend, la, lb);
         if (prec == NRT_FP16)
-            return igemm_in<T, NRT_FP16>(acc, kbeg, kend, la, lb);
+            return igemm_mma<T, NRT_FP16>(acc, kbeg, kend, la, lb);
     }
 #endif
     (void)prec;
-    igemm_in<T, 0>(acc, kbeg, kend, la, lb);
+    igemm_fp32<T>(acc, kbeg, kend, la, lb);
 }
 
 /* ------------------------------------------------------ conv2d forward */

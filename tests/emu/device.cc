@@ -364,6 +364,24 @@ extern "C" void netc_emu_add_shared(char *begin, char *end)
         shared_ranges().push_back({begin, end});
 }
 
+extern "C" int netc_emu_shared_ok(const void *p, size_t size, size_t align, const char *what,
+                                  const char *file, int line)
+{
+    const char *c = (const char *)p;
+    bool in = false;
+    for (auto &r : shared_ranges())
+        in = in || (c >= r.first && c + size <= r.second);
+    if (in && (uintptr_t)c % align == 0)
+        return 1;
+    if (in)
+        block_error("%s: %s at %s:%d of %zu bytes at %p, not %zu-byte aligned",
+                    where(*blk, *blk->cur).c_str(), what, file, line, size, p, align);
+    else
+        block_error("%s: %s at %s:%d of %zu bytes at %p, not in the block's shared memory",
+                    where(*blk, *blk->cur).c_str(), what, file, line, size, p);
+    return 0;
+}
+
 namespace emu {
 
 cudaError_t make_launch(const Kernel *k, dim3 grid, dim3 block, void **args, size_t shared,

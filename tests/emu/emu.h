@@ -50,6 +50,10 @@ void netc_emu_register(const char *name, void *fn, netc_emu_trampoline call, int
                        const size_t *size, const size_t *align, const unsigned char *is_pointer,
                        int max_threads);
 void netc_emu_add_shared(char *begin, char *end);
+/* Whether [p, p + size) lies in a block's shared memory at an address
+ * aligned to align; if not, the block's error names what, file and line. */
+int netc_emu_shared_ok(const void *p, size_t size, size_t align, const char *what,
+                       const char *file, int line);
 cudaError_t netc_emu_launch_fn(void *fn, netc_emu_trampoline call, int nparams,
                                const size_t *size, const size_t *align,
                                const unsigned char *is_pointer, int max_threads,
@@ -244,6 +248,32 @@ static inline void netc_emu_mma_16x8x16(bool bf16, float d[4], const uint32_t a[
             acc = fmaf(ra[(k % 8) / 2][2 * (i / 2) + 4 * (k / 8) + k % 2],
                        rb[i % 2][(k % 8) / 2][2 * (k / 8) + k % 2], acc);
         d[i] = acc;
+    }
+}
+
+/* PTX's ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 r, [p]: four
+ * 8 x 8 matrices of 16-bit values, lane 8i + j giving matrix i's row j
+ * (16 bytes of shared memory, 16-byte aligned: else the block's error);
+ * lane l receives in r[i] matrix i's row l / 4, values 2 (l % 4) and
+ * 2 (l % 4) + 1, the first in the low half, or (trans) its column l / 4,
+ * rows 2 (l % 4) and 2 (l % 4) + 1.  A warp operation: each lane reads its
+ * row where it comes, and the lanes exchange them. */
+static inline void netc_emu_ldmatrix_x4(bool trans, uint32_t r[4], const void *p, const char *f,
+                                        int l)
+{
+    uint16_t row[8] = {0};
+    if (netc_emu_shared_ok(p, sizeof row, 16, "ldmatrix", f, l))
+        memcpy(row, p, sizeof row);
+    const unsigned char *all = netc_emu_warp_exchange(0xffffffffu, row, sizeof row, f, l);
+    const int lane = (int)netc_emu_lane();
+    for (int i = 0; i < 4; i++) {
+        uint16_t h[2];
+        for (int e = 0; e < 2; e++) {
+            const int rr = trans ? 2 * (lane % 4) + e : lane / 4;
+            const int cc = trans ? lane / 4 : 2 * (lane % 4) + e;
+            memcpy(&h[e], all + NETC_EMU_WARP_BYTES * (8 * i + rr) + 2 * cc, sizeof h[e]);
+        }
+        r[i] = (uint32_t)h[0] | (uint32_t)h[1] << 16;
     }
 }
 
