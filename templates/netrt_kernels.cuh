@@ -223,11 +223,17 @@ struct MmaTiles {
     static constexpr int BROW = T::B_KFAST ? T::BK + 8 : T::BN + 8;   /* a B row */
     static constexpr int A_HALVES = T::BM * AK, B_HALVES = BROWS * BROW;
     static constexpr bool OK = T::NT % 32 == 0 && T::BM % 16 == 0 && T::BK % 16 == 0 &&
-                               T::BN % (8 * NW) == 0 && NR % 2 == 0;
+                               T::BN % (8 * NW) == 0 && NR % 2 == 0 && T::BN % 32 == 0;
     static_assert(2 * 2 * (A_HALVES + B_HALVES) <= 4 * Smem<T>::SIZE,
                   "the 16-bit slices fit the tiling's shared memory");
     /* the 8-column strip of D of a warp's piece r */
     static __device__ __forceinline__ int n(int w, int r) { return (w + r * NW) * 8; }
+    /* where D's column c of row r lies when D goes through shared memory
+     * (BN floats a row, no padding: the slices' memory is no larger):
+     * groups of four columns swapped within 32 by the row's last three
+     * bits, so that the eight rows a warp's store or load touches at once
+     * fall in different banks */
+    static __device__ __forceinline__ int dcol(int r, int c) { return c ^ ((r & 7) << 2); }
 };
 
 /* A value in a 16-bit precision (NRT_BF16 or NRT_FP16), rounded to
@@ -444,14 +450,22 @@ __device__ __forceinline__ void igemm_mma(float (&acc)[T::TM][T::TN], int kbeg, 
 #pragma unroll
         for (int r = 0; r < MT::NR; r++)
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                D[mb * 16 + g + (i / 2) * 8][MT::n(w, r) + 2 * q + i % 2] = d[mb][r][i];
+            for (int h = 0; h < 2; h++) { /* rows g and g + 8, two columns each */
+                const int row = mb * 16 + g + 8 * h;
+                *reinterpret_cast<float2 *>(&D[row][MT::dcol(row, MT::n(w, r) + 2 * q)]) =
+                    make_float2(d[mb][r][2 * h], d[mb][r][2 * h + 1]);
+            }
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < T::TM; i++)
 #pragma unroll
-        for (int j = 0; j < T::TN; j++)
-            acc[i][j] = D[T::row(ty, i)][T::col(tx, j)];
+        for (int gr = 0; gr < T::TN / 4; gr++) { /* four columns together, as stored */
+            const int row = T::row(ty, i);
+            const float4 v =
+                *reinterpret_cast<const float4 *>(&D[row][MT::dcol(row, T::col(tx, 4 * gr))]);
+            acc[i][4 * gr] = v.x, acc[i][4 * gr + 1] = v.y;
+            acc[i][4 * gr + 2] = v.z, acc[i][4 * gr + 3] = v.w;
+        }
 }
 
 /* The implicit GEMMs' sums in the run's precision prec: fp32's FMAs, or
