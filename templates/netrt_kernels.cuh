@@ -543,8 +543,9 @@ struct FwdB {
         for (int i = 0; i < T::B_PER; i++) {
             const int j = i % T::B_COLS;
             const int k = k0 + T::bn_k(t, i);
-            const int c = k / G::KK, q = k % G::KK;
-            const int kh = q / G::KW, kw = q % G::KW;
+            /* k >= 0: unsigned, its division a multiply and a shift */
+            const int c = (int)((unsigned)k / G::KK), q = (int)((unsigned)k % G::KK);
+            const int kh = (int)((unsigned)q / G::KW), kw = (int)((unsigned)q % G::KW);
             const bool ok = k < kend && (unsigned)(ih0[j] + kh) < (unsigned)G::H &&
                             (unsigned)(iw0[j] + kw) < (unsigned)G::W;
             r[i] = ok ? x[base[j] + c * cstride + kh * G::W + kw] : 0.0f;
@@ -741,8 +742,10 @@ struct DxB {
         for (int i = 0; i < T::B_PER; i++) {
             const int j = i % T::B_COLS;
             const int k = k0 + T::bn_k(t, i);
-            const int o = k / G::KK, q = k % G::KK;
-            const int th = th0[j] - q / G::KW, tw = tw0[j] - q % G::KW;
+            /* k >= 0: unsigned, as FwdB's */
+            const int o = (int)((unsigned)k / G::KK), q = (int)((unsigned)k % G::KK);
+            const int th = th0[j] - (int)((unsigned)q / G::KW);
+            const int tw = tw0[j] - (int)((unsigned)q % G::KW);
             bool ok = k < kend;
             int oh, ow;
             if (G::SH == 1) {
