@@ -329,6 +329,22 @@ static int cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit)
     return (r[reg] >> bit) & 1u;
 }
 
+/* Those bits, read once as the program starts, before any thread or pass
+ * and never written again: a cpuid instruction traps to the hypervisor on
+ * a virtual machine (7 us each on 2026-12-04's AMD Zen 4 VM), and the
+ * passes ask at every call (an fp16 run's roundings paid 0.6 ms a step of
+ * a small CNN's 0.17).  F16C: cpuid 1's ecx bit 29; AMX-TILE and AMX-BF16:
+ * cpuid 7.0's edx bits 24 and 22. */
+static struct {
+    unsigned char f16c, amx;
+} cpu_bits;
+
+__attribute__((constructor)) static void read_cpu_bits(void)
+{
+    cpu_bits.f16c = (unsigned char)cpuid_bit(1, 0, 2, 29);
+    cpu_bits.amx = (unsigned char)(cpuid_bit(7, 0, 3, 24) && cpuid_bit(7, 0, 3, 22));
+}
+
 typedef float v8f __attribute__((vector_size(32)));
 
 /* The mask of the first n of eight lanes (a masked load's or store's) */
@@ -919,9 +935,9 @@ static int have_bf16(void)
 static int have_amx(void)
 {
 #ifdef NRT_X86_AMX
-    /* cpuid 7.0's edx: AMX-TILE bit 24, AMX-BF16 bit 22; whether Linux
-     * lets this process use the tiles is nrt_amx_enable's question */
-    return have_bf16() && cpuid_bit(7, 0, 3, 24) && cpuid_bit(7, 0, 3, 22);
+    /* AMX-TILE and AMX-BF16 (cpu_bits); whether Linux lets this process
+     * use the tiles is nrt_amx_enable's question */
+    return have_bf16() && cpu_bits.amx;
 #else
     return 0;
 #endif
@@ -4339,7 +4355,7 @@ int nrt_correct(const float *logits, const int32_t *label, int n, int k)
 #ifdef NRT_X86_AVX2
 static int have_f16c(void)
 {
-    return have_avx2() && cpuid_bit(1, 0, 2, 29); /* cpuid 1's ecx: F16C */
+    return have_avx2() && cpu_bits.f16c;
 }
 
 __attribute__((target("avx2,f16c"))) static size_t fp16_f16c(float *dst, uint16_t *bits,
