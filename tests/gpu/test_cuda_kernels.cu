@@ -418,6 +418,24 @@ extern "C" __global__ void mma_probe_bf16(const uint16_t *A, const uint16_t *B, 
 {
     mma_probe<true>(A, B, C, D);
 }
+/* One warp's ldmatrix_x4 of M [16, 16] (16-bit values, row-major) from
+ * shared memory, rows padded to 24 values as igemm_mma pads them: lane l
+ * points at row l % 16, column 8 (l / 16), so matrix i is rows 8 (i % 2)
+ * on, columns 8 (i / 2) on; R [32][4] the lanes' words, then (T) the same
+ * read transposed. */
+extern "C" __global__ void ldmatrix_probe(const uint16_t *M, uint32_t *R, uint32_t *T)
+{
+    __shared__ __align__(16) uint16_t s[16][24];
+    const int lane = threadIdx.x % 32;
+    for (int i = lane; i < 16 * 16; i += 32)
+        s[i / 16][i % 16] = M[i];
+    __syncthreads();
+    uint32_t r[4], t[4];
+    nrt_k::ldmatrix_x4<false>(r, &s[lane % 16][8 * (lane / 16)]);
+    nrt_k::ldmatrix_x4<true>(t, &s[lane % 16][8 * (lane / 16)]);
+    for (int i = 0; i < 4; i++)
+        R[lane * 4 + i] = r[i], T[lane * 4 + i] = t[i];
+}
 extern "C" __global__ void mma_probe_fp16(const uint16_t *A, const uint16_t *B, const float *C,
                                           float *D)
 {
@@ -786,6 +804,34 @@ static void test_mma_one(cudaStream_t s)
             18 * 0x1p-24, 1e-30);
 }
 
+/* ldmatrix (nrt_k::ldmatrix_x4, sm_75 on), as the PTX ISA lays out its
+ * fragments: lane l's word i holds matrix i's row l / 4, values 2 (l % 4)
+ * and the next (the first in the low half); transposed, its column l / 4,
+ * rows 2 (l % 4) and the next.  Every value distinct, so a word from the
+ * wrong place shows. */
+static void test_ldmatrix(cudaStream_t s)
+{
+    std::vector<uint16_t> m(16 * 16);
+    for (size_t i = 0; i < m.size(); i++)
+        m[i] = (uint16_t)(0x1000 + 37 * i);
+    std::vector<uint32_t> want(32 * 4), want_t(32 * 4);
+    for (int l = 0; l < 32; l++)
+        for (int i = 0; i < 4; i++) {
+            const int r0 = 8 * (i % 2), c0 = 8 * (i / 2), g = l / 4, q = l % 4;
+            want[l * 4 + i] = m[(r0 + g) * 16 + c0 + 2 * q] |
+                              (uint32_t)m[(r0 + g) * 16 + c0 + 2 * q + 1] << 16;
+            want_t[l * 4 + i] = m[(r0 + 2 * q) * 16 + c0 + g] |
+                                (uint32_t)m[(r0 + 2 * q + 1) * 16 + c0 + g] << 16;
+        }
+    Dev<uint16_t> dm(m);
+    Dev<uint32_t> dr(32 * 4), dt(32 * 4);
+    ldmatrix_probe<<<1, 32, 0, s>>>(dm.p, dr.p, dt.p);
+    CK(cudaGetLastError());
+    CK(cudaStreamSynchronize(s));
+    compare_exact("ldmatrix.x4", dr.get(), want);
+    compare_exact("ldmatrix.x4.trans", dt.get(), want_t);
+}
+
 static void test_mma(nrt_cuda_net *net)
 {
     int dev = 0, major = 0;
@@ -796,6 +842,7 @@ static void test_mma(nrt_cuda_net *net)
                major);
         return;
     }
+    test_ldmatrix(net->stream);
     test_mma_one<true>(net->stream);
     test_mma_one<false>(net->stream);
 }
