@@ -28,7 +28,9 @@ rounding@kernels@templates/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s :
 scaled@gradients@templates/netrt_kernels.cuh@nrt_lowp(prec, scale ? src[i] * s : src[i]);@nrt_lowp(prec, scale ? src[i] * s * s : src[i]);
 unscale@gradients@runtime/cuda/backend.cu@        nrt_unscale(&c->host->scaler, grad, c->m->param_count);\n@
 halftype@kernels@runtime/cuda/launch.c@NRT_BF16 ? CUDA_R_16BF : CUDA_R_16F;@NRT_BF16 ? CUDA_R_16BF : CUDA_R_16BF;
-mmafrag@kernels@templates/netrt_kernels.cuh@half2_bits<PREC>(a[c + 8][m], a[c + 9][m]),@half2_bits<PREC>(a[c + 8][m], a[c + 1][m]),
+mmafrag@kernels@templates/netrt_kernels.cuh@[k + 8 * (lane / 16)]);@[k + 8 * (1 - lane / 16)]);
+mmab@kernels@templates/netrt_kernels.cuh@fb[r + 1][0] = f[2], fb[r + 1][1] = f[3];@fb[r + 1][0] = f[3], fb[r + 1][1] = f[2];
+dswizzle@kernels@templates/netrt_kernels.cuh@&D[row][MT::dcol(row, T::col(tx, 4 * gr))]@&D[row][T::col(tx, 4 * gr)]
 whalf@kernels@templates/netrt_kernels.cuh@        if (bits)@        if (bits && i == 0)'
 # what each is, for the report
 what() {
@@ -49,7 +51,9 @@ what() {
     scaled) echo "fp16's loss gradient scaled twice on the GPU" ;;
     unscale) echo "fp16's gradients left scaled by --gradcheck on the GPU" ;;
     halftype) echo "fp16's products read by the tensor cores as bf16 (cublasGemmEx's type)" ;;
-    mmafrag) echo "a convolution's mma fragment of A holding a wrong column" ;;
+    mmafrag) echo "a convolution's mma fragments of A loaded with their k halves swapped (ldmatrix's row addresses)" ;;
+    mmab) echo "a convolution's mma fragments of B given to the wrong halves of k" ;;
+    dswizzle) echo "a convolution's accumulators read back from shared memory without the swizzle they were stored with" ;;
     whalf) echo "the weights' 16-bit copy left stale past its first value by their cast" ;;
     esac
 }
