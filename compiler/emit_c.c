@@ -231,6 +231,11 @@ void emit_layer_comment(Emit *e, const Node *n)
     emitf(e, " * layer %d: %s    (line %d)", n->index, source_line(p, n->stmt),
           n->stmt->loc.first_line);
     const Shape *out = &p->values[n->out].shape;
+    if (n->sunk) { /* (reorder.c; the pool is the node before it now) */
+        const char *f = n->op->sig.name;
+        emitf(e, " * run after layer %d, the max pool after it in the model, on the pooled", n[-1].index);
+        emitf(e, " * values: %s(max(a, b)) = max(%s(a), %s(b))", f, f, f);
+    }
     if (n->fused) {
         emitf(e, " * fused with layer %d: %s    (line %d)", n->fused->index,
               source_line(p, n->fused->stmt), n->fused->stmt->loc.first_line);

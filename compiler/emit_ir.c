@@ -85,7 +85,10 @@ static void emit_values(Emit *e)
         const char *where = g < 0 ? "a view: no pass"
                             : n->absorbed ? arena_printf(e->arena, "g%d, in its epilogue", g)
                                           : arena_printf(e->arena, "g%d", g);
-        const char *what = n->op->is_view && g >= 0 ? "; a transpose from channel first" : "";
+        const char *what = n->op->is_view && g >= 0 ? "; a transpose from channel first"
+                           : n->sunk ? arena_printf(e->arena, "; run after the max pool, layer %d "
+                                                    "(reorder.c)", n[-1].index)
+                                     : "";
         emitf(e, "  %-28s = %s %%%d%s", value_name(e, n->out), source_line(p, n->stmt), n->in,
               n->in2 >= 0 ? arena_printf(e->arena, ", %%%d", n->in2) : "");
         emitf(e, "  %-28s   layer %d, line %d, %s%s", "", n->index, n->stmt->loc.first_line, where,

@@ -509,6 +509,9 @@ int main(int argc, char **argv)
     if (m && d.errors == 0)
         p = sema_check(&d, arena, m);
     if (p && d.errors == 0) { /* the memory plan refuses what it cannot place */
+        const char *reorder = getenv("NETC_REORDER"); /* no: as written (tests) */
+        if (!reorder || strcmp(reorder, "no"))
+            sink_activations(p);
         autodiff(p);
         fuse_and_plan(p);
     }

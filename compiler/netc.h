@@ -269,6 +269,10 @@ typedef struct Act {
     const char *(*fwd)(Arena *a, const Node *n, const char *x);
     const char *(*bwd)(Arena *a, const Node *n, const char *dy, const char *x, const char *y);
     int needs;
+    /* nondecreasing as computed, to the last bit (relu: max(x, 0)), so that
+     * max(f(a), f(b)) is f(max(a, b)) exactly and a max pool after it can
+     * run first (reorder.c) */
+    bool monotone;
 } Act;
 
 /* A layer op: everything netc knows about it, in one place. */
@@ -315,6 +319,8 @@ typedef struct OpDef {
      * rounded input then gives a rounded output, and a bf16 run needs no
      * rounding pass after it.  NULL: never. */
     bool (*selects)(const Program *p, const Node *n, bool bwd);
+    bool picks_max;      /* maxpool2d: its output is the largest of each window
+                            (what a monotone activation commutes with) */
     bool rounds_output;  /* linear, conv2d, rnn: its pass leaves its output
                             rounded in a bf16 run (in its epilogue) */
 } OpDef;
@@ -471,6 +477,8 @@ struct Node {
     int buf0, nbufs;    /* its buffers in the program's table */
     const Node *fused;  /* activation fused into this node's epilogue */
     bool absorbed;      /* this activation lives in its producer's epilogue */
+    bool sunk;          /* this activation runs after the max pool that followed it
+                           in the model, on the pooled values (reorder.c) */
     int64_t aux_size;   /* floats per sample kept for backward (dropout mask) */
     int64_t iaux_size;  /* int32s per sample kept for backward (maxpool argmax) */
     int64_t scratch;    /* floats of scratch a sample, alive within one pass */
@@ -594,6 +602,8 @@ void print_summary(FILE *out, const Program *p);
 
 /* Builds the backward graph: the order of backward passes and which
  * gradients each produces. */
+/* reorder.c: a monotone activation followed by a max pool runs after it. */
+void sink_activations(Program *p);
 void autodiff(Program *p);
 
 /* ------------------------------------------------------------------ fuse.c */

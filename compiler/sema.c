@@ -966,11 +966,19 @@ void print_summary(FILE *out, const Program *p)
             shape_str(p->arena, &p->input), "");
     for (int i = 0; i < p->nnodes; i++) {
         const Node *n = &p->nodes[i];
+        const Shape *shape = &p->values[n->out].shape;
+        if (i + 1 < p->nnodes && p->nodes[i + 1].sunk) { /* as written (reorder.c): */
+            n = &p->nodes[i + 1];                        /* the activation, of the */
+            shape = &p->values[p->nodes[i].in].shape;   /* pool's input shape, */
+        } else if (n->sunk) {                            /* then the pool */
+            n = &p->nodes[i - 1];
+            shape = &p->values[n->out].shape;
+        }
         size_t count = 0;
         for (int k = 0; k < n->nparams; k++)
             count += p->params[n->param0 + k].size;
         fprintf(out, "  %-4d %-*s %-18s %12zu\n", n->index, w, summary_label(p, n),
-                shape_str(p->arena, &p->values[n->out].shape), count);
+                shape_str(p->arena, shape), count);
     }
     fprintf(out, "  loss %s, optimizer %s, target %s(%d)\n", p->loss->sig.name,
             p->optimizer->sig.name,

@@ -87,8 +87,15 @@ for model in $models; do
 done
 command -v dot > /dev/null 2>&1 || echo "note: graphviz's dot not found; --emit=dot not rendered"
 
-# the IR of digits_cnn: values with shapes, groups, the memory plan
+# the IR of digits_cnn: its relus run after their max pools (reorder.c)
 ir=$WORK/digits_cnn.ir
+check "grep -q '^  %3 \[16, 4, 4\] cn lowp  *= relu %2$' '$ir' &&
+    grep -q 'layer 1, line 7, g2; run after the max pool, layer 2 (reorder.c)$' '$ir'" \
+    "IR: relu 1 after maxpool2d 2: $(grep -A1 '= relu' "$ir" | head -2)"
+# and as written (NETC_REORDER=no): values with shapes, fusion groups, the
+# memory plan
+ir=$WORK/digits_cnn.written.ir
+NETC_REORDER=no "$NETC" --emit=ir "$SRC/models/digits_cnn.net" -o "$ir"
 check "grep -q '^  %1 \[16, 8, 8\] cn lowp  *= conv2d(16, kernel=3, padding=1) %0$' '$ir'" "IR: conv2d's value"
 check "grep -q '^  %0 \[1, 8, 8\]  *image' '$ir'" "IR: the input is not lowp (fp32 until a product casts it)"
 check "grep -q 'layer 1, line 7, g0, in its epilogue' '$ir'" "IR: relu fused into g0"

@@ -131,10 +131,17 @@ static const char *softplus_b(Arena *a, const Node *n, const char *dy, const cha
                         dy, x, beta);
 }
 
-static const Act relu_act = {relu_f, relu_b, NEEDS_Y}, leaky_act = {leaky_f, leaky_b, NEEDS_Y},
-                 tanh_act = {tanh_f, tanh_b, NEEDS_Y}, sigmoid_act = {sigmoid_f, sigmoid_b, NEEDS_Y},
-                 gelu_act = {gelu_f, gelu_b, NEEDS_X}, silu_act = {silu_f, silu_b, NEEDS_X},
-                 elu_act = {elu_f, elu_b, NEEDS_Y}, softplus_act = {softplus_f, softplus_b, NEEDS_X};
+/* (relu's monotone: a comparison and a select, exact; leaky_relu's negative
+ * slope, an argument, may be below 0, and tanh, sigmoid and elu are libm's
+ * functions, not promised monotone to the last bit) */
+static const Act relu_act = {relu_f, relu_b, NEEDS_Y, true},
+                 leaky_act = {leaky_f, leaky_b, NEEDS_Y, false},
+                 tanh_act = {tanh_f, tanh_b, NEEDS_Y, false},
+                 sigmoid_act = {sigmoid_f, sigmoid_b, NEEDS_Y, false},
+                 gelu_act = {gelu_f, gelu_b, NEEDS_X, false},
+                 silu_act = {silu_f, silu_b, NEEDS_X, false},
+                 elu_act = {elu_f, elu_b, NEEDS_Y, false},
+                 softplus_act = {softplus_f, softplus_b, NEEDS_X, false};
 
 static void act_fwd(Emit *e, const Node *n)
 {

@@ -109,5 +109,5 @@ static bool maxpool_selects(const Program *p, const Node *n, bool bwd)
 }
 
 const OpDef op_maxpool2d = {POOLING("maxpool2d", "max pooling (nn.MaxPool2d; stride defaults to kernel)"),
-                            .selects = maxpool_selects};
+                            .selects = maxpool_selects, .picks_max = true};
 const OpDef op_avgpool2d = {POOLING("avgpool2d", "average pooling (nn.AvgPool2d, count_include_pad=True)")};

@@ -28,7 +28,10 @@
 #            compares the cpu keeping a bf16 or fp16 run's values in 16 bits
 #            (NETRT_ACT_BITS=16) with it keeping them in 32 (=32), bit for bit
 #            too (with PRECISION bf16 or fp16; in fp32 both runs are the same);
-#            DEVICE=cuda-act16 the same on the GPU.
+#            DEVICE=cuda-act16 the same on the GPU.  DEVICE=cpu-reorder compares
+#            the program with itself built with NETC_REORDER=no: its layers
+#            as written, no relu run after the max pool that follows it
+#            (compiler/reorder.c), bit for bit too.
 #   STEPS    steps per run (default: 100)
 #   RTOL     the tolerance (default: 1e-4)
 #   KEEP     a directory to keep the logs in (default: none)
@@ -123,7 +126,7 @@ data_flags() {
     done
 }
 
-a_env= b_env= b_cflags=
+a_env= b_env= b_cflags= b_netc_env=
 if [ "$DEVICE" = cpu ]; then
     a_flags="--device cpu --threads 1"
     b_flags="--device cpu --threads 2"
@@ -145,6 +148,11 @@ elif [ "$DEVICE" = cuda-act16 ]; then
     a_env=NETRT_ACT_BITS=32
     b_env=NETRT_ACT_BITS=16
     rtol=0
+elif [ "$DEVICE" = cpu-reorder ]; then
+    a_flags="--device cpu"
+    b_flags="--device cpu"
+    b_netc_env=NETC_REORDER=no
+    rtol=0 # nor the order of a relu and its max pool
 elif [ "$DEVICE" = cpu-baseline ]; then
     a_flags="--device cpu"
     b_flags="--device cpu"
@@ -156,6 +164,16 @@ else
     b_flags="--device $DEVICE"
     rtol=$RTOL
 fi
+
+# netc ARGS... as it builds the second program: with b_cflags or b_netc_env
+netc_b() {
+    if [ -n "$b_cflags" ]; then
+        NETC_CFLAGS=$b_cflags "$NETC" "$@"
+    else
+        # shellcheck disable=SC2086
+        env $b_netc_env "$NETC" "$@"
+    fi
+}
 
 passed=0
 failed=0
@@ -171,10 +189,10 @@ for model in "$@"; do
         continue
     fi
     a_prog=$prog b_prog=$prog
-    if [ -n "$b_cflags" ]; then
+    if [ -n "$b_cflags$b_netc_env" ]; then
         b_prog=$prog.b
-        if ! NETC_CFLAGS=$b_cflags "$NETC" "$model" -o "$b_prog" > "$work/$name.netc.b.log" 2>&1; then
-            echo "FAIL $name: netc with NETC_CFLAGS=$b_cflags: $(head -5 "$work/$name.netc.b.log")"
+        if ! netc_b "$model" -o "$b_prog" > "$work/$name.netc.b.log" 2>&1; then
+            echo "FAIL $name: netc with ${b_cflags:+NETC_CFLAGS=$b_cflags }$b_netc_env: $(head -5 "$work/$name.netc.b.log")"
             failed=$((failed + 1))
             continue
         fi

@@ -66,6 +66,7 @@ gradcheck_data() {
     input_operands) random_csv "$_n" 6 class 3 25 > "$2" ;;
     mixed_layouts) random_csv "$_n" 72 class 3 26 > "$2" ;;
     winograd) random_csv "$_n" 128 class 3 27 > "$2" ;;
+    relu_pool) random_csv "$_n" 98 class 3 28 > "$2" ;;
     *) echo "gradcheck_data: no data for $1" >&2; return 1 ;;
     esac
 }
