@@ -36,6 +36,9 @@ int nrt_conv_mode(void);
 /* Whether g's passes should run on oneDNN (a property of the layer, not
  * of the batch). */
 int nrt_dnnl_wanted(const nrt_conv *g);
+/* Whether oneDNN can run g's passes: the library found and its engine made
+ * (for g's net, loaded by this call at its first). */
+int nrt_dnnl_ready(const nrt_conv *g);
 /* As nrt_conv2d_fwd, nrt_conv2d_dw and nrt_conv2d_dx (without scratch). */
 int nrt_dnnl_fwd(const nrt_conv *g, int n, const float *w, const float *b, const float *xp,
                  float *y);
@@ -43,6 +46,7 @@ int nrt_dnnl_dw(const nrt_conv *g, int n, const float *dy, const float *xp, floa
 int nrt_dnnl_dx(const nrt_conv *g, int n, int cn, const float *w, const float *dy, float *dx);
 #else
 #define nrt_dnnl_wanted(g) 0
+#define nrt_dnnl_ready(g) 0
 #define nrt_dnnl_fwd(g, n, w, b, xp, y) (-1)
 #define nrt_dnnl_dw(g, n, dy, xp, dw) (-1)
 #define nrt_dnnl_dx(g, n, cn, w, dy, dx) (-1)

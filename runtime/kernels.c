@@ -336,13 +336,16 @@ static int cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit)
  * a small CNN's 0.17).  F16C: cpuid 1's ecx bit 29; AMX-TILE and AMX-BF16:
  * cpuid 7.0's edx bits 24 and 22. */
 static struct {
-    unsigned char f16c, amx;
+    unsigned char f16c, amx, intel;
 } cpu_bits;
 
 __attribute__((constructor)) static void read_cpu_bits(void)
 {
     cpu_bits.f16c = (unsigned char)cpuid_bit(1, 0, 2, 29);
     cpu_bits.amx = (unsigned char)(cpuid_bit(7, 0, 3, 24) && cpuid_bit(7, 0, 3, 22));
+    unsigned r[4]; /* the vendor: "GenuineIntel" in ebx, edx, ecx */
+    cpu_bits.intel = __get_cpuid(0, &r[0], &r[1], &r[2], &r[3]) && r[1] == 0x756e6547u &&
+                     r[3] == 0x49656e69u && r[2] == 0x6c65746eu;
 }
 
 typedef float v8f __attribute__((vector_size(32)));
@@ -1814,8 +1817,9 @@ static int dot_fp32(int dot)
     return !((dot == NRT_DOT_BF16 || dot == NRT_DOT_AMX) && have_bf16());
 }
 
-/* The forward pass of a stride-1 convolution whose output rows are whole
- * runs of 16 and whose sums fit one K block (C*KH*KW <= KC), on AVX-512,
+/* The forward pass of a stride-1 convolution whose sums fit one K block
+ * (C*KH*KW <= KC), its output rows in runs of 16 (a row's last run
+ * masked: cnn101's first layer, rows of 30, 16 + 14), on AVX-512,
  * without the product's machinery: tiles of 8 output channels by 3 runs
  * of 16 positions (24 zmm sums; a step loads 3 runs of the padded input
  * in place and broadcasts 8 weights, packed [K][8] per block of channels).
@@ -1837,8 +1841,10 @@ static int dot_fp32(int dot)
 #ifdef NRT_X86_AVX2
 __attribute__((target("avx2,fma"))) static void
 conv_fwd_tile_avx2(int k, const float *wp, const float *b, const float *const *src,
-                   const size_t *roff, float *const *dst, size_t ldy, int no, int nv)
+                   const size_t *roff, float *const *dst, size_t ldy, int no, int nv,
+                   const int *lanes)
 {
+    (void)lanes; /* (whole runs of 8 alone: conv_fwd_direct) */
     for (int h = 0; h < no; h += 4, wp += 4) {
         __m256 acc[4][FW_VB];
 #pragma GCC unroll 4
@@ -1876,9 +1882,14 @@ conv_fwd_tile_avx2(int k, const float *wp, const float *b, const float *const *s
 #ifdef NRT_X86_AVX512
 AVX512_TARGET static void
 conv_fwd_tile_avx512(int k, const float *wp, const float *b, const float *const *src,
-                     const size_t *roff, float *const *dst, size_t ldy, int no, int nv)
+                     const size_t *roff, float *const *dst, size_t ldy, int no, int nv,
+                     const int *lanes)
 {
     __m512 acc[FW_OB][FW_VB];
+    __mmask16 m[FW_VB]; /* a run's positions in its row (the loads read no further) */
+#pragma GCC unroll 4
+    for (int v = 0; v < FW_VB; v++)
+        m[v] = (__mmask16)((1u << lanes[v]) - 1);
 #pragma GCC unroll 8
     for (int a = 0; a < FW_OB; a++)
 #pragma GCC unroll 4
@@ -1888,7 +1899,7 @@ conv_fwd_tile_avx512(int k, const float *wp, const float *b, const float *const 
         __m512 x[FW_VB];
 #pragma GCC unroll 4
         for (int v = 0; v < FW_VB; v++)
-            x[v] = _mm512_loadu_ps(src[v] + roff[p]);
+            x[v] = _mm512_maskz_loadu_ps(m[v], src[v] + roff[p]);
 #pragma GCC unroll 8
         for (int a = 0; a < FW_OB; a++) {
             const __m512 wa = _mm512_set1_ps(wp[a]);
@@ -1900,7 +1911,7 @@ conv_fwd_tile_avx512(int k, const float *wp, const float *b, const float *const 
     for (int a = 0; a < no; a++) {
         const __m512 ba = _mm512_set1_ps(b ? b[a] : 0.0f);
         for (int v = 0; v < nv; v++)
-            _mm512_storeu_ps(dst[v] + a * ldy, _mm512_add_ps(acc[a][v], ba));
+            _mm512_mask_storeu_ps(dst[v] + a * ldy, m[v], _mm512_add_ps(acc[a][v], ba));
     }
 }
 #endif
@@ -1908,7 +1919,8 @@ conv_fwd_tile_avx512(int k, const float *wp, const float *b, const float *const 
 /* nrt_conv2d_fwd by the path above where it applies and its buffer can be
  * had: 0; else -1, and the caller takes the product's path. */
 typedef void conv_fwd_tile_fn(int k, const float *wp, const float *b, const float *const *src,
-                              const size_t *roff, float *const *dst, size_t ldy, int no, int nv);
+                              const size_t *roff, float *const *dst, size_t ldy, int no, int nv,
+                              const int *lanes);
 
 static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float *b,
                            const float *xp, float *y)
@@ -1925,8 +1937,10 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
     if (g->dot != NRT_DOT_AVX2 && have_avx512())
         tile = conv_fwd_tile_avx512, width = 16;
 #endif
-    if (!tile || !dot_fp32(g->dot) || g->sw != 1 || g->ow % width || k > KC || n <= 0 ||
-        g->o <= 0 || g->oh <= 0)
+    /* AVX-512 masks a row's last run (cnn101's rows of 30: 16 + 14);
+     * AVX2, whole runs of 8 alone */
+    if (!tile || !dot_fp32(g->dot) || g->sw != 1 || (width == 8 && g->ow % width) || k > KC ||
+        n <= 0 || g->o <= 0 || g->oh <= 0)
         return -1;
     const struct conv_src s = conv_src_of(g, n, xp);
     const size_t np = (size_t)n * g->oh * g->ow;
@@ -1939,7 +1953,8 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
     size_t roff[KC];
     for (int p = 0; p < k; p++)
         roff[p] = conv_row(&s, p);
-    const long runs = (long)(np / width), rblocks = (runs + FW_VB - 1) / FW_VB;
+    const int per_row = (g->ow + width - 1) / width; /* runs an output row */
+    const long runs = (long)n * g->oh * per_row, rblocks = (runs + FW_VB - 1) / FW_VB;
     const long items = rblocks * nob; /* item q: runs of block q / nob, channels of q % nob */
     NRT_OMP(omp parallel for schedule(static) if ((double)np * g->o * k >= PAR_MIN_GEMM))
     for (long q = 0; q < items; q++) {
@@ -1948,14 +1963,18 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
         const int no = g->o - ob * FW_OB < FW_OB ? g->o - ob * FW_OB : FW_OB;
         const float *src[FW_VB];
         float *dst[FW_VB];
+        int lanes[FW_VB];
         for (int v = 0; v < FW_VB; v++) {
             const long r = r0 + (v < nv ? v : 0); /* past the last run: its first again, not stored */
+            const int x0 = (int)(r % per_row) * width;
+            const size_t j = (size_t)(r / per_row) * g->ow + x0; /* its first position */
             int run;
-            src[v] = xp + conv_pos(&s, (int)(r * width), &run);
-            dst[v] = y + (size_t)ob * FW_OB * np + (size_t)r * width;
+            src[v] = xp + conv_pos(&s, (int)j, &run);
+            dst[v] = y + (size_t)ob * FW_OB * np + j;
+            lanes[v] = run < width ? run : width;
         }
         tile(k, pw + (size_t)ob * k * FW_OB, b ? b + ob * FW_OB : NULL, src, roff, dst, np, no,
-             nv);
+             nv, lanes);
     }
     free(pw);
     return 0;
@@ -2592,6 +2611,28 @@ static int wg_mode_allows(void)
 }
 #endif /* NRT_X86_AVX2 */
 
+/* Whether NETRT_CPU_CONV=auto leaves g to oneDNN's direct sums rather than
+ * Winograd's form: on an Intel cpu with AVX-512, whose multiply-adds are
+ * a full 512 bits wide (two a cycle on a Xeon), where oneDNN takes g and
+ * is loaded.  bench/conv_libs.sh, Intel Xeon (AMX), one thread, oneDNN
+ * with its reorders against the form: cifar10's conv2 4.11 / 4.19 / 4.11
+ * ms against 4.29 / 4.52 / 4.61 (forward, dW, dx), conv3 1.81 / 2.10 /
+ * 1.84 against 1.85 / 2.55 / 2.34, cnn101's conv2 1.26 / 1.31 / 1.20
+ * against 1.18 / 1.66 / 1.44; whole steps 2-6 % faster.  AMD's Zen 4
+ * runs AVX-512 in two 256-bit halves, and there the form wins every pass
+ * by 4-50 % (2026-12-04).  Zen 5, full width too, is not measured: the
+ * form. */
+static int dnnl_first(const nrt_conv *g)
+{
+#ifdef NRT_X86_AVX2
+    return cpu_bits.intel && g->dot != NRT_DOT_AVX2 && have_avx512() &&
+           nrt_conv_mode() == NRT_CONV_AUTO && nrt_dnnl_wanted(g) && nrt_dnnl_ready(g);
+#else
+    (void)g;
+    return 0;
+#endif
+}
+
 /* Whether the convolution g of n samples runs in Winograd's form: a
  * tile's outputs a side, m (F(2x2, 5x5): 2, F(4x4, 3x3): 4), or 0. */
 static int wg_wanted(const nrt_conv *g, int n)
@@ -2814,7 +2855,7 @@ static int conv_dw_winograd(const nrt_conv *g, int n, const float *dy, const flo
 void nrt_conv2d_fwd(const nrt_conv *g, int n, const float *w, const float *b, const float *xp,
                     float *y)
 {
-    if (conv_winograd(g, g, n, w, 0, b, xp, y) == 0)
+    if (!dnnl_first(g) && conv_winograd(g, g, n, w, 0, b, xp, y) == 0)
         return;
     if (nrt_dnnl_wanted(g) && nrt_dnnl_fwd(g, n, w, b, xp, y) == 0)
         return;
@@ -3326,7 +3367,7 @@ void nrt_conv2d_dw(const nrt_conv *g, int n, const float *dy, const float *xp,
 {
     if (conv_dw_amx(g, n, dy, xp, dw) == 0)
         return;
-    if (conv_dw_winograd(g, n, dy, xp, dw) == 0)
+    if (!dnnl_first(g) && conv_dw_winograd(g, n, dy, xp, dw) == 0)
         return;
     if (nrt_dnnl_wanted(g) && nrt_dnnl_dw(g, n, dy, xp, dw) == 0)
         return;
@@ -3356,7 +3397,7 @@ void nrt_conv2d_dx(const nrt_conv *g, int n, int cn, const float *w,
     const int kk = g->kh * g->kw, np = n * g->h * g->w;
     if (g->c <= 0 || np <= 0)
         return;
-    const int wino = wg_wanted(&t, n);
+    const int wino = dnnl_first(g) ? 0 : wg_wanted(&t, n);
     if (!wino && nrt_dnnl_wanted(g) && nrt_dnnl_dx(g, n, cn, w, dy, dx) == 0)
         return;
     float *dyp = scratch;

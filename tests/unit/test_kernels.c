@@ -1116,7 +1116,11 @@ static void test_conv_batch(void)
      * rows of whole runs, one K block): 13 channels, a block and 5; 320
      * runs, 106 tiles and 2 runs */
     check_conv2d(5, (struct conv){3, 32, 32, 5, 5, 1, 1, 2, 2}, 13);
-    runs += 4;
+    /* rows of 30, a run of 16 and one of 14 masked (cnn101's first layer),
+     * and rows of 9 (one masked run, under 16) */
+    check_conv2d(5, (struct conv){3, 32, 32, 3, 3, 1, 1, 0, 0}, 32);
+    check_conv2d(3, (struct conv){2, 11, 11, 3, 3, 1, 1, 0, 0}, 9);
+    runs += 6;
     /* products of millions of multiply-adds with 16 input channels or
      * more: oneDNN's where the build and the machine have it (the forward
      * pass and dx), the built-in path's elsewhere */
