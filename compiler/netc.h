@@ -598,12 +598,15 @@ int named_value(Program *p, const Node *n, const char *name, Loc loc, const char
 /* The --check summary: each layer, its output shape and parameter count. */
 void print_summary(FILE *out, const Program *p);
 
+/* --------------------------------------------------------------- reorder.c */
+
+/* A monotone activation followed by a max pool runs after it. */
+void sink_activations(Program *p);
+
 /* -------------------------------------------------------------- autodiff.c */
 
 /* Builds the backward graph: the order of backward passes and which
  * gradients each produces. */
-/* reorder.c: a monotone activation followed by a max pool runs after it. */
-void sink_activations(Program *p);
 void autodiff(Program *p);
 
 /* ------------------------------------------------------------------ fuse.c */

@@ -636,7 +636,6 @@ static struct nrt_dnnl *passes_of(const nrt_conv *g, struct nrt_dnnl **own)
     return g->dnnl ? g->dnnl : *own;
 }
 
-/* The forward pass or dx, on n samples, made by make at its first call. */
 /* (g without the net's state, a state of its own for the call, as pass's) */
 int nrt_dnnl_ready(const nrt_conv *g)
 {
@@ -646,6 +645,7 @@ int nrt_dnnl_ready(const nrt_conv *g)
     return ok;
 }
 
+/* The forward pass or dx, on n samples, made by make at its first call. */
 static int pass(const nrt_conv *g, int kind, int n, int cn, make_fn *make, void *const user[NROLE])
 {
     struct nrt_dnnl *own, *c = passes_of(g, &own);
