@@ -1984,62 +1984,84 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
 #endif
 }
 
-/* ------------------------------------ Winograd F(2x2, 5x5), F(4x4, 3x3) */
+/* ---------------------- Winograd F(4x4, 5x5), F(2x2, 5x5), F(4x4, 3x3) */
 
 /* A stride-1 convolution with 16 channels or more in and out, padded by
  * less than the kernel, 5x5 (cifar10's conv2 and conv3) or 3x3 on an
  * output plane of 8x8 or more (resnet20's stride-1 layers, cnn101's conv2
  * and its input gradient, a 3x3 padded by 2),
  * in Lavin and Gray's minimal filtering F(m x m, r x r), m = 2 or 4: each m x m
- * block of an output plane (a tile) comes from the 6x6 block of the padded
- * input under it, as
+ * block of an output plane (a tile) comes from the n x n block of the padded
+ * input under it (n = m + r - 1: 8 for F(4x4, 5x5), else 6), as
  *
  *     Y = A^T [ sum over c of (G g G^T) (.) (B^T d B) ] A,
  *
- * so that the sums over the input channels are 36 products [O, C] x [C,
- * tiles]: 36 multiply-adds a tile and channel pair where the direct sum
- * does 100 (5x5) or 144 (3x3).  Both forms take the points 0, 1, -1, 2, -2
- * and infinity, and so one B^T (F(4x4, 3x3)'s); G carries the fractions.
+ * so that the sums over the input channels are n n products [O, C] x [C,
+ * tiles]: 64 multiply-adds a tile of 16 outputs and channel pair where the
+ * direct sum does 400 (F(4x4, 5x5)), 36 a tile of 4 where it does 100
+ * (F(2x2, 5x5), on planes under 3 across) or a tile of 16 where it does
+ * 144 (F(4x4, 3x3)).  The 6x6 forms take the points 0, 1, -1, 2, -2 and
+ * infinity, and so one B^T (F(4x4, 3x3)'s), F(4x4, 5x5) those and 1/2 and
+ * -1/2 (F(6x6, 3x3)'s B^T); G carries the fractions.
  * The input gradient is the transposed convolution's forward pass in this
  * form (conv_winograd with flipped kernels), the weight gradient the form's
  * own gradient (conv_dw_winograd).  The transforms cost precision: against
  * the exact sums, relative to the sums of the terms' magnitudes, outputs,
- * dx and dW lie 1e-6 to 4e-6 away (tests/unit/test_kernels), the direct
+ * dx and dW lie 1e-6 to 4e-6 away, F(4x4, 5x5)'s as F(2x2, 5x5)'s
+ * (tests/unit/test_kernels), the direct
  * sums 1e-7 (fp32 either way): far below what a step's loss notices.  Each
  * result is one fixed sequence of operations, whichever thread runs it; the
  * transforms are AVX2's wherever they run, and the products, AVX-512's on
  * such cpus, sum in the same order as AVX2's, so that the bits do not
  * depend on the instruction set either (test_kernels_avx512emu checks it
  * on any AVX2 cpu).  cifar10 (AMD Zen 3, one thread): conv2's forward
- * pass 8.3 ms on oneDNN, 5.2 here; dW 10.2 and 6.6; the whole step 60 ->
- * 42.5 ms; on AMD Zen 4 (AVX-512) 41.0 -> 32.7 ms.
+ * pass 8.3 ms on oneDNN, 5.2 here (F(2x2, 5x5)); dW 10.2 and 6.6; the
+ * whole step 60 -> 42.5 ms; on AMD Zen 4 (AVX-512) 41.0 -> 32.7 ms; Intel
+ * Xeon (AMX), one thread: 36.5 ms (oneDNN's 5x5 passes) -> 28.0
+ * (F(4x4, 5x5)).
  *
- * The work goes in blocks of WG_TB tiles (any samples'): the block's 36 x
- * C transformed inputs (v, [36][C][WG_TB], in L2), then WG_OC output
- * channels at a time the 36 products, WG_OB channels a run (m,
- * [36][WG_OC][WG_TB]), and their output transforms.  The transformed
- * weights (u, [36][O][C], O up to whole WG_OB) are made once a call. */
+ * The work goes in blocks of WG_TB tiles (any samples'): the block's n n x
+ * C transformed inputs (v, [n n][C][WG_TB], in L2), then WG_OC output
+ * channels at a time the n n products, WG_OB channels a run (m,
+ * [n n][WG_OC][WG_TB]), and their output transforms.  The transformed
+ * weights (u, [n n][O][C], O up to whole WG_OB) are made once a call. */
 #ifdef NRT_X86_AVX2
 #define WG_TB 24 /* tiles a block: a micro-kernel run */
 #define WG_OB 4  /* output channels a run */
 #define WG_OC 16 /* output channels a chunk (the runs over one x) */
 
 /* G k for the r taps (5 or 3) k[0], k[ks], ... of a kernel's row or
- * column, into out[0], out[os], ... out[5 os]: G's rows, scaled so that
+ * column, into out[0], out[os], ... out[(n - 1) os], n = 6 or 8 (the
+ * window's side).  n = 6: G's rows, scaled so that
  * B^T is in integers, are the taps' polynomial at the points 0, 1, -1, 2,
  * -2 times 1/4, -1/6, -1/6, 1/24 and 1/24, and its leading coefficient
  * (for r = 5: (1/4, 0, 0, 0, 0), -1/6 (1, 1, 1, 1, 1), -1/6 (1, -1, 1, -1,
  * 1), 1/24 (1, 2, 4, 8, 16), 1/24 (1, -2, 4, -8, 16), (0, 0, 0, 0, 1)),
- * taken here as sums of the even and the odd taps; eight kernels', one a
- * lane. */
+ * taken here as sums of the even and the odd taps.  n = 8 (F(4x4, 5x5),
+ * the points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity): (1, 0, 0, 0, 0),
+ * -2/9 (1, 1, 1, 1, 1), -2/9 (1, -1, 1, -1, 1), 1/90 (1, 2, 4, 8, 16),
+ * 1/90 (1, -2, 4, -8, 16), 2/45 (16, 8, 4, 2, 1), 2/45 (16, -8, 4, -2, 1),
+ * (0, 0, 0, 0, 1).  Eight kernels', one a lane. */
 __attribute__((target("avx2"), always_inline)) static inline void
-wg_g(const v8f *k, size_t ks, int r, v8f *out, size_t os)
+wg_g(const v8f *k, size_t ks, int r, int n, v8f *out, size_t os)
 {
     const v8f zero = {0};
     const v8f k0 = k[0], k1 = k[ks], k2 = k[2 * ks], k3 = r > 3 ? k[3 * ks] : zero,
               k4 = r > 4 ? k[4 * ks] : zero;
     const v8f e = k0 + k2 + k4, d = k1 + k3;
     const v8f e4 = k0 + 4.0f * k2 + 16.0f * k4, d4 = 2.0f * k1 + 8.0f * k3;
+    if (n == 8) {
+        const v8f eh = 16.0f * k0 + 4.0f * k2 + k4, dh = 8.0f * k1 + 2.0f * k3;
+        out[0] = k0;
+        out[os] = (e + d) * (-2.0f / 9);
+        out[2 * os] = (e - d) * (-2.0f / 9);
+        out[3 * os] = (e4 + d4) * (1.0f / 90);
+        out[4 * os] = (e4 - d4) * (1.0f / 90);
+        out[5 * os] = (eh + dh) * (2.0f / 45);
+        out[6 * os] = (eh - dh) * (2.0f / 45);
+        out[7 * os] = k4;
+        return;
+    }
     out[0] = k0 * (1.0f / 4);
     out[os] = (e + d) * (-1.0f / 6);
     out[2 * os] = (e - d) * (-1.0f / 6);
@@ -2048,7 +2070,7 @@ wg_g(const v8f *k, size_t ks, int r, v8f *out, size_t os)
     out[5 * os] = k[(size_t)(r - 1) * ks];
 }
 
-/* The kernels' transforms: u[x][o][c] = (G g G^T)[x / 6][x % 6] for the
+/* The kernels' transforms: u[x][o][c] = (G g G^T)[x / n][x % n] for the
  * r x r kernel g of output channel o and input channel c; o from o_n to
  * opad: zeros.  flip: the transposed convolution's kernels (dx), g of (o,
  * c) being w's (c, o) turned half round, w [c_n][o_n][r][r]; else w is
@@ -2056,13 +2078,13 @@ wg_g(const v8f *k, size_t ks, int r, v8f *out, size_t os)
  * each lane the operations of one kernel's transform: wg_weights8 those
  * of channels c0.. of output channel o. */
 __attribute__((target("avx2"))) static void wg_weights8(int o_n, int c_n, int opad, int r,
-                                                        const float *w, int flip, float *u,
-                                                        int o, int c0)
+                                                        int n, const float *w, int flip,
+                                                        float *u, int o, int c0)
 {
     const size_t rr = (size_t)r * r;
     const int nc = c_n - c0 < 8 ? c_n - c0 : 8; /* lanes of channels */
     const int nl = o < o_n ? nc : 0;             /* of them, w's (else zeros) */
-    v8f k[5][5], t[6][5] = {{{0}}}, rt[6][6];     /* (t: r columns used) */
+    v8f k[5][5], t[8][5] = {{{0}}}, rt[8][8];     /* (t: r columns used) */
     for (int i = 0; i < r; i++)
         for (int j = 0; j < r; j++) {
             float lane[8] = {0};
@@ -2075,34 +2097,36 @@ __attribute__((target("avx2"))) static void wg_weights8(int o_n, int c_n, int op
             k[i][j] = _mm256_loadu_ps(lane);
         }
     for (int j = 0; j < r; j++) /* G g */
-        wg_g(&k[0][j], 5, r, &t[0][j], 5);
-    for (int a = 0; a < 6; a++) /* (G g) G^T */
-        wg_g(t[a], 1, r, rt[a], 1);
-    for (int x = 0; x < 36; x++) {
+        wg_g(&k[0][j], 5, r, n, &t[0][j], 5);
+    for (int a = 0; a < n; a++) /* (G g) G^T */
+        wg_g(t[a], 1, r, n, rt[a], 1);
+    for (int x = 0; x < n * n; x++) {
         float *d = u + ((size_t)x * opad + o) * c_n + c0, lane[8];
         if (nc == 8) {
-            _mm256_storeu_ps(d, rt[x / 6][x % 6]);
+            _mm256_storeu_ps(d, rt[x / n][x % n]);
             continue;
         }
-        _mm256_storeu_ps(lane, rt[x / 6][x % 6]);
+        _mm256_storeu_ps(lane, rt[x / n][x % n]);
         memcpy(d, lane, (size_t)nc * sizeof *d);
     }
 }
 
 /* (the loop in a function without vectors of its own: clang's outlined
  * OpenMP body does not inherit a function's target) */
-static void wg_weights(int o_n, int c_n, int opad, int r, const float *w, int flip, float *u)
+static void wg_weights(int o_n, int c_n, int opad, int r, int n, const float *w, int flip,
+                       float *u)
 {
     NRT_OMP(omp parallel for schedule(static) if ((double)opad * c_n >= 4096))
     for (int o = 0; o < opad; o++)
         for (int c0 = 0; c0 < c_n; c0 += 8)
-            wg_weights8(o_n, c_n, opad, r, w, flip, u, o, c0);
+            wg_weights8(o_n, c_n, opad, r, n, w, flip, u, o, c0);
 }
 
 struct wg {
     const float *xp, *u, *b;
     float *y;
-    int m;                  /* a tile's outputs a side: F(2x2, 5x5) or F(4x4, 3x3) */
+    int m;                  /* a tile's outputs a side: 2 (F(2x2, 5x5)) or 4 */
+    int n;                  /* its window's side, m + r - 1: 6, or 8 (F(4x4, 5x5)) */
     const int *lane;        /* wg_lane2 or wg_lane4 */
     int c, o, opad, oh, ow;
     long tiles, tw, tplane; /* tiles: all, a row's, a plane's (the last ones in part) */
@@ -2137,10 +2161,29 @@ static size_t wg_out(const struct wg *g, long t)
 }
 
 /* B^T r for eight tiles at once: r[j] holds entry j of each tile's run of
- * six. */
+ * n (6 or 8).  n = 8: B^T's rows are those of the points' polynomials
+ * (wg_g's leading coefficients undone), each pair at +-p as an even part
+ * plus or minus an odd one: (1, 0, -21/4, 0, 21/4, 0, -1, 0), (0, 1, 1,
+ * -17/4, -17/4, 1, 1, 0) and (0, -1, 1, 17/4, -17/4, -1, 1, 0) (+-1),
+ * (0, 1/2, 1/4, -5/2, -5/4, 2, 1, 0) and its odd part negated (+-2), (0,
+ * 2, 4, -5/2, -5, 1/2, 1, 0) and its odd part negated (+-1/2), (0, -1, 0,
+ * 21/4, 0, -21/4, 0, 1). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-wg_bt(const v8f r[6], v8f u[6])
+wg_bt(const v8f *r, int n, v8f *u)
 {
+    if (n == 8) {
+        const v8f e1 = (r[2] + r[6]) - 4.25f * r[4], o1 = (r[1] + r[5]) - 4.25f * r[3];
+        const v8f e2 = (0.25f * r[2] + r[6]) - 1.25f * r[4],
+                  o2 = (0.5f * r[1] + 2.0f * r[5]) - 2.5f * r[3];
+        const v8f eh = (4.0f * r[2] + r[6]) - 5.0f * r[4],
+                  oh = (2.0f * r[1] + 0.5f * r[5]) - 2.5f * r[3];
+        u[0] = (r[0] - r[6]) + 5.25f * (r[4] - r[2]);
+        u[1] = e1 + o1, u[2] = e1 - o1;
+        u[3] = e2 + o2, u[4] = e2 - o2;
+        u[5] = eh + oh, u[6] = eh - oh;
+        u[7] = (r[7] - r[1]) + 5.25f * (r[3] - r[5]);
+        return;
+    }
     const v8f r42 = r[4] - r[2], d31 = r[3] - r[1];
     u[0] = 4.0f * r[0] - 5.0f * r[2] + r[4];
     u[1] = (r[3] + r[4]) - 4.0f * (r[1] + r[2]);
@@ -2183,15 +2226,16 @@ static inline int wg_avail(int i, int rows, int cols, int full, int last_channel
     return cols;
 }
 
-/* The block of tiles from t0: v[x][c][l0 + l] = (B^T d B)[x / 6][x % 6] of
- * the window d in channel c of tile t0 + l0 + lane[l] (past the last tile:
+/* The block of tiles from t0: v[x][c][l0 + l] = (B^T d B)[x / n][x % n] of
+ * the n x n window d in channel c of tile t0 + l0 + lane[l] (past the last tile:
  * the last one's).  Where the eight tiles are two runs of four, each in a
  * row (cifar10's conv2: a row of eight; conv3 and resnet20's layers: two
  * rows of four or a row of eight), the windows' column j of a row comes
  * from the two runs' rows by shuffles of a few loads (for m = 2 every
  * other column of two loads); else each window's row is loaded and the
- * eight transposed. */
-__attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, long t0, float *v)
+ * eight transposed.  (n a constant: wg_input's.) */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+wg_input_n(const struct wg *g, int n, long t0, float *v)
 {
     const float *in[WG_TB];
     int run[WG_TB / 8], wrows[WG_TB], wcols[WG_TB]; /* a window's rows and columns in xp */
@@ -2200,7 +2244,7 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
         int rows, cols;
         in[l] = g->xp + wg_in(g, t);
         wg_part(g, t, &rows, &cols);
-        wrows[l] = rows + 6 - g->m, wcols[l] = cols + 6 - g->m;
+        wrows[l] = rows + n - g->m, wcols[l] = cols + n - g->m;
     }
     for (int l0 = 0; l0 < WG_TB; l0 += 8) /* two runs of four tiles, each in a row */
         run[l0 / 8] = (t0 + l0) % g->tw + 4 <= g->tw && (t0 + l0 + 4) % g->tw + 4 <= g->tw &&
@@ -2210,22 +2254,22 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
     const int nc = g->c;
     for (int c = 0; c < nc; c++)
         for (int l0 = 0; l0 < WG_TB; l0 += 8) {
-            v8f s[6][6];
-            for (int i = 0; i < 6; i++) { /* row i of the eight windows: r[j], column j */
+            v8f s[8][8];
+            for (int i = 0; i < n; i++) { /* row i of the eight windows: r[j], column j */
                 v8f r[8];
                 const size_t at = (size_t)c * cs + (size_t)i * wp;
                 const float *p = in[l0] + at, *p4 = in[l0 + 4] + at;
                 if (run[l0 / 8] && c + 1 < nc) /* the next channel's rows, while these are worked */
                     _mm_prefetch((const char *)(p + cs), _MM_HINT_T0),
                         _mm_prefetch((const char *)(p4 + cs), _MM_HINT_T0);
-                /* each run's columns in xp from its first window's (3 mt + 6 if
+                /* each run's columns in xp from its first window's (3 mt + n if
                  * its last tile is whole) */
                 int cut, cut4;
-                const int av = wg_avail(i, wrows[l0], 3 * mt + wcols[l0 + 3], 3 * mt + 6,
+                const int av = wg_avail(i, wrows[l0], 3 * mt + wcols[l0 + 3], 3 * mt + n,
                                         c == nc - 1, &cut),
-                          av4 = wg_avail(i, wrows[l0 + 4], 3 * mt + wcols[l0 + 7], 3 * mt + 6,
+                          av4 = wg_avail(i, wrows[l0 + 4], 3 * mt + wcols[l0 + 7], 3 * mt + n,
                                          c == nc - 1, &cut4);
-                if (run[l0 / 8] && mt == 2) { /* up to each run's last column */
+                if (run[l0 / 8] && n == 6 && mt == 2) { /* up to each run's last column */
 #pragma GCC unroll 3
                     for (int q = 0; q < 3; q++) {
                         const v8f a = wg_load(p + 2 * q, av - 2 * q, cut),
@@ -2233,8 +2277,8 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
                         r[2 * q] = _mm256_shuffle_ps(a, b, 0x88);
                         r[2 * q + 1] = _mm256_shuffle_ps(a, b, 0xdd);
                     }
-                } else if (run[l0 / 8]) { /* m = 4: two columns past the last run's last */
-                    for (int h = 0; h < 2; h++) { /* columns 0-3, then 4-5 */
+                } else if (run[l0 / 8]) { /* m = 4: n - 4 columns past the last run's last */
+                    for (int h = 0; h < 2; h++) { /* columns 0-3, then 4-5 (or 4-7) */
                         const float *ph = p + 4 * h, *p4h = p4 + 4 * h;
                         const int o = 4 * h;
                         const v8f a = wg_load(ph, av - o, cut), b = wg_load(ph + 8, av - o - 8, cut),
@@ -2243,11 +2287,11 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
                         const v8f lo0 = _mm256_unpacklo_ps(a, e), lo1 = _mm256_unpacklo_ps(b, f);
                         r[4 * h] = _mm256_shuffle_ps(lo0, lo1, 0x44);
                         r[4 * h + 1] = _mm256_shuffle_ps(lo0, lo1, 0xee);
-                        if (h == 0) {
+                        if (h == 0 || n == 8) {
                             const v8f hi0 = _mm256_unpackhi_ps(a, e),
                                       hi1 = _mm256_unpackhi_ps(b, f);
-                            r[2] = _mm256_shuffle_ps(hi0, hi1, 0x44);
-                            r[3] = _mm256_shuffle_ps(hi0, hi1, 0xee);
+                            r[4 * h + 2] = _mm256_shuffle_ps(hi0, hi1, 0x44);
+                            r[4 * h + 3] = _mm256_shuffle_ps(hi0, hi1, 0xee);
                         }
                     }
                 } else {
@@ -2256,24 +2300,34 @@ __attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, lon
                                                    * (not used) */
                         const int k = l0 + lane[l];
                         int cut;
-                        const int av = wg_avail(i, wrows[k], wcols[k], 6, c == nc - 1, &cut);
+                        const int av = wg_avail(i, wrows[k], wcols[k], n, c == nc - 1, &cut);
                         r[l] = wg_load(in[k] + at, av, cut);
                     }
                     tr8x8(r);
                 }
-                wg_bt(r, s[i]);
+                wg_bt(r, n, s[i]);
             }
             float *vc = v + (size_t)c * WG_TB + l0;
-#pragma GCC unroll 6
-            for (int b = 0; b < 6; b++) {
-                const v8f col[6] = {s[0][b], s[1][b], s[2][b], s[3][b], s[4][b], s[5][b]};
-                v8f out[6];
-                wg_bt(col, out);
-#pragma GCC unroll 6
-                for (int a = 0; a < 6; a++)
-                    _mm256_storeu_ps(vc + (size_t)(a * 6 + b) * xs, out[a]);
+#pragma GCC unroll 8
+            for (int b = 0; b < n; b++) {
+                v8f col[8], out[8];
+#pragma GCC unroll 8
+                for (int i = 0; i < n; i++)
+                    col[i] = s[i][b];
+                wg_bt(col, n, out);
+#pragma GCC unroll 8
+                for (int a = 0; a < n; a++)
+                    _mm256_storeu_ps(vc + (size_t)(a * n + b) * xs, out[a]);
             }
         }
+}
+
+__attribute__((target("avx2,fma"))) static void wg_input(const struct wg *g, long t0, float *v)
+{
+    if (g->n == 8)
+        wg_input_n(g, 8, t0, v);
+    else
+        wg_input_n(g, 6, t0, v);
 }
 
 /* m [WG_OB][WG_TB] = u [WG_OB][nc] v [nc][WG_TB]: the sums over c in
@@ -2305,13 +2359,22 @@ __attribute__((target("avx2,fma"))) static void wg_product(int nc, const float *
     }
 }
 
-/* A^T r (m values) for eight tiles: r[j], entry j of a run of six; A^T's
- * rows are the powers 0 to m - 1 of the points 0, 1, -1, 2, -2, and the
- * last row takes r[5] too (for m = 2: (1, 1, 1, 1, 1, 0), (0, 1, -1, 2,
- * -2, 1)). */
+/* A^T r (m values) for eight tiles: r[j], entry j of a run of n; A^T's
+ * rows are the powers 0 to m - 1 of the points 0, 1, -1, 2, -2 (and 1/2,
+ * -1/2 where n = 8), and the last row takes r[n - 1] too (for m = 2: (1,
+ * 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 1)). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-wg_at(const v8f r[6], int m, v8f *y)
+wg_at(const v8f *r, int m, int n, v8f *y)
 {
+    if (n == 8) { /* m = 4 */
+        const v8f s12 = r[1] + r[2], d12 = r[1] - r[2], s34 = r[3] + r[4], d34 = r[3] - r[4],
+                  s56 = r[5] + r[6], d56 = r[5] - r[6];
+        y[0] = ((r[0] + s12) + s34) + s56;
+        y[1] = (d12 + 2.0f * d34) + 0.5f * d56;
+        y[2] = (s12 + 4.0f * s34) + 0.25f * s56;
+        y[3] = ((d12 + 8.0f * d34) + 0.125f * d56) + r[7];
+        return;
+    }
     y[0] = (((r[0] + r[1]) + (r[2] + r[3])) + r[4]);
     if (m == 2) {
         y[1] = ((r[1] - r[2]) + 2.0f * (r[3] - r[4])) + r[5];
@@ -2324,9 +2387,9 @@ wg_at(const v8f r[6], int m, v8f *y)
 }
 
 /* Output channels o0 .. o0 + nm - 1 of the block's tiles from t0: A^T m A
- * + the bias, into y; m [36][WG_OC][WG_TB]. */
-__attribute__((target("avx2,fma"))) static void wg_output(const struct wg *g, long t0, int o0,
-                                                         int nm, const float *m)
+ * + the bias, into y; m [n n][WG_OC][WG_TB].  (n a constant: wg_output's.) */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+wg_output_n(const struct wg *g, int n, long t0, int o0, int nm, const float *m)
 {
     const size_t ow = (size_t)g->ow;
     const int mt = g->m;
@@ -2341,18 +2404,18 @@ __attribute__((target("avx2,fma"))) static void wg_output(const struct wg *g, lo
         const v8f bias = _mm256_set1_ps(g->b ? g->b[o0 + a] : 0.0f);
         float *yo = g->y + (size_t)(o0 + a) * g->np;
         for (int l0 = 0; l0 < nl; l0 += 8) {
-            v8f t[4][6], y[4][4]; /* t[q][i]: column q of row i's A^T; y[q][p]: output (p, q) */
-            for (int i = 0; i < 6; i++) {
-                v8f r[6], q[4];
-#pragma GCC unroll 6
-                for (int j = 0; j < 6; j++)
-                    r[j] = _mm256_loadu_ps(m + ((size_t)(i * 6 + j) * WG_OC + a) * WG_TB + l0);
-                wg_at(r, mt, q);
+            v8f t[4][8], y[4][4]; /* t[q][i]: column q of row i's A^T; y[q][p]: output (p, q) */
+            for (int i = 0; i < n; i++) {
+                v8f r[8], q[4];
+#pragma GCC unroll 8
+                for (int j = 0; j < n; j++)
+                    r[j] = _mm256_loadu_ps(m + ((size_t)(i * n + j) * WG_OC + a) * WG_TB + l0);
+                wg_at(r, mt, n, q);
                 for (int c = 0; c < mt; c++)
                     t[c][i] = q[c];
             }
             for (int c = 0; c < mt; c++)
-                wg_at(t[c], mt, y[c]);
+                wg_at(t[c], mt, n, y[c]);
             if (mt == 4) { /* each row of a tile's four outputs in one store */
                 for (int p = 0; p < 4; p++) {
                     const v8f y0 = y[0][p] + bias, y1 = y[1][p] + bias, y2 = y[2][p] + bias,
@@ -2405,6 +2468,15 @@ __attribute__((target("avx2,fma"))) static void wg_output(const struct wg *g, lo
     }
 }
 
+__attribute__((target("avx2,fma"))) static void wg_output(const struct wg *g, long t0, int o0,
+                                                         int nm, const float *m)
+{
+    if (g->n == 8)
+        wg_output_n(g, 8, t0, o0, nm, m);
+    else
+        wg_output_n(g, 6, t0, o0, nm, m);
+}
+
 /* The threads a pass's team takes. */
 static int wg_team(void)
 {
@@ -2442,32 +2514,37 @@ static struct wg wg_of(const nrt_conv *g, int m, int n, const float *xp, const f
 {
     const size_t wp = (size_t)g->ow + g->kw - 1, hw = ((size_t)g->oh + g->kh - 1) * wp;
     const long tw = (g->ow + m - 1) / m, tplane = (long)((g->oh + m - 1) / m) * tw;
-    return (struct wg){xp, NULL, b, y, m, m == 2 ? wg_lane2 : wg_lane4, g->c, g->o,
+    return (struct wg){xp, NULL, b, y, m, m + g->kh - 1, m == 2 ? wg_lane2 : wg_lane4, g->c, g->o,
                        (int)round_up((size_t)g->o, WG_OB), g->oh, g->ow, (long)n * tplane, tw,
                        tplane, wp, hw, (size_t)n * hw, (size_t)n * g->oh * g->ow};
 }
 
 /* The weight gradient's tiles from t0 (nl of them): y[x][l][o] = (A dy
- * A^T)[x / 6][x % 6], the 6x6 image of the m x m output gradient dy in
+ * A^T)[x / n][x % n], the n x n image of the m x m output gradient dy in
  * channel o of the tile at place l of wg_input's v (tile l0 + lane[l -
  * l0], l0 = l rounded down to 8; none past the last: zeros), from dyt
  * [positions][O] (the output gradient transposed), eight channels a
  * vector. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-wg_a(const v8f *y, int m, v8f r[6])
+wg_a(const v8f *y, int m, int n, v8f *r)
 {
-    if (m == 2) {
+    if (n == 6 && m == 2) { /* (m = 4 where n = 8) */
         r[0] = y[0], r[1] = y[0] + y[1], r[2] = y[0] - y[1];
         r[3] = y[0] + 2.0f * y[1], r[4] = y[0] - 2.0f * y[1], r[5] = y[1];
         return;
     }
     const v8f e = y[0] + y[2], d = y[1] + y[3], e4 = y[0] + 4.0f * y[2],
               d4 = 2.0f * y[1] + 8.0f * y[3];
-    r[0] = y[0], r[1] = e + d, r[2] = e - d, r[3] = e4 + d4, r[4] = e4 - d4, r[5] = y[3];
+    r[0] = y[0], r[1] = e + d, r[2] = e - d, r[3] = e4 + d4, r[4] = e4 - d4;
+    if (n == 8) {
+        const v8f eh = y[0] + 0.25f * y[2], dh = 0.5f * y[1] + 0.125f * y[3];
+        r[5] = eh + dh, r[6] = eh - dh;
+    }
+    r[n - 1] = y[3];
 }
 
-__attribute__((target("avx2,fma"))) static void wg_dy(const struct wg *g, long t0, int nl,
-                                                     const float *dyt, float *y)
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+wg_dy_n(const struct wg *g, int n, long t0, int nl, const float *dyt, float *y)
 {
     const size_t no = (size_t)g->o, ow = (size_t)g->ow, xs = (size_t)WG_TB * no;
     const int mt = g->m;
@@ -2475,7 +2552,7 @@ __attribute__((target("avx2,fma"))) static void wg_dy(const struct wg *g, long t
         const int tile = l / 8 * 8 + g->lane[l % 8]; /* as wg_input's v */
         float *yl = y + (size_t)l * no;
         if (tile >= nl) { /* none: zeros, which add nothing */
-            for (int x = 0; x < 36; x++)
+            for (int x = 0; x < n * n; x++)
                 memset(yl + (size_t)x * xs, 0, no * sizeof *yl);
             continue;
         }
@@ -2483,25 +2560,34 @@ __attribute__((target("avx2,fma"))) static void wg_dy(const struct wg *g, long t
         int nr, nq; /* the tile's outputs in the plane; past them, zeros */
         wg_part(g, t0 + tile, &nr, &nq);
         for (size_t o = 0; o < no; o += 8) {
-            v8f rows[4][6]; /* each output row's A dy */
+            v8f rows[4][8]; /* each output row's A dy */
             for (int p = 0; p < mt; p++) {
                 v8f yp[4] = {{0}};
                 for (int q = 0; q < nq && p < nr; q++)
                     yp[q] = _mm256_loadu_ps(d + ((size_t)p * ow + q) * no + o);
-                wg_a(yp, mt, rows[p]);
+                wg_a(yp, mt, n, rows[p]);
             }
-#pragma GCC unroll 6
-            for (int b = 0; b < 6; b++) {
-                v8f r[6], col[4] = {{0}};
+#pragma GCC unroll 8
+            for (int b = 0; b < n; b++) {
+                v8f r[8], col[4] = {{0}};
                 for (int p = 0; p < mt; p++)
                     col[p] = rows[p][b];
-                wg_a(col, mt, r);
-#pragma GCC unroll 6
-                for (int a = 0; a < 6; a++)
-                    _mm256_storeu_ps(yl + (size_t)(a * 6 + b) * xs + o, r[a]);
+                wg_a(col, mt, n, r);
+#pragma GCC unroll 8
+                for (int a = 0; a < n; a++)
+                    _mm256_storeu_ps(yl + (size_t)(a * n + b) * xs + o, r[a]);
             }
         }
     }
+}
+
+__attribute__((target("avx2,fma"))) static void wg_dy(const struct wg *g, long t0, int nl,
+                                                     const float *dyt, float *y)
+{
+    if (g->n == 8)
+        wg_dy_n(g, 8, t0, nl, dyt, y);
+    else
+        wg_dy_n(g, 6, t0, nl, dyt, y);
 }
 
 /* du [4][no] (rows no apart, from column o0, 16 of them) += v [4][WG_TB]
@@ -2611,6 +2697,25 @@ static int wg_mode_allows(void)
 }
 #endif /* NRT_X86_AVX2 */
 
+/* The form's tile for g's kernel and output plane, its outputs a side (0:
+ * none).  3x3: F(4x4, 3x3) on planes of 8x8 or more; digits_cnn's 4x4
+ * plane of one tile a sample gained nothing measurable, and its Adam's
+ * first step, which turns a gradient near 0 into +-lr, took the form's
+ * 1e-6 past tests/pytorch.sh's tolerance on its weights.  5x5: F(4x4, 5x5)
+ * on a plane of 3x3 or more (fewer products an output than F(2x2, 5x5)'s
+ * even where most of its one tile is past the plane), else F(2x2, 5x5); a
+ * plane below 3 rounded up to whole tiles of 2 stays below 3, and one of 3
+ * or more to whole tiles of 4 stays there: a plane in part is one of whole
+ * tiles in the same form (test_kernels' check_wg_parts). */
+#ifdef NRT_X86_AVX2
+static int wg_tile(const nrt_conv *g)
+{
+    if (g->kh == 5)
+        return g->oh >= 3 && g->ow >= 3 ? 4 : 2;
+    return g->kh == 3 && g->oh >= 8 && g->ow >= 8 ? 4 : 0;
+}
+#endif
+
 /* Whether NETRT_CPU_CONV=auto leaves g to oneDNN's direct sums rather than
  * Winograd's form: on an Intel cpu with AVX-512, whose multiply-adds are
  * a full 512 bits wide (two a cycle on a Xeon), where oneDNN takes g and
@@ -2621,12 +2726,15 @@ static int wg_mode_allows(void)
  * against 1.18 / 1.66 / 1.44; whole steps 2-6 % faster.  AMD's Zen 4
  * runs AVX-512 in two 256-bit halves, and there the form wins every pass
  * by 4-50 % (2026-12-04).  Zen 5, full width too, is not measured: the
- * form. */
+ * form.  F(4x4, 5x5), a quarter of the direct sums' multiply-adds, is
+ * ahead on the Xeon too (cifar10's step, one thread: 28.0 ms against 36.5
+ * with oneDNN's 5x5 passes), and keeps its layers. */
 static int dnnl_first(const nrt_conv *g)
 {
 #ifdef NRT_X86_AVX2
     return cpu_bits.intel && g->dot != NRT_DOT_AVX2 && have_avx512() &&
-           nrt_conv_mode() == NRT_CONV_AUTO && nrt_dnnl_wanted(g) && nrt_dnnl_ready(g);
+           nrt_conv_mode() == NRT_CONV_AUTO && !(g->kh == 5 && wg_tile(g) == 4) &&
+           nrt_dnnl_wanted(g) && nrt_dnnl_ready(g);
 #else
     (void)g;
     return 0;
@@ -2634,15 +2742,12 @@ static int dnnl_first(const nrt_conv *g)
 }
 
 /* Whether the convolution g of n samples runs in Winograd's form: a
- * tile's outputs a side, m (F(2x2, 5x5): 2, F(4x4, 3x3): 4), or 0. */
+ * tile's outputs a side, m (F(2x2, 5x5): 2, F(4x4, 3x3) and F(4x4, 5x5):
+ * 4), or 0. */
 static int wg_wanted(const nrt_conv *g, int n)
 {
 #ifdef NRT_X86_AVX2
-    /* 3x3: on planes of 8x8 or more; digits_cnn's 4x4 plane of one tile a
-     * sample gained nothing measurable, and its Adam's first step, which
-     * turns a gradient near 0 into +-lr, took the form's 1e-6 past
-     * tests/pytorch.sh's tolerance on its weights */
-    const int m = g->kh == 5 ? 2 : g->kh == 3 && g->oh >= 8 && g->ow >= 8 ? 4 : 0;
+    const int m = wg_tile(g);
     /* any padding the transposed convolution has, up to the kernel less
      * 1 (xp is padded already); with more than half the kernel (the input
      * gradient of an unpadded layer: cnn101's conv2, a 3x3 padded by 2) a
@@ -2668,14 +2773,15 @@ static int wg_forward(const nrt_conv *g, int mt, const nrt_conv *ws_of, int n, c
     struct wg s = wg_of(g, mt, n, xp, b, y);
     const int nt = wg_team(), opad = s.opad, zmm = wg_zmm(g);
     (void)zmm; /* (without AVX-512 code) */
-    const size_t nu = round_up((size_t)36 * opad * g->c, 16), nv = (size_t)36 * g->c * WG_TB,
-                 nm = (size_t)36 * WG_OC * WG_TB, per = round_up(nv + nm, 16);
+    const size_t nn = (size_t)s.n * s.n; /* a window's values */
+    const size_t nu = round_up(nn * opad * g->c, 16), nv = nn * g->c * WG_TB,
+                 nm = nn * WG_OC * WG_TB, per = round_up(nv + nm, 16);
     float *own, *u = wg_buffer(ws_of, nu + (size_t)nt * per, &own);
     if (!u)
         return -1;
     float *blocks_ws = u + nu;
     s.u = u;
-    wg_weights(g->o, g->c, opad, g->kh, w, flip, u);
+    wg_weights(g->o, g->c, opad, g->kh, s.n, w, flip, u);
     const long blocks = (s.tiles + WG_TB - 1) / WG_TB;
     NRT_OMP(omp parallel for num_threads(nt) schedule(static))
     for (long q = 0; q < blocks; q++) {
@@ -2683,7 +2789,7 @@ static int wg_forward(const nrt_conv *g, int mt, const nrt_conv *ws_of, int n, c
         wg_input(&s, q * WG_TB, v);
         for (int o0 = 0; o0 < opad; o0 += WG_OC) {
             const int nm = opad - o0 < WG_OC ? opad - o0 : WG_OC;
-            for (int x = 0; x < 36; x++) /* v's x in L1 for the chunk's runs */
+            for (size_t x = 0; x < nn; x++) /* v's x in L1 for the chunk's runs */
                 for (int a = 0; a < nm;) {
                     const float *ux = u + ((size_t)x * opad + o0 + a) * g->c,
                                 *vx = v + (size_t)x * g->c * WG_TB;
@@ -2729,33 +2835,47 @@ static int conv_winograd(const nrt_conv *g, const nrt_conv *ws_of, int n, const 
 }
 
 #ifdef NRT_X86_AVX2
-/* G^T d for the six values d[0], d[ds], ...: r values, out[0], out[os],
+/* G^T d for the n values d[0], d[ds], ...: r values, out[0], out[os],
  * ... (wg_g's adjoint). */
-static void wg_gt1(const float *d, size_t ds, int r, float *out, size_t os)
+static void wg_gt1(const float *d, size_t ds, int r, int n, float *out, size_t os)
 {
-    const float d0 = d[0] * (1.0f / 4), d1 = d[ds] * (-1.0f / 6), d2 = d[2 * ds] * (-1.0f / 6),
-                d3 = d[3 * ds] * (1.0f / 24), d4 = d[4 * ds] * (1.0f / 24), d5 = d[5 * ds];
-    const float s12 = d1 + d2, m12 = d1 - d2, s34 = d3 + d4, m34 = d3 - d4;
     float t[5];
-    t[0] = (d0 + s12) + s34;
-    t[1] = m12 + 2.0f * m34;
-    t[2] = s12 + 4.0f * s34;
-    t[3] = m12 + 8.0f * m34;
-    t[4] = s12 + 16.0f * s34;
-    t[r - 1] += d5;
+    if (n == 8) { /* r = 5 */
+        const float d0 = d[0], d1 = d[ds] * (-2.0f / 9), d2 = d[2 * ds] * (-2.0f / 9),
+                    d3 = d[3 * ds] * (1.0f / 90), d4 = d[4 * ds] * (1.0f / 90),
+                    d5 = d[5 * ds] * (2.0f / 45), d6 = d[6 * ds] * (2.0f / 45);
+        const float s12 = d1 + d2, m12 = d1 - d2, s34 = d3 + d4, m34 = d3 - d4, s56 = d5 + d6,
+                    m56 = d5 - d6;
+        t[0] = ((d0 + s12) + s34) + 16.0f * s56;
+        t[1] = (m12 + 2.0f * m34) + 8.0f * m56;
+        t[2] = (s12 + 4.0f * s34) + 4.0f * s56;
+        t[3] = (m12 + 8.0f * m34) + 2.0f * m56;
+        t[4] = ((s12 + 16.0f * s34) + s56) + d[7 * ds];
+    } else {
+        const float d0 = d[0] * (1.0f / 4), d1 = d[ds] * (-1.0f / 6),
+                    d2 = d[2 * ds] * (-1.0f / 6), d3 = d[3 * ds] * (1.0f / 24),
+                    d4 = d[4 * ds] * (1.0f / 24), d5 = d[5 * ds];
+        const float s12 = d1 + d2, m12 = d1 - d2, s34 = d3 + d4, m34 = d3 - d4;
+        t[0] = (d0 + s12) + s34;
+        t[1] = m12 + 2.0f * m34;
+        t[2] = s12 + 4.0f * s34;
+        t[3] = m12 + 8.0f * m34;
+        t[4] = s12 + 16.0f * s34;
+        t[r - 1] += d5;
+    }
     for (int i = 0; i < r; i++)
         out[(size_t)i * os] = t[i];
 }
 
-/* G^T d G, r x r from 6x6 (dw's rows r apart): the adjoint of
+/* G^T d G, r x r from n x n (d's rows 8 apart, dw's r): the adjoint of
  * wg_weights' transform. */
-static void wg_gt(const float d[6][6], int r, float *dw)
+static void wg_gt(const float d[8][8], int r, int n, float *dw)
 {
-    float t[5][6];
-    for (int b = 0; b < 6; b++) /* G^T d, column b */
-        wg_gt1(&d[0][b], 6, r, &t[0][b], 6);
+    float t[5][8];
+    for (int b = 0; b < n; b++) /* G^T d, column b */
+        wg_gt1(&d[0][b], 8, r, n, &t[0][b], 8);
     for (int i = 0; i < r; i++) /* (G^T d) G, row i */
-        wg_gt1(t[i], 1, r, dw + (size_t)i * r, 1);
+        wg_gt1(t[i], 1, r, n, dw + (size_t)i * r, 1);
 }
 #endif
 
@@ -2765,7 +2885,7 @@ static void wg_gt(const float d[6][6], int r, float *dw)
  *
  *     dW[o][c] = G^T [ sum over tiles of (A dy A^T)[o] (.) (B^T d B)[c] ] G,
  *
- * 36 products [C, tiles] x [tiles, O].  The tiles' sum is cut into
+ * n n (36 or 64) products [C, tiles] x [tiles, O].  The tiles' sum is cut into
  * WG_PIECES pieces of whole blocks by the batch's size alone, each summed
  * in order on one thread, then the pieces in order: the same bits for any
  * number of threads.  0, or -1 where it does not run. */
@@ -2780,8 +2900,9 @@ static int wg_dw(const nrt_conv *g, int mt, int n, const float *dy, const float 
     const struct wg s = wg_of(g, mt, n, xp, NULL, NULL);
     const long blocks = (s.tiles + WG_TB - 1) / WG_TB;
     const int pieces = blocks < WG_PIECES ? (int)blocks : WG_PIECES;
-    const size_t no = (size_t)g->o, nc = (size_t)g->c, ndu = 36 * nc * no;
-    const size_t nv = 36 * nc * WG_TB, per = round_up(nv + 36 * WG_TB * no, 16);
+    const size_t nn = (size_t)s.n * s.n; /* a window's values */
+    const size_t no = (size_t)g->o, nc = (size_t)g->c, ndu = nn * nc * no;
+    const size_t nv = nn * nc * WG_TB, per = round_up(nv + nn * WG_TB * no, 16);
     const size_t ndyt = round_up(s.np * no, 16);
     float *own, *dyt = wg_buffer(g, ndyt + (size_t)pieces * ndu + (size_t)nt * per, &own);
     if (!dyt)
@@ -2803,7 +2924,7 @@ static int wg_dw(const nrt_conv *g, int mt, int n, const float *dy, const float 
             const int nl8 = (int)round_up((size_t)nl, 8); /* places in v: whole vectors */
             wg_input(&s, t0, v);
             wg_dy(&s, t0, nl, dyt, y);
-            for (int x = 0; x < 36; x++)
+            for (size_t x = 0; x < nn; x++)
                 for (size_t c = 0; c < nc; c += 4)
                     for (size_t o = 0; o < no;) {
                         const float *vx = v + ((size_t)x * nc + c) * WG_TB,
@@ -2827,10 +2948,10 @@ static int wg_dw(const nrt_conv *g, int mt, int n, const float *dy, const float 
     NRT_OMP(omp parallel for num_threads(nt) schedule(static))
     for (int o = 0; o < g->o; o++)
         for (size_t c = 0; c < nc; c++) {
-            float d[6][6];
-            for (int x = 0; x < 36; x++)
-                d[x / 6][x % 6] = du[((size_t)x * nc + c) * no + (size_t)o];
-            wg_gt(d, r, dw + ((size_t)o * nc + c) * (size_t)(r * r));
+            float d[8][8];
+            for (size_t x = 0; x < nn; x++)
+                d[x / s.n][x % s.n] = du[(x * nc + c) * no + (size_t)o];
+            wg_gt(d, r, s.n, dw + ((size_t)o * nc + c) * (size_t)(r * r));
         }
     free(own);
     return 0;

@@ -957,20 +957,25 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
      * below the kernel, the plane in whole tiles or not) sums otherwise;
      * its code is AVX2's, taken under NETRT_CPU_CONV=auto where the
      * products are AVX2's, and on every cpu under builtin */
-    const int tile = v.kh == 5 ? 2 : v.kh == 3 && oh >= 8 && ow >= 8 ? 4 : 0;
+    const int tile = v.kh == 5 ? (oh >= 3 && ow >= 3 ? 4 : 2) : v.kh == 3 && oh >= 8 && ow >= 8 ? 4 : 0;
     const int winograd = tile && v.kw == v.kh && v.sh == 1 && v.sw == 1 && v.ph < v.kh &&
                          v.pw < v.kw && v.c >= 16 && o >= 16;
     /* dx: the transposed convolution's (o channels in, c out, on x's plane,
      * padded by the kernel less 1 less the padding) */
-    const int dx_tile = v.kh == 5 ? 2 : v.kh == 3 && v.h >= 8 && v.w >= 8 ? 4 : 0;
+    const int dx_tile = v.kh == 5 ? (v.h >= 3 && v.w >= 3 ? 4 : 2)
+                                  : v.kh == 3 && v.h >= 8 && v.w >= 8 ? 4 : 0;
     const int dx_winograd = dx_tile && v.kw == v.kh && v.sh == 1 && v.sw == 1 && v.ph < v.kh &&
                             v.pw < v.kw && v.c >= 16 && o >= 16;
     nrt_conv2d_fwd(&g, n, w, b, xp, y);
     nrt_conv2d_dw(&g, n, dy, xp, dw);
-    /* (the form's where it may have run: oneDNN's direct sums pass either) */
+    /* (the form's where it may have run: oneDNN's direct sums pass either;
+     * the form's dW against the largest magnitude of its kernel's terms, as
+     * a tap that sees only the padding gets rounding, not 0) */
     double ey = winograd ? worst_error_tiles(y, yr, ya, (size_t)o * n, oh, ow, tile)
                          : worst_error(y, yr, ya, ys),
-           edw = worst_error(dw, dwr, dwa, ws), edx = 0.0;
+           edw = winograd ? worst_error_tiles(dw, dwr, dwa, (size_t)o * v.c, v.kh, v.kw, v.kh)
+                          : worst_error(dw, dwr, dwa, ws),
+           edx = 0.0;
     if (dx_ok) {
         nrt_conv2d_dx(&g, n, 0, w, dy, scratch, dx);
         nrt_conv2d_dx(&g, n, 1, w, dy, scratch, dxc);
@@ -1126,18 +1131,20 @@ static void test_conv_batch(void)
      * pass and dx), the built-in path's elsewhere */
     check_conv2d(8, (struct conv){32, 16, 16, 5, 5, 1, 1, 2, 2}, 32);
     check_conv2d(8, (struct conv){32, 15, 15, 3, 3, 1, 1, 0, 0}, 64);
-    /* Winograd's form (with AVX2; cifar10's conv2 above): a block's tiles
-     * (24) past the last tile, output channels past the last run of 4, in
-     * and out channels not alike (dx's flipped kernels); blocks of rows of
-     * eight tiles (one load a row) and of tiles of several rows; not on an
-     * odd plane; cifar10's conv2 with three samples.  dW too where C is a
+    /* Winograd's form (with AVX2; cifar10's conv2 above), F(4x4, 5x5): a
+     * block's tiles (24) past the last tile, output channels past the last
+     * run of 4, in and out channels not alike (dx's flipped kernels);
+     * blocks of runs of four tiles in a row (two loads a window's row
+     * half) and of tiles of several rows; cifar10's conv2 with three
+     * samples; F(2x2, 5x5) on planes 2 rows or columns across.  dW too where C is a
      * multiple of 4 and O of 16: pieces of one block and of several, a
      * last block in part, 16 and three runs of 16 output channels.  Then
      * the 3x3 form (resnet20's layers): 4 tiles a sample, 6, 64 (its first
      * stage's plane), 8; not on 6x8 nor digits_cnn's 4x4 (kernels.c's
      * wg_wanted says why).  Planes not of whole tiles (computed as the
-     * plane of whole tiles around them): 7x8 above, 5x5 unpadded (5x7
-     * out), 3x3 on 10x9, cnn101's conv2 (15x15 unpadded, 13x13 out), 10x15
+     * plane of whole tiles around them): 6x10 and 7x8 above, 5x5 unpadded
+     * (5x7 out), 5x5 on 14x13 (runs of four, the last tile 1 column),
+     * F(2x2, 5x5) on 2x9 and 9x1, 3x3 on 10x9, cnn101's conv2 (15x15 unpadded, 13x13 out), 10x15
      * out (tiles of 3 columns, and a row of them in part first in a run of
      * eight) and 14x14 (2 columns and rows); not 3x3 padded by 2 (14x12
      * out; nor the unpadded layers' dx) */
@@ -1151,9 +1158,12 @@ static void test_conv_batch(void)
                                      /* planes not of whole tiles */
                                      {16, 9, 11, 5, 5, 1, 1, 0, 0}, {16, 10, 9, 3, 3, 1, 1, 1, 1},
                                      {20, 12, 10, 3, 3, 1, 1, 2, 2}, {32, 15, 15, 3, 3, 1, 1, 0, 0},
-                                     {16, 12, 17, 3, 3, 1, 1, 0, 0}, {16, 14, 14, 3, 3, 1, 1, 1, 1}};
-    static const int wn[] = {3, 5, 3, 2, 3, 4, 3, 2, 2, 5, 2, 32, 3, 2, 3, 3, 2, 1},
-                     wo[] = {18, 20, 16, 16, 32, 48, 16, 19, 16, 32, 16, 32, 16, 17, 32, 64, 16, 16};
+                                     {16, 12, 17, 3, 3, 1, 1, 0, 0}, {16, 14, 14, 3, 3, 1, 1, 1, 1},
+                                     {16, 14, 13, 5, 5, 1, 1, 2, 2}, {16, 2, 9, 5, 5, 1, 1, 2, 2},
+                                     {16, 9, 1, 5, 5, 1, 1, 2, 2}};
+    static const int wn[] = {3, 5, 3, 2, 3, 4, 3, 2, 2, 5, 2, 32, 3, 2, 3, 3, 2, 1, 2, 5, 3},
+                     wo[] = {18, 20, 16, 16, 32, 48, 16, 19, 16, 32, 16, 32, 16, 17, 32, 64, 16, 16,
+                             16, 32, 16};
     /* ... under NETRT_CPU_CONV=auto, then builtin (Winograd's on AVX-512
      * too, and the same bits there with NRT_DOT_AVX2) */
     char *mode = getenv("NETRT_CPU_CONV") ? strdup(getenv("NETRT_CPU_CONV")) : NULL;
@@ -1167,7 +1177,7 @@ static void test_conv_batch(void)
     else
         unsetenv("NETRT_CPU_CONV");
     free(mode);
-    runs += 32;
+    runs += 42;
     check_conv2d(4, (struct conv){16, 8, 8, 3, 3, 1, 1, 0, 0}, 32); /* on one thread */
     check_conv2d(20, (struct conv){16, 8, 8, 3, 3, 1, 1, 1, 1}, 16); /* dW in 2 pieces */
     runs += 4;
