@@ -1986,8 +1986,9 @@ static int conv_fwd_direct(const nrt_conv *g, int n, const float *w, const float
 
 /* ---------------------- Winograd F(4x4, 5x5), F(2x2, 5x5), F(4x4, 3x3) */
 
-/* A stride-1 convolution with 16 channels or more in and out, padded by
- * less than the kernel, 5x5 (cifar10's conv2 and conv3) or 3x3 on an
+/* A stride-1 convolution with 16 channels or more in (3 for a 5x5) and
+ * 16 or more out, padded by less than the kernel, 5x5 (cifar10's conv1's
+ * forward pass, conv2 and conv3) or 3x3 on an
  * output plane of 8x8 or more (resnet20's stride-1 layers, cnn101's conv2
  * and its input gradient, a 3x3 padded by 2),
  * in Lavin and Gray's minimal filtering F(m x m, r x r), m = 2 or 4: each m x m
@@ -2754,10 +2755,13 @@ static int wg_wanted(const nrt_conv *g, int n)
      * tile's edge lies over zeros, and an output there of few terms gets
      * the rounding of the whole tile's: 1.6e-5 of its own terms'
      * magnitudes, 1e-6 of the tile's (test_kernels measures the form
-     * against the tile's) */
+     * against the tile's).  16 channels in or more, but 3 for a 5x5, whose
+     * form does a sixth of the direct sums' multiply-adds: cifar10's first
+     * layer's forward pass (3 channels in) in the form, its step 29.5 ->
+     * 27.7 ms (Intel Xeon, one thread) */
     const int ok = m && have_avx2() && (g->dot == NRT_DOT_F32 || g->dot == NRT_DOT_AVX2) &&
                    g->kw == g->kh && g->sh == 1 && g->sw == 1 && g->ph < g->kh &&
-                   g->pw < g->kw && g->c >= 16 && g->o >= 16 &&
+                   g->pw < g->kw && g->c >= (g->kh == 5 ? 3 : 16) && g->o >= 16 &&
                    n > 0 && g->oh > 0 && g->ow > 0 && wg_mode_allows();
     return ok ? m : 0;
 #else

@@ -952,20 +952,20 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
     CHECK(!memcmp(xp, xp2, xps * sizeof *xp),
           "conv2d_pad n=%d c=%d %dx%d p=%d,%d: the two layouts pad differently", n,
           v.c, v.h, v.w, v.ph, v.pw);
-    /* Winograd's form (kernels.c: stride 1, 16 channels or more in and
-     * out; 5x5, or 3x3 on an output plane of 8x8 or more; any padding
+    /* Winograd's form (kernels.c: stride 1, 16 channels or more in (3 for
+     * a 5x5) and out; 5x5, or 3x3 on an output plane of 8x8 or more; any padding
      * below the kernel, the plane in whole tiles or not) sums otherwise;
      * its code is AVX2's, taken under NETRT_CPU_CONV=auto where the
      * products are AVX2's, and on every cpu under builtin */
     const int tile = v.kh == 5 ? (oh >= 3 && ow >= 3 ? 4 : 2) : v.kh == 3 && oh >= 8 && ow >= 8 ? 4 : 0;
     const int winograd = tile && v.kw == v.kh && v.sh == 1 && v.sw == 1 && v.ph < v.kh &&
-                         v.pw < v.kw && v.c >= 16 && o >= 16;
+                         v.pw < v.kw && v.c >= (v.kh == 5 ? 3 : 16) && o >= 16;
     /* dx: the transposed convolution's (o channels in, c out, on x's plane,
      * padded by the kernel less 1 less the padding) */
     const int dx_tile = v.kh == 5 ? (v.h >= 3 && v.w >= 3 ? 4 : 2)
                                   : v.kh == 3 && v.h >= 8 && v.w >= 8 ? 4 : 0;
     const int dx_winograd = dx_tile && v.kw == v.kh && v.sh == 1 && v.sw == 1 && v.ph < v.kh &&
-                            v.pw < v.kw && v.c >= 16 && o >= 16;
+                            v.pw < v.kw && o >= (v.kh == 5 ? 3 : 16) && v.c >= 16;
     nrt_conv2d_fwd(&g, n, w, b, xp, y);
     nrt_conv2d_dw(&g, n, dy, xp, dw);
     /* (the form's where it may have run: oneDNN's direct sums pass either;
@@ -1113,8 +1113,11 @@ static void test_conv_batch(void)
     /* batches whose output columns the product cuts into blocks of an odd
      * number of 16-column panels (AVX-512 reads these cols in place, two
      * panels at a time): 22 x 16 x 16 on one thread, cifar10's conv1 on an
-     * epoch's last batch of 11 on two, and with three K blocks */
+     * epoch's last batch of 11 on two (with 15 channels out: with 16 or
+     * more, Winograd's form takes it, as the next one), and with three K
+     * blocks */
     check_conv2d(22, (struct conv){3, 16, 16, 5, 5, 1, 1, 2, 2}, 8);
+    check_conv2d(11, (struct conv){3, 32, 32, 5, 5, 1, 1, 2, 2}, 15);
     check_conv2d(11, (struct conv){3, 32, 32, 5, 5, 1, 1, 2, 2}, 32);
     check_conv2d(11, (struct conv){24, 16, 16, 5, 5, 1, 1, 2, 2}, 24);
     /* AVX-512's forward tiles of 8 channels by 3 runs of 16 (stride 1,
@@ -1125,7 +1128,7 @@ static void test_conv_batch(void)
      * and rows of 9 (one masked run, under 16) */
     check_conv2d(5, (struct conv){3, 32, 32, 3, 3, 1, 1, 0, 0}, 32);
     check_conv2d(3, (struct conv){2, 11, 11, 3, 3, 1, 1, 0, 0}, 9);
-    runs += 6;
+    runs += 7;
     /* products of millions of multiply-adds with 16 input channels or
      * more: oneDNN's where the build and the machine have it (the forward
      * pass and dx), the built-in path's elsewhere */
