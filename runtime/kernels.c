@@ -2727,7 +2727,7 @@ static int wg_tile(const nrt_conv *g)
  * against 1.18 / 1.66 / 1.44; whole steps 2-6 % faster.  AMD's Zen 4
  * runs AVX-512 in two 256-bit halves, and there the form wins every pass
  * by 4-50 % (2026-12-04).  Zen 5, full width too, is not measured: the
- * form.  F(4x4, 5x5), a quarter of the direct sums' multiply-adds, is
+ * form.  F(4x4, 5x5), a sixth of the direct sums' multiply-adds, is
  * ahead on the Xeon too (cifar10's step, one thread: 28.0 ms against 36.5
  * with oneDNN's 5x5 passes), and keeps its layers. */
 static int dnnl_first(const nrt_conv *g)
@@ -2755,10 +2755,10 @@ static int wg_wanted(const nrt_conv *g, int n)
      * tile's edge lies over zeros, and an output there of few terms gets
      * the rounding of the whole tile's: 1.6e-5 of its own terms'
      * magnitudes, 1e-6 of the tile's (test_kernels measures the form
-     * against the tile's).  16 channels in or more, but 3 for a 5x5, whose
-     * form does a sixth of the direct sums' multiply-adds: cifar10's first
-     * layer's forward pass (3 channels in) in the form, its step 29.5 ->
-     * 27.7 ms (Intel Xeon, one thread) */
+     * against the tile's).  Channels in: 16 or more, but 3 for a 5x5,
+     * whose form does a sixth of the direct sums' multiply-adds
+     * (cifar10's first layer's forward pass, 3 channels in, in the form:
+     * its step 29.5 -> 27.7 ms, Intel Xeon, one thread) */
     const int ok = m && have_avx2() && (g->dot == NRT_DOT_F32 || g->dot == NRT_DOT_AVX2) &&
                    g->kw == g->kh && g->sh == 1 && g->sw == 1 && g->ph < g->kh &&
                    g->pw < g->kw && g->c >= (g->kh == 5 ? 3 : 16) && g->o >= 16 &&

@@ -953,11 +953,12 @@ static void check_conv2d_dot(int n, struct conv v, int o, int dot)
           "conv2d_pad n=%d c=%d %dx%d p=%d,%d: the two layouts pad differently", n,
           v.c, v.h, v.w, v.ph, v.pw);
     /* Winograd's form (kernels.c: stride 1, 16 channels or more in (3 for
-     * a 5x5) and out; 5x5, or 3x3 on an output plane of 8x8 or more; any padding
-     * below the kernel, the plane in whole tiles or not) sums otherwise;
+     * a 5x5) and out; 5x5, or 3x3 on an output plane of 8x8 or more; any
+     * padding below the kernel, the plane in whole tiles or not) sums otherwise;
      * its code is AVX2's, taken under NETRT_CPU_CONV=auto where the
      * products are AVX2's, and on every cpu under builtin */
-    const int tile = v.kh == 5 ? (oh >= 3 && ow >= 3 ? 4 : 2) : v.kh == 3 && oh >= 8 && ow >= 8 ? 4 : 0;
+    const int tile = v.kh == 5 ? (oh >= 3 && ow >= 3 ? 4 : 2)
+                               : v.kh == 3 && oh >= 8 && ow >= 8 ? 4 : 0;
     const int winograd = tile && v.kw == v.kh && v.sh == 1 && v.sw == 1 && v.ph < v.kh &&
                          v.pw < v.kw && v.c >= (v.kh == 5 ? 3 : 16) && o >= 16;
     /* dx: the transposed convolution's (o channels in, c out, on x's plane,
@@ -1139,18 +1140,19 @@ static void test_conv_batch(void)
      * run of 4, in and out channels not alike (dx's flipped kernels);
      * blocks of runs of four tiles in a row (two loads a window's row
      * half) and of tiles of several rows; cifar10's conv2 with three
-     * samples; F(2x2, 5x5) on planes 2 rows or columns across.  dW too where C is a
-     * multiple of 4 and O of 16: pieces of one block and of several, a
-     * last block in part, 16 and three runs of 16 output channels.  Then
-     * the 3x3 form (resnet20's layers): 4 tiles a sample, 6, 64 (its first
-     * stage's plane), 8; not on 6x8 nor digits_cnn's 4x4 (kernels.c's
-     * wg_wanted says why).  Planes not of whole tiles (computed as the
-     * plane of whole tiles around them): 6x10 and 7x8 above, 5x5 unpadded
-     * (5x7 out), 5x5 on 14x13 (runs of four, the last tile 1 column),
-     * F(2x2, 5x5) on 2x9 and 9x1, 3x3 on 10x9, cnn101's conv2 (15x15 unpadded, 13x13 out), 10x15
-     * out (tiles of 3 columns, and a row of them in part first in a run of
-     * eight) and 14x14 (2 columns and rows); not 3x3 padded by 2 (14x12
-     * out; nor the unpadded layers' dx) */
+     * samples; F(2x2, 5x5) on planes 2 rows or columns across.  dW too
+     * where C is a multiple of 4 and O of 16: pieces of one block and of
+     * several, a last block in part, 16 and three runs of 16 output
+     * channels.  Then the 3x3 form (resnet20's layers): 4 tiles a sample,
+     * 6, 64 (its first stage's plane), 8; not on 6x8 nor digits_cnn's 4x4
+     * (kernels.c's wg_tile says why).  Planes not of whole tiles (computed
+     * as the plane of whole tiles around them): 6x10 and 7x8 above, 5x5
+     * unpadded (5x7 out), 5x5 on 14x13 (runs of four, the last tile 1
+     * column), F(2x2, 5x5) on 2x9 and 9x1, 3x3 on 10x9, cnn101's conv2
+     * (15x15 unpadded, 13x13 out), 10x15 out (tiles of 3 columns, and a
+     * row of them in part first in a run of eight) and 14x14 (2 columns
+     * and rows); not 3x3 padded by 2 (14x12 out; nor the unpadded layers'
+     * dx) */
     static const struct conv wg[] = {{17, 6, 10, 5, 5, 1, 1, 2, 2}, {16, 8, 8, 5, 5, 1, 1, 2, 2},
                                      {16, 4, 20, 5, 5, 1, 1, 2, 2}, {16, 7, 8, 5, 5, 1, 1, 2, 2},
                                      {32, 16, 16, 5, 5, 1, 1, 2, 2}, {20, 8, 8, 5, 5, 1, 1, 2, 2},
